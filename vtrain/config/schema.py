@@ -1,0 +1,184 @@
+"""Typed schemas of every config group, registered in Hydra's ConfigStore (see ``store.py``).
+
+A wrong key or a wrong type fails at compose time. Enumerated choices are plain ``str`` here
+(OmegaConf matches enums by member name, and values such as ``1f1b`` are not identifiers); they are
+checked against :mod:`vtrain.config.enums` in :func:`vtrain.config.validate.validate`.
+
+Units are in the field names: ``_s`` seconds, ``_bytes``, ``_gib`` (2**30 bytes),
+``_gb_per_s`` (10**9 bytes/s), ``_gbit_per_s`` (10**9 bits/s), ``_tflops`` (10**12 FLOP/s).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_heads: int = MISSING
+    num_kv_heads: Optional[int] = None  # None: multi-head attention (= num_heads)
+    ffn_hidden_size: Optional[int] = None  # None: 4 * hidden_size
+    gated_mlp: bool = False  # SwiGLU: three FFN matrices instead of two
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    position_embedding: str = "learned"  # learned | rope
+    use_bias: bool = True
+    dropout: float = 0.1  # hidden and attention dropout probability (0: no dropout kernels)
+    vocab_size: int = 50257
+    tied_embeddings: bool = True
+    max_seq_len: int = 2048
+
+
+@dataclass
+class GpuConfig:
+    """One accelerator: datasheet peaks plus the fitted efficiency constants of the cost model."""
+
+    name: str = MISSING
+    # datasheet peaks (dense, no sparsity), TFLOP/s = 1e12 FLOP/s
+    peak_tflops: Dict[str, float] = field(default_factory=dict)  # by precision name
+    hbm_capacity_gib: float = MISSING
+    hbm_bandwidth_gb_per_s: float = MISSING
+    # --- cost-model constants (each has a physical meaning; fitted by task=calibrate) ---
+    gemm_max_efficiency: float = 0.75  # fraction of peak reached by a large GEMM
+    gemm_half_efficiency_dim: float = 64.0  # GEMM dim (min of m,n,k) at which efficiency halves
+    attention_efficiency: float = 0.5  # batched attention GEMMs (QK^T, AV) relative to gemm eff
+    memory_efficiency: float = 0.7  # fraction of HBM bandwidth reached by element-wise kernels
+    kernel_time_s: float = 4.0e-6  # minimum GPU time of one kernel (launch + tail)
+    host_time_per_kernel_s: float = 12.0e-6  # host (Python + launch) time to issue one kernel
+    optimizer_bytes_per_param: float = 40.0  # HBM traffic of the mixed-precision Adam step
+    iteration_overhead_s: float = 0.0  # fixed host time per iteration (logging, sync, loss scale)
+    memory_reserved_gib: float = 2.0  # CUDA context, allocator fragmentation, workspaces
+
+
+@dataclass
+class NetworkConfig:
+    """A network tier. Bandwidths are unidirectional, per GPU (intra) or per node (inter)."""
+
+    bandwidth_gb_per_s: float = MISSING
+    latency_s: float = 5.0e-6  # per algorithm step
+    efficiency: float = 0.85  # achieved fraction of the link bandwidth by NCCL rings
+
+
+@dataclass
+class ClusterConfig:
+    name: str = MISSING
+    gpu: str = MISSING  # name of a gpu/ config
+    gpus_per_node: int = 8
+    num_nodes: int = 1
+    intra_node: NetworkConfig = field(default_factory=NetworkConfig)  # per GPU (NVLink/NVSwitch)
+    inter_node: NetworkConfig = field(default_factory=NetworkConfig)  # per node (all NICs)
+
+
+@dataclass
+class ParallelismConfig:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 0  # 0: derive as cluster GPUs // (tp * pp)
+    micro_batch_size: int = 1
+    schedule: str = "1f1b"  # 1f1b | gpipe | interleaved
+    virtual_stages: int = 1  # model chunks per stage for the interleaved schedule
+    recompute: str = "none"  # none | selective | full
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over dp
+    overlap_grad_reduce: bool = True  # bucketed DP gradient reduction overlapped with backward
+    grad_bucket_mib: float = 40.0  # DP gradient bucket size (MiB)
+
+
+@dataclass
+class TrainingConfig:
+    global_batch_size: int = 1536  # sequences per iteration
+    seq_len: int = 2048
+    precision: str = "bf16"  # bf16 | fp16 | fp32
+    optimizer: str = "adam"  # Adam with fp32 master weights
+    flash_attention: bool = True  # fused attention kernel (no s^2 score tensors in HBM)
+    tokens_to_train: float = 300e9
+
+
+@dataclass
+class PricingConfig:
+    name: str = MISSING
+    source: str = ""
+    usd_per_gpu_hour: Dict[str, float] = field(default_factory=dict)  # by gpu config name
+
+
+@dataclass
+class CostConfig:
+    model: str = "auto"  # analytical | profile | auto
+    profile_dir: Optional[str] = None  # None: <project>/profiles
+
+
+@dataclass
+class SearchConfig:
+    sampler: str = "nsgaii"  # nsgaii | tpe | random | grid
+    n_trials: int = 200
+    seed: int = 0
+    objectives: List[str] = field(default_factory=lambda: ["time_to_train_s", "cost_usd"])
+    study_name: Optional[str] = None
+    storage: Optional[str] = None  # None: sqlite in the run directory
+    max_tp: int = 0  # 0: GPUs per node
+    allow_cross_node_tp: bool = False
+    micro_batch_sizes: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    schedules: List[str] = field(default_factory=lambda: ["1f1b", "interleaved"])
+    virtual_stages: List[int] = field(default_factory=lambda: [1, 2, 4])
+    recompute: List[str] = field(default_factory=lambda: ["none", "selective", "full"])
+    sequence_parallel: List[bool] = field(default_factory=lambda: [False, True])
+    distributed_optimizer: List[bool] = field(default_factory=lambda: [False, True])
+    min_gpus: int = 1
+    population_size: int = 50
+    progress_bar: bool = True
+    top_k_artifacts: int = 2
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: Optional[str] = None  # None: sqlite:///<project>/outputs/mlflow.db
+    experiment_name: Optional[str] = None  # None: vtrain/<model>/<cluster>
+
+
+@dataclass
+class ValidateConfig:
+    data: Optional[str] = None
+    show_rows: int = 20
+
+
+@dataclass
+class CalibrateConfig:
+    data: Optional[str] = None
+    folds: str = "hidden_size"  # leave-one-group-out grouping column, or "kfold"
+    write: bool = False
+
+
+@dataclass
+class ProfileConfig:
+    device: str = "cpu"
+    dtype: Optional[str] = None  # None: training.precision
+    out_dir: Optional[str] = None
+    micro_batch_sizes: List[int] = field(default_factory=lambda: [1, 2])
+    seq_lens: List[int] = field(default_factory=lambda: [128])
+    tp_shards: List[int] = field(default_factory=lambda: [1])
+    warmup: int = 3
+    repeats: int = 10
+    measure_iterations: int = 5
+
+
+@dataclass
+class VtrainConfig:
+    task: str = "search"  # search | simulate | validate | calibrate | profile | measure
+    model: ModelConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    gpu: Optional[GpuConfig] = None  # None: the gpu/ config named by cluster.gpu
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    pricing: PricingConfig = MISSING
+    cost: CostConfig = field(default_factory=CostConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    validate: ValidateConfig = field(default_factory=ValidateConfig)
+    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    extra: Dict[str, Any] = field(default_factory=dict)

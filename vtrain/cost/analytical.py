@@ -1,0 +1,59 @@
+"""Analytical cost model: a roofline with shape-dependent efficiency.
+
+GEMM time = max(FLOPs / (peak · eta(m,n,k)), bytes / (HBM bw · eta_mem)), never below one kernel's
+minimum time. eta(m,n,k) = eta_max · g(m)·g(n)·g(k) with g(d) = d / (d + d_half): a GEMM reaches its
+peak efficiency only when every dimension fills the tensor-core tiles (the saturation form used by
+Calculon's efficiency tables, reduced to one constant). Batched attention GEMMs (QK^T, AV) run at a
+further factor ``attention_efficiency``. Memory-bound ops move their bytes at eta_mem · HBM bw.
+"""
+from __future__ import annotations
+
+from typing import FrozenSet
+
+from vtrain.cost.collectives import GroupPlacement, collective_time_s
+from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
+from vtrain.workload.system import ClusterSpec
+
+
+class AnalyticalCostModel:
+    name = "analytical"
+
+    def __init__(self, cluster: ClusterSpec, precision: str) -> None:
+        self.cluster = cluster
+        gpu = cluster.gpu
+        self.peak = gpu.peak_flops_per_s(precision)
+        self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
+        self.eta_max = gpu.gemm_max_efficiency
+        self.d_half = gpu.gemm_half_efficiency_dim
+        self.attn_eff = gpu.attention_efficiency
+        self.kernel_s = gpu.kernel_time_s
+        self.host_s = gpu.host_time_per_kernel_s
+        self.opt_bytes = gpu.optimizer_bytes_per_param
+
+    def _g(self, d: float) -> float:
+        return d / (d + self.d_half)
+
+    def gemm_efficiency(self, op: Gemm) -> float:
+        eta = self.eta_max * self._g(op.m) * self._g(op.n) * self._g(op.k)
+        return eta * self.attn_eff if op.attention else eta
+
+    def compute_time_s(self, op: ComputeOp) -> float:
+        if isinstance(op, Gemm):
+            t = max(op.flops / (self.peak * self.gemm_efficiency(op)), op.bytes / self.mem_bw)
+        elif isinstance(op, FlashAttention):
+            t = max(op.flops / (self.peak * self.eta_max * self.attn_eff), op.bytes / self.mem_bw)
+        else:
+            t = max(op.flops / self.peak, op.bytes / self.mem_bw)
+        return max(t, op.kernels * self.kernel_s)
+
+    def host_time_s(self, kernels: int) -> float:
+        return kernels * self.host_s
+
+    def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
+        return collective_time_s(op.kind, op.bytes, where, self.cluster)
+
+    def optimizer_time_s(self, params: float) -> float:
+        return params * self.opt_bytes / self.mem_bw
+
+    def extrapolated(self) -> FrozenSet[str]:
+        return frozenset()

@@ -1,0 +1,31 @@
+"""The cost-model interface: the time of one compute op on one GPU, and of one collective.
+
+Implementations: :mod:`vtrain.cost.analytical` (roofline with shape-dependent efficiency) and the
+profile look-up (measured operator tables). Both also report the host time to launch an op, since
+small layers are bound by the framework, not the GPU.
+"""
+from __future__ import annotations
+
+from typing import FrozenSet, Protocol
+
+from vtrain.cost.collectives import GroupPlacement
+from vtrain.graph.ops import Collective, ComputeOp
+
+
+class CostModel(Protocol):
+    name: str
+
+    def compute_time_s(self, op: ComputeOp) -> float:
+        """GPU time of one compute op."""
+
+    def host_time_s(self, kernels: int) -> float:
+        """Host (framework + launch) time to issue ``kernels`` kernels."""
+
+    def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
+        """Time of one collective over the placed group."""
+
+    def optimizer_time_s(self, params: float) -> float:
+        """Time of the optimizer step over ``params`` parameters held by one GPU."""
+
+    def extrapolated(self) -> FrozenSet[str]:
+        """Names of ops priced outside measured data (empty for analytical models)."""

@@ -1,0 +1,217 @@
+"""Build the operator graph of one transformer layer, the embedding and the output head.
+
+Shapes follow Megatron-LM's tensor parallelism (Shoeybi et al. 2019, Fig. 3): column-parallel QKV and
+FC1, row-parallel projection and FC2, one all-reduce after each row-parallel GEMM in the forward pass
+and one per column-parallel input in the backward pass. With sequence parallelism (Korthikanti et al.
+2022, Sec. 4.2.2) each all-reduce becomes an all-gather before and a reduce-scatter after, and the
+norms, dropouts and residuals work on s/t tokens. Backward of a GEMM = activation-grad + weight-grad.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Tuple
+
+from vtrain.config.enums import PositionEmbedding, Recompute
+from vtrain.graph.ops import (
+    Collective,
+    CollectiveKind,
+    FlashAttention,
+    Gemm,
+    Group,
+    MemoryOp,
+    Op,
+)
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import ParallelPlan
+
+
+@dataclass(frozen=True, slots=True)
+class PassOps:
+    """The ops of one pass (forward, backward or recompute) of one graph component."""
+
+    ops: Tuple[Op, ...]
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentGraph:
+    forward: PassOps
+    backward: PassOps
+    recompute: PassOps
+
+
+@dataclass(frozen=True, slots=True)
+class ModelGraph:
+    """Per-micro-batch graphs for one GPU of a TP group."""
+
+    layer: ComponentGraph
+    embedding: ComponentGraph
+    head: ComponentGraph  # final norm + logits + cross-entropy
+
+
+def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int) -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
+    fwd = Gemm(name, m=m, n=n, k=k, dtype_bytes=dt)
+    dgrad = Gemm(f"{name}.dgrad", m=m, n=k, k=n, dtype_bytes=dt)
+    wgrad = Gemm(f"{name}.wgrad", m=k, n=n, k=m, dtype_bytes=dt)
+    return fwd, (dgrad, wgrad)
+
+
+class _TpComm:
+    """The TP collectives of Megatron's f/g operators, with or without sequence parallelism."""
+
+    def __init__(self, plan: ParallelPlan, tokens: int, hidden: int) -> None:
+        self.tp = plan.tp
+        self.sp = plan.sequence_parallel
+        self.size = float(tokens * hidden * plan.dtype_bytes)
+
+    def _coll(self, name: str, kind: CollectiveKind) -> List[Op]:
+        if self.tp == 1:
+            return []
+        return [Collective(name, kind, self.size, Group.TP, self.tp)]
+
+    def enter(self, name: str) -> List[Op]:
+        """Forward, before a column-parallel GEMM: identity, or all-gather with SP."""
+        return self._coll(f"{name}.ag", CollectiveKind.ALL_GATHER) if self.sp else []
+
+    def exit(self, name: str) -> List[Op]:
+        """Forward, after a row-parallel GEMM: all-reduce, or reduce-scatter with SP."""
+        kind = CollectiveKind.REDUCE_SCATTER if self.sp else CollectiveKind.ALL_REDUCE
+        return self._coll(f"{name}.{'rs' if self.sp else 'ar'}", kind)
+
+    def enter_backward(self, name: str) -> List[Op]:
+        """Backward of ``enter``: all-reduce, or reduce-scatter with SP."""
+        kind = CollectiveKind.REDUCE_SCATTER if self.sp else CollectiveKind.ALL_REDUCE
+        return self._coll(f"{name}.bwd.{'rs' if self.sp else 'ar'}", kind)
+
+    def exit_backward(self, name: str) -> List[Op]:
+        """Backward of ``exit``: identity, or all-gather with SP."""
+        return self._coll(f"{name}.bwd.ag", CollectiveKind.ALL_GATHER) if self.sp else []
+
+
+def build_layer(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
+    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    h, f = model.hidden_size, model.ffn_hidden_size
+    tokens = b * s
+    local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
+    heads = model.num_heads // t
+    qkv_out = (h + 2 * model.kv_size) // t
+    fc1_out = (2 * f if model.gated_mlp else f) // t
+    has_dropout = model.dropout > 0
+    comm = _TpComm(plan, tokens, h)
+
+    act = float(local_tokens * h * dt)  # one [local_tokens, h] activation
+    norm_kernels = 1
+    norm_bytes = 2 * act
+
+    def norm(name: str) -> MemoryOp:
+        return MemoryOp(name, norm_bytes, norm_kernels)
+
+    def residual(name: str) -> MemoryOp:
+        # bias + dropout + residual add: read x, residual (and mask), write out
+        return MemoryOp(name, (4 if has_dropout else 3) * act, 1)
+
+    qkv, qkv_b = _gemm_fwd_bwd("qkv", tokens, qkv_out, h, dt)
+    proj, proj_b = _gemm_fwd_bwd("proj", tokens, h, h // t, dt)
+    fc1, fc1_b = _gemm_fwd_bwd("fc1", tokens, fc1_out, h, dt)
+    fc2, fc2_b = _gemm_fwd_bwd("fc2", tokens, h, f // t, dt)
+
+    # --- attention core
+    attn_fwd: List[Op]
+    attn_bwd: List[Op]
+    rope: List[Op] = []
+    if model.position_embedding == PositionEmbedding.ROPE:
+        rope = [MemoryOp("rope", 2.0 * tokens * (h + model.kv_size) // t * dt, 2)]
+    if plan.flash_attention:
+        fa = FlashAttention("flash_attn", b * heads, s, model.head_dim, dtype_bytes=dt)
+        fab = FlashAttention("flash_attn.bwd", b * heads, s, model.head_dim, backward=True, dtype_bytes=dt)
+        attn_fwd, attn_bwd = [fa], [fab]
+    else:
+        d = model.head_dim
+        scores = float(b * heads * s * s * dt)
+        score = Gemm("attn.qk", m=s, n=s, k=d, batch=b * heads, dtype_bytes=dt, attention=True)
+        ctx = Gemm("attn.av", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True)
+        softmax = MemoryOp("attn.softmax", 2 * scores)  # fused scale-mask-softmax: read + write
+        attn_fwd = [score, softmax]
+        attn_bwd = []
+        if has_dropout:
+            attn_fwd.append(MemoryOp("attn.dropout", 3 * scores))  # read, write, mask
+        attn_fwd.append(ctx)
+        attn_bwd = [
+            Gemm("attn.av.dgrad_p", m=s, n=s, k=d, batch=b * heads, dtype_bytes=dt, attention=True),
+            Gemm("attn.av.dgrad_v", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
+        ]
+        if has_dropout:
+            attn_bwd.append(MemoryOp("attn.dropout.bwd", 3 * scores))
+        attn_bwd += [
+            MemoryOp("attn.softmax.bwd", 3 * scores),
+            Gemm("attn.qk.dgrad_q", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
+            Gemm("attn.qk.dgrad_k", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
+        ]
+
+    act_name = "swiglu" if model.gated_mlp else "gelu"
+    mlp_act_elems = float(tokens * (f // t) * dt)
+    act_fwd = MemoryOp(act_name, (3 if model.gated_mlp else 2) * mlp_act_elems)
+    act_bwd = MemoryOp(f"{act_name}.bwd", (5 if model.gated_mlp else 3) * mlp_act_elems)
+
+    forward: List[Op] = [norm("norm1"), *comm.enter("qkv"), qkv, *rope, *attn_fwd, proj,
+                         *comm.exit("proj"), residual("residual1"), norm("norm2"), *comm.enter("fc1"),
+                         fc1, act_fwd, fc2, *comm.exit("fc2"), residual("residual2")]
+    backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *comm.exit_backward("fc2"), *fc2_b,
+                          act_bwd, *fc1_b, *comm.enter_backward("fc1"), MemoryOp("norm2.bwd", 3 * act),
+                          MemoryOp("residual1.bwd", 2 * act), *comm.exit_backward("proj"), *proj_b,
+                          *attn_bwd, *([MemoryOp("rope.bwd", rope[0].bytes, 2)] if rope else []),
+                          *qkv_b, *comm.enter_backward("qkv"), MemoryOp("norm1.bwd", 3 * act)]
+    if plan.recompute == Recompute.FULL:
+        recompute = forward
+    elif plan.recompute == Recompute.SELECTIVE and not plan.flash_attention:
+        recompute = [op for op in attn_fwd if not isinstance(op, Gemm) or op.attention]
+    else:
+        recompute = []
+    return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(tuple(recompute)))
+
+
+def build_embedding(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
+    """Vocab-parallel word embedding (+ learned positions): gather rows, sum over TP ranks."""
+    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    h = model.hidden_size
+    tokens = b * s
+    act = float(tokens * h * dt)
+    fwd: List[Op] = [MemoryOp("embedding.lookup", 2 * act, 2)]
+    if model.position_embedding == PositionEmbedding.LEARNED:
+        fwd.append(MemoryOp("embedding.position", 3 * act))
+    if model.dropout > 0:
+        fwd.append(MemoryOp("embedding.dropout", 3 * act / (t if plan.sequence_parallel else 1)))
+    comm = _TpComm(plan, tokens, h)
+    fwd += comm.exit("embedding")
+    table = float(model.vocab_size // t * h * dt)
+    bwd: List[Op] = [*comm.exit_backward("embedding"), MemoryOp("embedding.grad", 2 * act + table, 2)]
+    return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
+
+
+def build_head(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
+    """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy (Megatron's vocab-parallel CE)."""
+    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    h, v = model.hidden_size, model.vocab_size // t
+    tokens = b * s
+    local = tokens // t if plan.sequence_parallel else tokens
+    act = float(local * h * dt)
+    comm = _TpComm(plan, tokens, h)
+    logits, logits_b = _gemm_fwd_bwd("logits", tokens, v, h, dt)
+    logit_bytes = float(tokens * v)
+    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *comm.enter("logits"), logits,
+                     MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4)]
+    bwd: List[Op] = [MemoryOp("cross_entropy.bwd", logit_bytes * (4 * 2 + dt), 2), *logits_b,
+                     *comm.enter_backward("logits"), MemoryOp("final_norm.bwd", 3 * act)]
+    if t > 1:  # max, sum-exp and target-logit all-reduces over the vocab shards (fp32, per token)
+        fwd += [Collective(f"cross_entropy.ar{i}", CollectiveKind.ALL_REDUCE, tokens * 4.0, Group.TP, t)
+                for i in range(3)]
+    return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
+
+
+def build_model_graph(model: ModelSpec, plan: ParallelPlan) -> ModelGraph:
+    return ModelGraph(build_layer(model, plan), build_embedding(model, plan), build_head(model, plan))
+
+

@@ -1,0 +1,109 @@
+"""Operator dataclasses: the nodes of the per-layer graph, with the shapes after TP/SP sharding.
+
+An op knows its FLOPs and HBM bytes; it does not know its time (that is the cost model's job).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Union
+
+
+class CollectiveKind(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    P2P = "p2p"
+
+
+class Group(str, Enum):
+    TP = "tp"
+    DP = "dp"
+    PP = "pp"
+    EMBEDDING = "embedding"
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """C[m,n] = A[m,k] @ B[k,n], repeated ``batch`` times (batched GEMM for attention)."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype_bytes: int = 2
+    attention: bool = False  # batched attention-score/context GEMM (lower efficiency)
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> float:
+        return float(self.batch * (self.m * self.k + self.k * self.n + self.m * self.n) * self.dtype_bytes)
+
+    @property
+    def kernels(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOp:
+    """A memory-bound op (norm, softmax, activation, dropout, residual, cross-entropy, Adam)."""
+
+    name: str
+    bytes: float
+    kernels: int = 1
+    flops: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FlashAttention:
+    """Fused attention (FlashAttention-2 style): scores never leave on-chip memory.
+
+    ``flops`` counts what the kernel executes: causal masking skips about half of the blocks.
+    """
+
+    name: str
+    batch_heads: int
+    seq_len: int
+    head_dim: int
+    backward: bool = False
+    causal: bool = True
+    dtype_bytes: int = 2
+
+    @property
+    def flops(self) -> float:
+        full = 4.0 * self.batch_heads * self.seq_len * self.seq_len * self.head_dim
+        full *= 2.5 if self.backward else 1.0  # backward: 5 GEMMs vs 2 (Dao 2023, Sec. 3)
+        return full * (0.5 if self.causal else 1.0)
+
+    @property
+    def bytes(self) -> float:
+        return 4.0 * self.batch_heads * self.seq_len * self.head_dim * self.dtype_bytes
+
+    @property
+    def kernels(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    name: str
+    kind: CollectiveKind
+    bytes: float  # message size per GPU (the full buffer for all-reduce)
+    group: Group
+    group_size: int
+
+    @property
+    def kernels(self) -> int:
+        return 1
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+
+ComputeOp = Union[Gemm, MemoryOp, FlashAttention]
+Op = Union[Gemm, MemoryOp, FlashAttention, Collective]

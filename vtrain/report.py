@@ -1,0 +1,76 @@
+"""The result of one simulation: a frozen value, also written as JSON."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Tuple
+
+
+@dataclass(frozen=True, slots=True)
+class StageBreakdown:
+    """Where one pipeline stage's iteration time goes; the parts add up to the iteration time."""
+
+    stage: int
+    compute_s: float  # GPU kernel time of forward, recompute and backward
+    host_overhead_s: float  # time the GPU waits for the framework to issue kernels
+    exposed_comm_s: float  # TP collectives, DP gradient sync and parameter gather not hidden
+    bubble_s: float  # idle: pipeline fill/drain and waits for other stages
+    optimizer_s: float
+    peak_memory_bytes: float
+    layers: int
+    params: float
+
+    def __add__(self, other: "StageBreakdown") -> "StageBreakdown":  # for averages
+        return StageBreakdown(-1, *(getattr(self, f.name) + getattr(other, f.name)
+                                    for f in dataclasses.fields(self)[1:]))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float  # logits, workspace, reserved
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.other_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    model: str
+    cluster: str
+    gpu: str
+    plan: Dict[str, Any]
+    iteration_time_s: float
+    stages: Tuple[StageBreakdown, ...]
+    peak_memory_bytes: float  # the largest over stages
+    memory: MemoryBreakdown  # of the stage with the largest peak
+    memory_capacity_bytes: float
+    fits: bool
+    mfu: float
+    hfu: float
+    tokens_per_s: float
+    model_flops_per_iteration: float
+    iterations: float
+    time_to_train_s: float
+    gpu_hours: float
+    cost_usd: float
+    usd_per_gpu_hour: float
+    gpus_used: int
+    cost_model: str
+    extrapolated_ops: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def breakdown(self) -> StageBreakdown:
+        """The critical stage: the one with the least bubble (it ran the longest)."""
+        return min(self.stages, key=lambda st: st.bubble_s)
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["breakdown"] = dataclasses.asdict(self.breakdown)
+        return d

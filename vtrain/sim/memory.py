@@ -1,0 +1,66 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations of the in-flight micro-batches.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models"), Sec. 4, per layer and micro-batch (fp16, dropout masks 1 byte):
+  no recompute:        s·b·h·(10 + 24/t + 5·a·s/(h·t))      (TP, Eq. for tensor parallelism)
+  + sequence parallel: s·b·h·(34 + 5·a·s/h) / t
+  selective recompute: the 5·a·s/h term is dropped (Table 2)
+  full recompute:      2·s·b·h (the layer input only; /t with SP)
+The terms are generalised (GQA, SwiGLU, FFN width, no dropout, flash attention) by counting each
+saved tensor; for GPT shapes they reduce exactly to the formulas above (tests check it).
+In-flight micro-batches: 1F1B keeps p - s on stage s, GPipe all m, interleaved 1F1B keeps its warm-up
+depth of model chunks (Narayanan et al. SC'21, Sec. 2.2.2).
+"""
+from __future__ import annotations
+
+from vtrain.config.enums import Precision, Recompute, Schedule
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import ParallelPlan
+
+
+def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
+    """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU."""
+    rc = plan.recompute if recompute is None else recompute
+    s, b, t, dt = plan.seq_len, plan.micro_batch_size, plan.tp, plan.dtype_bytes
+    h, f, a = model.hidden_size, model.ffn_hidden_size, model.num_heads
+    sbh = float(s * b * h)
+    sp_div = t if plan.sequence_parallel else 1
+    if rc == Recompute.FULL:
+        return dt * sbh / sp_div
+    mask = 1 if model.dropout > 0 else 0
+    replicated = (4 * dt + 2 * mask) * sbh  # 2 norm inputs, QKV input, FC1 input, 2 dropout masks
+    sharded = float(s * b) * dt * (2 * h + 2 * model.kv_size + (2 if model.gated_mlp else 1) * f + f)
+    scores = 0.0
+    if not plan.flash_attention and rc != Recompute.SELECTIVE:
+        scores = float(a * s * s * b) * (dt + (mask + dt if mask else 0))  # softmax out, mask, dropout out
+    elif plan.flash_attention:
+        scores = float(a * s * b) * 4.0  # log-sum-exp statistics (fp32)
+    return replicated / sp_div + (sharded + scores) / t
+
+
+def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> float:
+    """Layer activations alive at the peak of the schedule on ``stage`` (in units of one layer·mb)."""
+    p, m = plan.pp, plan.num_microbatches
+    if plan.schedule == Schedule.GPIPE:
+        return float(m * layers_per_stage)
+    if plan.schedule == Schedule.INTERLEAVED and plan.chunks > 1:
+        v = plan.chunks
+        chunks_alive = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
+        return float(chunks_alive * layers_per_stage / v)
+    return float(min(p - stage, m) * layers_per_stage)
+
+
+def state_bytes_per_param(plan: ParallelPlan) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter for mixed-precision Adam.
+
+    fp16/bf16 weights (2), gradients (fp32 main grads with bf16, as Megatron-LM accumulates them;
+    2 with fp16), fp32 master weights + Adam m, v (12; 8 in pure fp32). Distributed optimizer
+    (ZeRO-1): optimizer states /dp (Rajbhandari et al. 2020, Sec. 5.1).
+    """
+    if plan.precision == Precision.FP32:
+        weights, grads, opt = 4.0, 4.0, 8.0
+    else:
+        weights, grads, opt = 2.0, (4.0 if plan.precision == Precision.BF16 else 2.0), 12.0
+    if plan.distributed_optimizer:
+        opt /= plan.dp
+    return weights, grads, opt

@@ -1,0 +1,121 @@
+"""Model specification: shapes, parameter counts and FLOP counts of a decoder-only transformer.
+
+Formulas:
+- parameters: Narayanan et al. (SC'21), Sec. 5.1: P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) for
+  GPT (LayerNorm + biases, learned positions, tied embeddings); generalised here to GQA, SwiGLU,
+  RMSNorm and untied output layers by counting each matrix.
+- FLOPs per iteration: Narayanan et al. (SC'21), Eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with
+  full recompute; without recompute the factor 96 -> 72 on the transformer part (the logit layer is
+  never recomputed: 6 B s h V).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vtrain.config.enums import NormType, PositionEmbedding
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    gated_mlp: bool
+    norm: NormType
+    position_embedding: PositionEmbedding
+    use_bias: bool
+    dropout: float
+    vocab_size: int
+    tied_embeddings: bool
+    max_seq_len: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def kv_size(self) -> int:
+        """Width of the K (or V) projection: kv_heads * head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    # ---------------------------------------------------------------- parameters
+    def attention_params(self) -> int:
+        h = self.hidden_size
+        qkv = h * (h + 2 * self.kv_size) + (h + 2 * self.kv_size if self.use_bias else 0)
+        proj = h * h + (h if self.use_bias else 0)
+        return qkv + proj
+
+    def mlp_params(self) -> int:
+        h, f = self.hidden_size, self.ffn_hidden_size
+        if self.gated_mlp:
+            return 3 * h * f + ((2 * f + h) if self.use_bias else 0)
+        return 2 * h * f + ((f + h) if self.use_bias else 0)
+
+    def norm_params(self) -> int:
+        """Parameters of one norm layer (LayerNorm has a bias, RMSNorm does not)."""
+        return 2 * self.hidden_size if self.norm == NormType.LAYERNORM else self.hidden_size
+
+    def layer_params(self) -> int:
+        return self.attention_params() + self.mlp_params() + 2 * self.norm_params()
+
+    def embedding_params(self) -> int:
+        pos = self.max_seq_len * self.hidden_size if self.position_embedding == PositionEmbedding.LEARNED else 0
+        return self.vocab_size * self.hidden_size + pos
+
+    def output_params(self) -> int:
+        """Final norm plus the output (logit) matrix when it is not tied to the embedding."""
+        out = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return self.norm_params() + out
+
+    def total_params(self) -> int:
+        return self.num_layers * self.layer_params() + self.embedding_params() + self.output_params()
+
+    # ---------------------------------------------------------------- FLOPs
+    def layer_matmul_params(self) -> int:
+        """Weights that take part in a matrix multiply (biases and norms excluded)."""
+        h = self.hidden_size
+        attn = h * (h + 2 * self.kv_size) + h * h
+        mlp = (3 if self.gated_mlp else 2) * h * self.ffn_hidden_size
+        return attn + mlp
+
+    def forward_flops_per_sequence(self, seq_len: int) -> float:
+        """Forward FLOPs of one sequence: 2 FLOPs per multiply-add of every GEMM.
+
+        Attention scores and context: 2 * 2 * s^2 * h per layer (no causal discount, as Megatron counts).
+        """
+        s, h = seq_len, self.hidden_size
+        layers = self.num_layers * (2 * s * self.layer_matmul_params() + 4 * s * s * h)
+        logits = 2 * s * h * self.vocab_size
+        return float(layers + logits)
+
+    def model_flops_per_iteration(self, global_batch: int, seq_len: int) -> float:
+        """Model FLOPs of one training iteration (forward + backward = 3x forward, no recompute)."""
+        return 3.0 * global_batch * self.forward_flops_per_sequence(seq_len)
+
+    def hardware_flops_per_iteration(self, global_batch: int, seq_len: int, recompute: str) -> float:
+        """FLOPs the hardware executes, including the recompute forward pass.
+
+        full: one extra forward of every layer (Narayanan et al. SC'21, Eq. 3); selective: the
+        attention-score and context GEMMs again (Korthikanti et al. 2022, Sec. 5).
+        """
+        s, h = seq_len, self.hidden_size
+        base = self.model_flops_per_iteration(global_batch, seq_len)
+        if recompute == "full":
+            per_seq = self.num_layers * (2 * s * self.layer_matmul_params() + 4 * s * s * h)
+            return base + global_batch * per_seq
+        if recompute == "selective":
+            return base + global_batch * self.num_layers * 4 * s * s * h
+        return base
+
+
+def megatron_flops_per_iteration(
+    batch: int, seq_len: int, layers: int, hidden: int, vocab: int, recompute: bool
+) -> float:
+    """Narayanan et al. (SC'21) Eq. 3 (with recompute) and its 72-factor form without it."""
+    b, s, l, h, v = batch, seq_len, layers, hidden, vocab
+    if recompute:
+        return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
