@@ -1,0 +1,3 @@
+from vtrain.cli.main import main
+
+main()

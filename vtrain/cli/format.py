@@ -1,0 +1,48 @@
+"""Human-readable rendering of a Report."""
+from __future__ import annotations
+
+from vtrain.report import Report
+
+GIB = 2**30
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 3600:
+        return f"{seconds:.2f} s"
+    if seconds < 86400 * 2:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def plan_label(plan: dict) -> str:
+    extra = [plan["schedule"] + (f"x{plan['virtual_stages']}" if plan["virtual_stages"] > 1 else ""),
+             f"rc={plan['recompute']}"]
+    if plan["sequence_parallel"]:
+        extra.append("sp")
+    if plan["distributed_optimizer"]:
+        extra.append("dist-opt")
+    return f"(t,p,d)=({plan['tp']},{plan['pp']},{plan['dp']}) mb={plan['micro_batch_size']} " + " ".join(extra)
+
+
+def render_report(r: Report) -> str:
+    b = r.breakdown
+    lines = [
+        f"vtrain: {r.model} on {r.cluster} ({r.gpus_used} x {r.gpu}), cost model: {r.cost_model}",
+        f"plan: {plan_label(r.plan)}, {r.plan['num_microbatches']} micro-batches per replica",
+        f"iteration time: {fmt_duration(r.iteration_time_s)}   MFU {r.mfu * 100:.1f}%   HFU {r.hfu * 100:.1f}%   "
+        f"{r.tokens_per_s:,.0f} tokens/s",
+        f"breakdown (critical stage {b.stage}): compute {fmt_duration(b.compute_s)}, host overhead "
+        f"{fmt_duration(b.host_overhead_s)}, exposed comm {fmt_duration(b.exposed_comm_s)}, bubble "
+        f"{fmt_duration(b.bubble_s)}, optimizer {fmt_duration(b.optimizer_s)}",
+        f"memory per GPU (peak stage): {r.peak_memory_bytes / GIB:.1f} GiB of {r.memory_capacity_bytes / GIB:.0f} GiB"
+        f" -> {'fits' if r.fits else 'DOES NOT FIT'}  (weights {r.memory.weights_bytes / GIB:.1f}, grads "
+        f"{r.memory.gradients_bytes / GIB:.1f}, optimizer {r.memory.optimizer_bytes / GIB:.1f}, activations "
+        f"{r.memory.activations_bytes / GIB:.1f}, other {r.memory.other_bytes / GIB:.1f} GiB)",
+        f"time to train: {fmt_duration(r.time_to_train_s)} ({r.iterations:,.0f} iterations), "
+        f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at ${r.usd_per_gpu_hour:.2f}/GPU-hour",
+    ]
+    if r.extrapolated_ops:
+        lines.append(f"extrapolated outside the profile: {', '.join(r.extrapolated_ops)}")
+    return "\n".join(lines)
