@@ -18,7 +18,7 @@ from vtrain.config.compose import CONF_DIR, group_options, resolve
 from vtrain.config.store import register_configs
 from vtrain.errors import VtrainError
 
-TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure")
+TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure", "casestudy")
 
 
 def fail(message: str) -> None:
