@@ -182,3 +182,14 @@ class VtrainConfig:
     calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     extra: Dict[str, Any] = field(default_factory=dict)
+    case_study: Optional[CaseStudyConfig] = None  # task=casestudy: +casestudy=<name>
+
+
+@dataclass
+class CaseStudyConfig:
+    """A paper case study for ``task=casestudy`` (configs in ``conf/casestudy/``). ``params`` is checked
+    against the study's own schema in :mod:`vtrain.casestudies` when the study runs."""
+
+    name: str = MISSING  # parallelization | scheduling | compute_optimal
+    title: str = ""
+    params: Dict[str, Any] = field(default_factory=dict)
