@@ -17,7 +17,7 @@ def cost_model_for(w: Workload, profile: Any = None) -> CostModel:
         return analytical
     from vtrain.cost.profiled import ProfiledCostModel  # no torch: plain tables
 
-    return ProfiledCostModel(profile, analytical)
+    return ProfiledCostModel(profile, analytical, model=w.model, precision=w.plan.precision.value)
 
 
 def simulate(cfg: Any, profile: Any = None) -> Report:

@@ -44,13 +44,15 @@ class GpuConfig:
     hbm_bandwidth_gb_per_s: float = MISSING
     # --- cost-model constants (each has a physical meaning; fitted by task=calibrate) ---
     gemm_max_efficiency: float = 0.75  # fraction of peak reached by a large GEMM
-    gemm_half_efficiency_dim: float = 64.0  # GEMM dim (min of m,n,k) at which efficiency halves
+    gemm_half_efficiency_dim: float = 64.0  # GEMM dimension at which its efficiency factor is 1/2
+    gemm_misaligned_efficiency: float = 0.4  # factor when a dimension is not a multiple of 8 (no aligned TC path)
     attention_efficiency: float = 0.5  # batched attention GEMMs (QK^T, AV) relative to gemm eff
     memory_efficiency: float = 0.7  # fraction of HBM bandwidth reached by element-wise kernels
     kernel_time_s: float = 4.0e-6  # minimum GPU time of one kernel (launch + tail)
     host_time_per_kernel_s: float = 12.0e-6  # host (Python + launch) time to issue one kernel
     optimizer_bytes_per_param: float = 40.0  # HBM traffic of the mixed-precision Adam step
     iteration_overhead_s: float = 0.0  # fixed host time per iteration (logging, sync, loss scale)
+    microbatch_overhead_s: float = 0.0  # host time per micro-batch per model chunk (forward call, loss)
     memory_reserved_gib: float = 2.0  # CUDA context, allocator fragmentation, workspaces
 
 
@@ -59,8 +61,9 @@ class NetworkConfig:
     """A network tier. Bandwidths are unidirectional, per GPU (intra) or per node (inter)."""
 
     bandwidth_gb_per_s: float = MISSING
-    latency_s: float = 5.0e-6  # per algorithm step
-    efficiency: float = 0.85  # achieved fraction of the link bandwidth by NCCL rings
+    latency_s: float = 30.0e-6  # fixed cost of one collective call (launch, handshake, sync)
+    step_latency_s: float = 2.0e-6  # per ring step (2(n-1) steps for an all-reduce)
+    efficiency: float = 0.75  # achieved fraction of the link bandwidth by NCCL rings
 
 
 @dataclass
@@ -155,15 +158,30 @@ class CalibrateConfig:
 
 @dataclass
 class ProfileConfig:
-    device: str = "cpu"
-    dtype: Optional[str] = None  # None: training.precision
-    out_dir: Optional[str] = None
+    """task=profile (operator sweep) and task=measure (real training iterations); see profiles/README.md."""
+
+    device: str = "cpu"  # cpu | cuda | cuda:<index>
+    dtype: Optional[str] = None  # fp32 | bf16 | fp16; None: fp32 on cpu, training.precision on cuda
+    out_dir: Optional[str] = None  # None: <cost.profile_dir or profiles/>/<device slug>
+    gpu: Optional[str] = None  # gpu/ config this profile stands for; None: cluster.gpu, or "cpu" on cpu
     micro_batch_sizes: List[int] = field(default_factory=lambda: [1, 2])
     seq_lens: List[int] = field(default_factory=lambda: [128])
+    hidden_sizes: List[int] = field(default_factory=list)  # empty: model.hidden_size (head_dim kept)
     tp_shards: List[int] = field(default_factory=lambda: [1])
+    attention: List[str] = field(default_factory=lambda: ["flash", "unfused"])  # attention paths swept
+    adam_layers: List[int] = field(default_factory=list)  # layer counts of the Adam sweep; empty: 1, model
+    max_tensor_gib: float = 8.0  # skip sweep points whose largest tensor exceeds this
     warmup: int = 3
     repeats: int = 10
+    min_sample_s: float = 0.02  # on cpu, keep sampling an op until this much time is spent (noise)
+    cpu_clock: str = "cpu"  # cpu: process CPU time (robust on a shared machine) | wall; cuda: always events/wall
+    threads: int = 1  # torch threads on cpu (1: robust timings on a shared CPU); 0: torch's default
+    collectives: bool = True  # time collectives with torch.distributed when >= 2 GPUs are visible
+    collective_max_mib: int = 256
+    import_nccl: Optional[str] = None  # nccl-tests CSV file or folder to import into the profile
     measure_iterations: int = 5
+    grad_accum_steps: int = 2  # task=measure: micro-batches per iteration (global batch = mbs * this)
+    validation_csv: Optional[str] = None  # task=measure: append (predicted, measured) to this CSV
 
 
 @dataclass
