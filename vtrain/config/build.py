@@ -64,12 +64,14 @@ def gpu_spec(g: Any) -> GpuSpec:
         hbm_bandwidth_bytes_per_s=float(_get(g, "hbm_bandwidth_gb_per_s")) * GB,
         gemm_max_efficiency=float(_get(g, "gemm_max_efficiency")),
         gemm_half_efficiency_dim=float(_get(g, "gemm_half_efficiency_dim")),
+        gemm_misaligned_efficiency=float(_get(g, "gemm_misaligned_efficiency")),
         attention_efficiency=float(_get(g, "attention_efficiency")),
         memory_efficiency=float(_get(g, "memory_efficiency")),
         kernel_time_s=float(_get(g, "kernel_time_s")),
         host_time_per_kernel_s=float(_get(g, "host_time_per_kernel_s")),
         optimizer_bytes_per_param=float(_get(g, "optimizer_bytes_per_param")),
         iteration_overhead_s=float(_get(g, "iteration_overhead_s")),
+        microbatch_overhead_s=float(_get(g, "microbatch_overhead_s")),
         memory_reserved_bytes=float(_get(g, "memory_reserved_gib")) * GIB)
 
 
@@ -77,7 +79,7 @@ def _tier(n: Any, field: str) -> NetworkTier:
     check_positive(**{f"{field}.bandwidth_gb_per_s": _get(n, "bandwidth_gb_per_s"),
                       f"{field}.efficiency": _get(n, "efficiency")})
     return NetworkTier(float(_get(n, "bandwidth_gb_per_s")) * GB, float(_get(n, "latency_s")),
-                       float(_get(n, "efficiency")))
+                       float(_get(n, "step_latency_s")), float(_get(n, "efficiency")))
 
 
 def cluster_spec(c: Any, gpu: GpuSpec, num_gpus: int | None = None) -> ClusterSpec:

@@ -4,7 +4,10 @@ GEMM time = max(FLOPs / (peak · eta(m,n,k)), bytes / (HBM bw · eta_mem)), neve
 minimum time. eta(m,n,k) = eta_max · g(m)·g(n)·g(k) with g(d) = d / (d + d_half): a GEMM reaches its
 peak efficiency only when every dimension fills the tensor-core tiles (the saturation form used by
 Calculon's efficiency tables, reduced to one constant). Batched attention GEMMs (QK^T, AV) run at a
-further factor ``attention_efficiency``. Memory-bound ops move their bytes at eta_mem · HBM bw.
+further factor ``attention_efficiency``; a GEMM with a dimension that is not a multiple of 16 bytes
+(e.g. an unpadded vocabulary of 50,257) misses cuBLAS's aligned tensor-core kernels and runs at a
+factor ``gemm_misaligned_efficiency`` (NVIDIA, "Matrix Multiplication Background User's Guide",
+Tensor Core requirements). Memory-bound ops move their bytes at eta_mem · HBM bw.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ class AnalyticalCostModel:
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
         self.eta_max = gpu.gemm_max_efficiency
         self.d_half = gpu.gemm_half_efficiency_dim
+        self.misaligned = gpu.gemm_misaligned_efficiency
+        self.align = 16 // (2 if precision in ("fp16", "bf16") else 4)  # elements per 16-byte TC alignment
         self.attn_eff = gpu.attention_efficiency
         self.kernel_s = gpu.kernel_time_s
         self.host_s = gpu.host_time_per_kernel_s
@@ -35,6 +40,8 @@ class AnalyticalCostModel:
 
     def gemm_efficiency(self, op: Gemm) -> float:
         eta = self.eta_max * self._g(op.m) * self._g(op.n) * self._g(op.k)
+        if op.m % self.align or op.n % self.align or op.k % self.align:
+            eta *= self.misaligned
         return eta * self.attn_eff if op.attention else eta
 
     def compute_time_s(self, op: ComputeOp) -> float:

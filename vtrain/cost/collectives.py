@@ -1,8 +1,11 @@
 """Collective communication times: ring and hierarchical (intra-node then inter-node) algorithms.
 
 Ring all-reduce over n GPUs: 2(n-1) steps, each moving S/n bytes (Patarasuk & Yuan 2009; the NCCL
-"bus bandwidth" convention of nccl-tests, PERFORMANCE.md): t = 2(n-1)·alpha + 2(n-1)/n · S / B.
-Reduce-scatter and all-gather are half of it: (n-1)·alpha + (n-1)/n · S / B.
+"bus bandwidth" convention of nccl-tests, PERFORMANCE.md):
+    t = latency + 2(n-1)·step_latency + 2(n-1)/n · S / (B · efficiency)
+Reduce-scatter and all-gather move half: (n-1) steps and (n-1)/n · S / B.
+``latency`` (fixed per call), ``step_latency`` and ``efficiency`` of the intra-node tier are fitted to
+nccl-tests all_reduce_perf tables (bench/fit_nccl.py; A100 data in vtrain/data/nccl_allreduce).
 A group that spans N nodes with k GPUs in each runs hierarchically: reduce-scatter inside the node
 (k GPUs, NVLink), all-reduce of the 1/k shard across the N nodes, all-gather inside the node. Across
 nodes each GPU gets its share of the node's NICs (node bandwidth / GPUs per node), because every GPU
@@ -13,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vtrain.graph.ops import CollectiveKind
-from vtrain.workload.system import ClusterSpec
+from vtrain.workload.system import ClusterSpec, NetworkTier
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +42,13 @@ def placement(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
     return GroupPlacement(size, per_node)
 
 
-def _ring_steps_time(n: int, nbytes: float, bw: float, latency_s: float, factor: float) -> float:
-    """Ring collective over ``n`` ranks: ``factor`` = 2 for all-reduce, 1 for RS/AG."""
+def ring_time_s(n: int, nbytes: float, bw_bytes_per_s: float, tier: NetworkTier, factor: float,
+                with_call_latency: bool = True) -> float:
+    """Ring collective over ``n`` ranks: ``factor`` = 2 for all-reduce, 1 for reduce-scatter/all-gather."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return factor * (n - 1) * latency_s + factor * (n - 1) / n * nbytes / bw
+    fixed = tier.latency_s if with_call_latency else 0.0
+    return fixed + factor * (n - 1) * tier.step_latency_s + factor * (n - 1) / n * nbytes / bw_bytes_per_s
 
 
 def collective_time_s(kind: CollectiveKind, nbytes: float, where: GroupPlacement, cluster: ClusterSpec) -> float:
@@ -51,19 +56,18 @@ def collective_time_s(kind: CollectiveKind, nbytes: float, where: GroupPlacement
     n = where.size
     if n <= 1 or nbytes <= 0:
         return 0.0
-    intra = cluster.intra_node
+    intra, inter = cluster.intra_node, cluster.inter_node
     intra_bw = intra.bandwidth_bytes_per_s * intra.efficiency
     inter_bw = cluster.inter_node_bytes_per_s_per_gpu
-    inter_lat = cluster.inter_node.latency_s
     if kind == CollectiveKind.P2P:
         if where.nodes > 1:
-            return inter_lat + nbytes / inter_bw
+            return inter.latency_s + nbytes / inter_bw
         return intra.latency_s + nbytes / intra_bw
     factor = 2.0 if kind == CollectiveKind.ALL_REDUCE else 1.0
     k, nodes = where.per_node, where.nodes
     if nodes == 1:
-        return _ring_steps_time(n, nbytes, intra_bw, intra.latency_s, factor)
+        return ring_time_s(n, nbytes, intra_bw, intra, factor)
     # hierarchical: intra RS (+ intra AG for all-reduce) around an inter-node collective on 1/k shards
-    t_inter = _ring_steps_time(nodes, nbytes / k, inter_bw, inter_lat, factor)
-    t_intra = _ring_steps_time(k, nbytes, intra_bw, intra.latency_s, 1.0)
+    t_inter = ring_time_s(nodes, nbytes / k, inter_bw, inter, factor)
+    t_intra = ring_time_s(k, nbytes, intra_bw, intra, 1.0, with_call_latency=False)
     return t_inter + (2.0 if kind == CollectiveKind.ALL_REDUCE else 1.0) * t_intra

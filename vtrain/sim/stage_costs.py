@@ -1,14 +1,14 @@
 """Price the op graph per pipeline stage and model chunk: the durations the schedule engine runs.
 
-A pass (forward, or recompute + backward) of a chunk takes max(GPU time, host time): the GPU time is
-the sum of its kernels and its blocking TP collectives; the host time is the framework's time to
-issue those kernels. Small layers are host-bound (a few ms per layer in Megatron), large ones
-GPU-bound; the maximum is the usual asynchronous-launch model (the host queues ahead of the GPU).
+A pass (forward, or recompute + backward) of a chunk is priced by a kernel launch-queue recurrence: the
+host issues kernels one after another (framework + launch time per kernel), the GPU runs them in
+order as they arrive; blocking TP collectives synchronise both. Small layers are host-bound (a few
+ms per layer in Megatron), large ones GPU-bound, with the soft transition real runs show.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement, placement
@@ -21,44 +21,78 @@ from vtrain.workload.system import ClusterSpec
 
 @dataclass(frozen=True, slots=True)
 class PassCost:
-    gpu_compute_s: float
+    """One pass (forward, or recompute + backward) of one model chunk for one micro-batch."""
+
+    gpu_compute_s: float  # sum of kernel times
     comm_s: float  # blocking TP collectives
-    host_s: float
+    duration_s: float  # wall time of the pass, from the launch-queue recurrence
     flops: float
 
     @property
-    def gpu_s(self) -> float:
-        return self.gpu_compute_s + self.comm_s
-
-    @property
-    def duration_s(self) -> float:
-        return max(self.gpu_s, self.host_s)
-
-    @property
     def host_excess_s(self) -> float:
-        return max(0.0, self.host_s - self.gpu_s)
+        """Time the GPU waited for the host to issue kernels."""
+        return max(0.0, self.duration_s - self.gpu_compute_s - self.comm_s)
 
     def __add__(self, other: "PassCost") -> "PassCost":
         return PassCost(self.gpu_compute_s + other.gpu_compute_s, self.comm_s + other.comm_s,
-                        self.host_s + other.host_s, self.flops + other.flops)
-
-    def __mul__(self, k: float) -> "PassCost":
-        return PassCost(self.gpu_compute_s * k, self.comm_s * k, self.host_s * k, self.flops * k)
+                        self.duration_s + other.duration_s, self.flops + other.flops)
 
 
-ZERO = PassCost(0.0, 0.0, 0.0, 0.0)
+class _LaunchQueue:
+    """Asynchronous kernel launch: the host issues kernel i at H_i = H_{i-1} + host time; the GPU runs
+    it at max(H_i, E_{i-1}) (stream order). A blocking collective needs every rank of its group, so
+    the host waits for the GPU to drain, then for the collective (Megatron's TP all-reduce)."""
+
+    __slots__ = ("host", "gpu", "compute", "comm", "flops")
+
+    def __init__(self, host_start_s: float = 0.0) -> None:
+        self.host = host_start_s
+        self.gpu = 0.0
+        self.compute = self.comm = self.flops = 0.0
+
+    def run(self, timed: Sequence[Tuple[float, float, bool, float]]) -> None:
+        host, gpu = self.host, self.gpu
+        for t, h, blocking, flops in timed:
+            host += h
+            if blocking:
+                host = gpu = max(host, gpu) + t
+                self.comm += t
+            else:
+                gpu = (host if host > gpu else gpu) + t
+                self.compute += t
+            self.flops += flops
+        self.host, self.gpu = host, gpu
 
 
-def price_pass(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> PassCost:
-    compute = comm = 0.0
-    kernels = 0
+def _timed(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> List[Tuple[float, float, bool, float]]:
+    out = []
     for op in ops.ops:
-        kernels += op.kernels
         if isinstance(op, Collective):
-            comm += cost.collective_time_s(op, tp_where)
+            out.append((cost.collective_time_s(op, tp_where), cost.host_time_s(op.kernels), True, 0.0))
         else:
-            compute += cost.compute_time_s(op)
-    return PassCost(compute, comm, cost.host_time_s(kernels), ops.flops)
+            out.append((cost.compute_time_s(op), cost.host_time_s(op.kernels), False, op.flops))
+    return out
+
+
+def price_chunk(parts: Sequence[Tuple[List[Tuple[float, float, bool, float]], int]], host_start_s: float) -> PassCost:
+    """Run the launch queue over (ops, repeat) parts. A repeated part (the transformer layers) reaches a
+    periodic state after a few repeats; the rest is extrapolated exactly from the last period."""
+    q = _LaunchQueue(host_start_s)
+    for timed, repeat in parts:
+        done = 0
+        prev = None
+        while done < repeat:
+            before = (q.host, q.gpu, q.compute, q.comm, q.flops)
+            q.run(timed)
+            done += 1
+            delta = tuple(a - b for a, b in zip((q.host, q.gpu, q.compute, q.comm, q.flops), before))
+            if prev is not None and abs(delta[0] - prev[0]) < 1e-12 and abs(delta[1] - prev[1]) < 1e-12:
+                k = repeat - done
+                q.host, q.gpu = q.host + k * delta[0], q.gpu + k * delta[1]
+                q.compute, q.comm, q.flops = q.compute + k * delta[2], q.comm + k * delta[3], q.flops + k * delta[4]
+                break
+            prev = delta
+    return PassCost(q.compute, q.comm, max(q.gpu, q.host), q.flops)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +144,12 @@ def build_stage_costs(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec
     p, v = plan.pp, plan.chunks
     tp_where = tp_placement(plan, cluster)
     layers_per_chunk = stage_of_layers(model.num_layers, plan)
-    layer_f = price_pass(graph.layer.forward, cost, tp_where)
-    layer_b = price_pass(graph.layer.recompute, cost, tp_where) + price_pass(graph.layer.backward, cost, tp_where)
-    emb_f = price_pass(graph.embedding.forward, cost, tp_where)
-    emb_b = price_pass(graph.embedding.backward, cost, tp_where)
-    head_f = price_pass(graph.head.forward, cost, tp_where)
-    head_b = price_pass(graph.head.backward, cost, tp_where)
+    overhead = cluster.gpu.microbatch_overhead_s
+    layer_f = _timed(graph.layer.forward, cost, tp_where)
+    layer_b = _timed(graph.layer.recompute, cost, tp_where) + _timed(graph.layer.backward, cost, tp_where)
+    emb_f, emb_b = _timed(graph.embedding.forward, cost, tp_where), _timed(graph.embedding.backward, cost, tp_where)
+    head_f, head_b = _timed(graph.head.forward, cost, tp_where), _timed(graph.head.backward, cost, tp_where)
+    priced: dict = {}
 
     t = plan.tp
     layer_params = (model.attention_params() + model.mlp_params()) / t + 2 * model.norm_params()
@@ -129,12 +163,13 @@ def build_stage_costs(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec
         f_row, b_row, p_row = [], [], []
         for c in range(v):
             q = c * p + s
-            f, b = layer_f * layers_per_chunk, layer_b * layers_per_chunk
-            n = layer_params * layers_per_chunk
-            if q == 0:
-                f, b, n = emb_f + f, b + emb_b, n + emb_params
-            if q == last:
-                f, b, n = f + head_f, head_b + b, n + head_params
+            first, is_last = q == 0, q == last
+            if (first, is_last) not in priced:
+                fparts = ([(emb_f, 1)] if first else []) + [(layer_f, layers_per_chunk)] + ([(head_f, 1)] if is_last else [])
+                bparts = ([(head_b, 1)] if is_last else []) + [(layer_b, layers_per_chunk)] + ([(emb_b, 1)] if first else [])
+                priced[(first, is_last)] = (price_chunk(fparts, overhead), price_chunk(bparts, 0.0))
+            f, b = priced[(first, is_last)]
+            n = layer_params * layers_per_chunk + (emb_params if first else 0.0) + (head_params if is_last else 0.0)
             f_row.append(f)
             b_row.append(b)
             p_row.append(n)

@@ -17,12 +17,14 @@ class GpuSpec:
     hbm_bandwidth_bytes_per_s: float
     gemm_max_efficiency: float
     gemm_half_efficiency_dim: float
+    gemm_misaligned_efficiency: float
     attention_efficiency: float
     memory_efficiency: float
     kernel_time_s: float
     host_time_per_kernel_s: float
     optimizer_bytes_per_param: float
     iteration_overhead_s: float
+    microbatch_overhead_s: float
     memory_reserved_bytes: float
 
     def peak_flops_per_s(self, precision: str) -> float:
@@ -32,7 +34,8 @@ class GpuSpec:
 @dataclass(frozen=True, slots=True)
 class NetworkTier:
     bandwidth_bytes_per_s: float  # unidirectional; per GPU (intra) or per node (inter)
-    latency_s: float
+    latency_s: float  # fixed per collective call
+    step_latency_s: float  # per algorithm step
     efficiency: float
 
 

@@ -1,0 +1,1 @@
+"""Validation against measured iteration times: CSV parsing, per-row workloads, error metrics."""

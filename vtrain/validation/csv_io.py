@@ -1,0 +1,65 @@
+"""Read measured iteration-time tables in vtrain's schema or vTrain's original headers.
+
+vtrain schema (required): num_gpus, global_batch, micro_batch, hidden_size, num_heads, num_layers,
+seq_len, tp, dp, pp, iteration_time_ms. vTrain's headers (data/ground_truth_*.csv, VIA-Research/vTrain)
+are mapped onto it; an optional leading "Parameters (billion)" column and a UTF-8 BOM are accepted.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List
+
+from vtrain.errors import ConfigError
+
+REQUIRED = ("num_gpus", "global_batch", "micro_batch", "hidden_size", "num_heads", "num_layers", "seq_len",
+            "tp", "dp", "pp", "iteration_time_ms")
+OPTIONAL = ("vocab_size", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node", "recompute",
+            "sequence_parallel", "schedule", "virtual_stages", "distributed_optimizer", "precision",
+            "overlap_grad_reduce", "flash_attention", "params_billion", "name")
+VTRAIN_HEADERS = {
+    "# gpus": "num_gpus", "global batch": "global_batch", "micro batch": "micro_batch",
+    "hidden size": "hidden_size", "attention heads": "num_heads", "# layers": "num_layers",
+    "sequence length": "seq_len", "tensor parallelism": "tp", "data parallelism": "dp",
+    "pipeline parallelism": "pp", "iteration time (ms)": "iteration_time_ms",
+    "parameters (billion)": "params_billion",
+}
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    index: int  # 1-based data row number in the file
+    values: Dict[str, str]
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        v = self.values.get(key)
+        return default if v is None or v.strip() == "" else v.strip()
+
+
+def normalise_header(name: str) -> str:
+    key = name.strip().lstrip("\ufeff").strip()
+    return VTRAIN_HEADERS.get(key.lower(), key.lower().replace(" ", "_"))
+
+
+def read_measurements(path: str | Path) -> List[MeasuredRow]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"validate.data={path}: file not found")
+    with p.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = [normalise_header(h) for h in next(reader)]
+        except StopIteration:
+            raise ConfigError(f"validate.data={path}: the file is empty") from None
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise ConfigError(f"validate.data={path}: missing required column(s) {', '.join(missing)}")
+        rows = []
+        for i, rec in enumerate(reader, start=1):
+            if not rec or all(not x.strip() for x in rec):
+                continue
+            rows.append(MeasuredRow(i, dict(zip(header, rec))))
+    if not rows:
+        raise ConfigError(f"validate.data={path}: no data rows")
+    return rows

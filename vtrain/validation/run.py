@@ -1,0 +1,57 @@
+"""Simulate every measured row and collect predicted vs measured times."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence
+
+from vtrain.cost.analytical import AnalyticalCostModel
+from vtrain.errors import ConfigError
+from vtrain.sim.simulator import simulate_workload
+from vtrain.validation.csv_io import MeasuredRow
+from vtrain.validation.metrics import ErrorSummary, summarise
+from vtrain.validation.rows import row_workload
+
+
+@dataclass(frozen=True)
+class RowResult:
+    row: MeasuredRow
+    measured_ms: float
+    predicted_ms: Optional[float]
+    skipped_reason: Optional[str] = None
+
+    @property
+    def ape_pct(self) -> Optional[float]:
+        if self.predicted_ms is None:
+            return None
+        return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
+
+
+def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, load_gpu: Callable[[str], Any],
+                  gpu_override: Optional[Callable[[Any], Any]] = None) -> List[RowResult]:
+    """``gpu_override`` maps a GpuSpec to another (calibration tries candidate constants)."""
+    out: List[RowResult] = []
+    for row in rows:
+        try:
+            measured = float(row.get("iteration_time_ms") or "nan")
+        except ValueError:
+            out.append(RowResult(row, float("nan"), None, f"iteration_time_ms={row.get('iteration_time_ms')} "
+                                                          "is not a number"))
+            continue
+        try:
+            w = row_workload(row, cfg, load_gpu)
+            if gpu_override is not None:
+                from dataclasses import replace
+
+                w = replace(w, cluster=replace(w.cluster, gpu=gpu_override(w.cluster.gpu)))
+            report, _ = simulate_workload(w, AnalyticalCostModel(w.cluster, w.plan.precision.value))
+        except ConfigError as err:
+            out.append(RowResult(row, measured, None, str(err)))
+            continue
+        out.append(RowResult(row, measured, report.iteration_time_s * 1e3))
+    return out
+
+
+def summary_of(results: Sequence[RowResult]) -> ErrorSummary:
+    ok = [r for r in results if r.predicted_ms is not None]
+    return summarise([r.predicted_ms for r in ok], [r.measured_ms for r in ok],  # type: ignore[misc]
+                     skipped=len(results) - len(ok))
