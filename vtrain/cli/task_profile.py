@@ -95,7 +95,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                   warmup=int(p.warmup), repeats=int(p.repeats),
                   min_sample_s=float(p.min_sample_s) if dev.type == "cpu" else 0.0,
                   max_tensor_bytes=float(p.max_tensor_gib) * 2**30,
-                  clock=str(p.cpu_clock) if dev.type == "cpu" else "wall")
+                  clock=str(p.cpu_clock) if dev.type == "cpu" else "wall",
+                  cold_ops=bool(p.cold_cache) and dev.type == "cpu")
     if sweep.clock not in ("cpu", "wall"):
         raise ConfigError(f"profile.cpu_clock={sweep.clock} is not one of cpu, wall")
     for s in sweep.seq_lens:
@@ -144,6 +145,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                   "attention": list(sweep.attention), "adam_layers": list(sweep.adam_layers)},
         "timing": {"warmup": sweep.warmup, "repeats": sweep.repeats, "min_sample_s": sweep.min_sample_s,
                    "statistic": "median", "spread": "p10/p90",
+                   "cold_cache": {"ops": sweep.cold_ops, "adam": dev.type == "cpu"},
                    "clock": "cuda_events" if dev.type == "cuda" else sweep.clock,
                    "method": "cuda events, GPU kept busy (torch.cuda._sleep)" if dev.type == "cuda"
                    else f"{sweep.clock} clock per call ({'process_time' if sweep.clock == 'cpu' else 'perf_counter'})"},

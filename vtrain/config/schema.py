@@ -42,6 +42,7 @@ class GpuConfig:
     peak_tflops: Dict[str, float] = field(default_factory=dict)  # by precision name
     hbm_capacity_gib: float = MISSING
     hbm_bandwidth_gb_per_s: float = MISSING
+    num_sms: int = 108  # streaming multiprocessors (datasheet): GEMM wave quantization
     # --- cost-model constants (each has a physical meaning; fitted by task=calibrate) ---
     gemm_max_efficiency: float = 0.75  # fraction of peak reached by a large GEMM
     gemm_half_efficiency_dim: float = 64.0  # GEMM dimension at which its efficiency factor is 1/2
@@ -131,7 +132,11 @@ class SearchConfig:
     sequence_parallel: List[bool] = field(default_factory=lambda: [False, True])
     distributed_optimizer: List[bool] = field(default_factory=lambda: [False, True])
     min_gpus: int = 1
-    population_size: int = 50
+    population_size: int = 50  # NSGA-II generation size (TPE: twice its random start-up trials)
+    mutation_prob: Optional[float] = None  # NSGA-II per-parameter mutation; None: 1 / number of parameters
+    crossover_prob: float = 0.9  # NSGA-II
+    seed_population: bool = True  # NSGA-II/TPE: first generation drawn from plans that pass the memory bound
+    workers: int = 0  # grid: simulation processes (0: one per CPU)
     progress_bar: bool = True
     top_k_artifacts: int = 2
 
@@ -139,8 +144,10 @@ class SearchConfig:
 @dataclass
 class TrackingConfig:
     enabled: bool = True
-    uri: Optional[str] = None  # None: sqlite:///<project>/outputs/mlflow.db
+    uri: Optional[str] = None  # None: sqlite:///<cwd>/outputs/mlflow.db
     experiment_name: Optional[str] = None  # None: vtrain/<model>/<cluster>
+    max_child_runs: int = 2000  # grid: above this many plans only the Pareto plans get child runs
+    http_timeout_s: int = 10  # remote tracking server: fail fast instead of MLflow's long retries
 
 
 @dataclass
@@ -174,6 +181,7 @@ class ProfileConfig:
     warmup: int = 3
     repeats: int = 10
     min_sample_s: float = 0.02  # on cpu, keep sampling an op until this much time is spent (noise)
+    cold_cache: bool = False  # cpu: evict the caches before every op sample (the Adam step: always)
     cpu_clock: str = "cpu"  # cpu: process CPU time (robust on a shared machine) | wall; cuda: always events/wall
     threads: int = 1  # torch threads on cpu (1: robust timings on a shared CPU); 0: torch's default
     collectives: bool = True  # time collectives with torch.distributed when >= 2 GPUs are visible

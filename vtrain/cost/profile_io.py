@@ -161,7 +161,10 @@ def write_profile(directory: Path | str, meta: Mapping[str, Any], ops: Sequence[
                   collectives: Sequence[Mapping[str, Any]] = ()) -> Path:
     """Write meta.json, ops.csv and (when given) collectives.csv; read back to check."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfileError(f"{d}: cannot create the profile folder ({exc.strerror})") from None
     full = {"schema_version": SCHEMA_VERSION, **meta,
             "files": {"ops": OPS_FILE, **({"collectives": COLLECTIVES_FILE} if collectives else {})}}
     (d / META_FILE).write_text(json.dumps(full, indent=2, default=str) + "\n")

@@ -70,9 +70,12 @@ def _grad_bench(out: torch.Tensor, inputs: Sequence[torch.Tensor]) -> Bench:
 def _gemm(op: Gemm, pt: Point) -> Bench:
     base, _, kind = op.name.partition(".")
     if op.attention:
-        if op.name == "attn.qk":
-            q, k = pt.rand(op.batch, op.m, op.k, grad=True), pt.rand(op.batch, op.n, op.k, grad=True)
-            return lambda: L.scores(q, k)
+        d = pt.model.head_dim
+        if op.name in ("attn.qk", "attn.av"):  # with the head split / merge copies of the unfused path
+            qkv = pt.rand(pt.b, pt.s, (pt.heads + 2 * pt.kv_heads) * d, grad=True)
+            probs = pt.rand(pt.b * pt.heads, pt.s, pt.s, grad=True)
+            return lambda: L.unfused_scores(qkv, pt.heads, pt.kv_heads, d) if op.name == "attn.qk" \
+                else L.unfused_context(probs, qkv, pt.heads, pt.kv_heads, d)
         fwd = op.name == "attn.av"  # forward (records autograd); the others run inside backward
         a, b = pt.rand(op.batch, op.m, op.k, grad=fwd), pt.rand(op.batch, op.k, op.n, grad=fwd)
         return lambda: torch.bmm(a, b)

@@ -40,6 +40,7 @@ class Sweep:
     min_sample_s: float = 0.0
     max_tensor_bytes: float = 8 * 2**30
     clock: str = "wall"  # on cpu: cpu | wall (see timing.py)
+    cold_ops: bool = False  # on cpu: evict the caches before each sample of an op (Adam: always)
 
 
 def scaled_model(model: ModelSpec, hidden: int) -> ModelSpec:
@@ -121,7 +122,7 @@ def profile_ops(model: ModelSpec, sweep: Sweep, dev: torch.device, dtype_name: s
                                         continue
                                     fn = benchmark(op, pt)
                                     timing = time_op(fn, dev, sweep.warmup, sweep.repeats, sweep.min_sample_s,
-                                                     clock=sweep.clock)
+                                                     clock=sweep.clock, cold=sweep.cold_ops)
                                     rows.append(_row(op, variant, dtype_name, dev.type, _shape(spec, plan), timing))
                                     del fn
                         _free(dev)
@@ -151,7 +152,7 @@ def profile_adam(model: ModelSpec, sweep: Sweep, dev: torch.device, dtype_name: 
                 p.grad = torch.randn_like(p)
             opt = make_optimizer(params, dev)
             timing = time_op(opt.step, dev, sweep.warmup, max(3, sweep.repeats // 2), sweep.min_sample_s,
-                             clock=sweep.clock)
+                             clock=sweep.clock, cold=dev.type == "cpu")
             n = sum(p.numel() for p in params)
             rows.append({"op": ADAM, "variant": "", "dtype": dtype_name, "device": dev.type,
                          **_shape(spec, None, layers), "m": 0, "n": 0, "k": 0, "batch": 0, "flops": 0.0,

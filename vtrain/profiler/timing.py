@@ -57,8 +57,19 @@ def cpu_clock(name: str) -> Callable[[], float]:
     return CLOCKS[name]
 
 
+_FLUSH: Dict[str, torch.Tensor] = {}
+
+
+def flush_cpu_cache(nbytes: int = 48 * 2**20) -> None:
+    """Evict the CPU caches (write a buffer larger than the last-level cache), outside the timing."""
+    buf = _FLUSH.get("buf")
+    if buf is None or buf.numel() * 4 < nbytes:
+        buf = _FLUSH["buf"] = torch.empty(nbytes // 4, dtype=torch.float32)
+    buf.fill_(1.0)
+
+
 def time_op(fn: Callable[[], object], dev: torch.device, warmup: int = 3, repeats: int = 10,
-            min_total_s: float = 0.0, max_samples: int = 1000, clock: str = "wall") -> Timing:
+            min_total_s: float = 0.0, max_samples: int = 1000, clock: str = "wall", cold: bool = False) -> Timing:
     """Time one op: GPU time with CUDA events (GPU kept busy), or wall time on CPU."""
     for _ in range(max(1, warmup)):
         fn()
@@ -81,6 +92,8 @@ def time_op(fn: Callable[[], object], dev: torch.device, warmup: int = 3, repeat
     times: List[float] = []
     total = 0.0
     while len(times) < repeats or (total < min_total_s and len(times) < max_samples):
+        if cold:
+            flush_cpu_cache()
         t0 = now()
         fn()
         dt = now() - t0
