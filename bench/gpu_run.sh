@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Profile one H200 (gpu config `h200`) and check vtrain's profile-driven predictions against real
+# single-GPU training iterations. Writes profiles/h200/{meta.json,ops.csv} and profiles/h200/validation.csv
+# (one row per configuration: predicted_s, measured_s, error). Needs a CUDA build of torch; takes
+# about 3-5 minutes on an H200 (profile ~1-2 min, 6 measured configurations ~20-30 s each).
+#   usage: bash bench/gpu_run.sh            (PYTHON=... to pick the interpreter)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+OUT=profiles/h200
+# The base model: GPT (learned positions, LayerNorm, GeLU, vocab 51200) with head_dim 128; the sweep
+# scales hidden (heads = hidden/128, ffn = 4 hidden) and covers every shape measured below.
+BASE=(+model=gpt_1_7b +cluster=h200x8 model.hidden_size=2048 model.num_heads=16 model.max_seq_len=4096
+      training.precision=bf16 training.flash_attention=true profile.device=cuda profile.dtype=bf16)
+
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "bench/gpu_run.sh: no CUDA device")'
+mkdir -p "$OUT" && rm -f "$OUT/validation.csv"
+
+"$PY" -m vtrain task=profile "${BASE[@]}" profile.out_dir="$OUT" \
+  'profile.hidden_sizes=[2048,4096,8192]' 'profile.micro_batch_sizes=[1,2,4,8]' 'profile.seq_lens=[2048,4096]' \
+  'profile.attention=[flash]' 'profile.adam_layers=[1,8,16,32]' profile.warmup=2 profile.repeats=5 \
+  hydra.run.dir=outputs/gpu_run/profile
+
+# layers hidden micro-batch seq: sizes that fit one 141 GB GPU with bf16 weights, grads and Adam states
+for cfg in "8 2048 1 2048" "16 2048 8 2048" "32 2048 4 4096" "16 4096 2 2048" "32 4096 1 4096" "8 8192 2 2048"; do
+  read -r L H B S <<<"$cfg"
+  "$PY" -m vtrain task=measure "${BASE[@]}" model.num_layers="$L" model.hidden_size="$H" \
+    model.num_heads=$((H / 128)) parallelism.micro_batch_size="$B" training.seq_len="$S" \
+    cost.profile_dir="$OUT" profile.warmup=2 profile.measure_iterations=5 profile.grad_accum_steps=2 \
+    profile.validation_csv="$OUT/validation.csv" hydra.run.dir="outputs/gpu_run/measure_${L}_${H}_${B}_${S}"
+done
+"$PY" - "$OUT/validation.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+errs = [abs(float(r["error"])) for r in rows]
+for r in rows:
+    print(f"L={r['num_layers']:>2} h={r['hidden_size']:>4} mb={r['micro_batch_size']} s={r['seq_len']}: "
+          f"predicted {float(r['predicted_s'])*1e3:8.1f} ms  measured {float(r['measured_s'])*1e3:8.1f} ms  "
+          f"error {float(r['error']):+.1%}")
+print(f"MAPE {100 * sum(errs) / len(errs):.1f}% over {len(rows)} configurations -> {sys.argv[1]}")
+PY
