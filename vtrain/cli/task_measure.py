@@ -81,8 +81,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
           f"({dev}, {dtype}); micro-batch {plan.micro_batch_size} x {plan.num_microbatches}, seq {plan.seq_len}, "
           f"{'flash' if plan.flash_attention else 'unfused'} attention")
     b = report.breakdown
-    print(f"predicted: {fmt_duration(report.iteration_time_s)}  (profile {Path(profile.meta.path).name}: compute "
-          f"{fmt_duration(b.compute_s)}, optimizer {fmt_duration(b.optimizer_s)}, host {fmt_duration(b.host_overhead_s)})")
+    print(f"predicted: {fmt_duration(report.iteration_time_s)}  (profile {Path(profile.meta.path).name}: "
+          f"compute {fmt_duration(b.compute_s)}, optimizer {fmt_duration(b.optimizer_s)}, "
+          f"host {fmt_duration(b.host_overhead_s)})")
     if report.extrapolated_ops:
         print(f"  extrapolated outside the profile: {', '.join(report.extrapolated_ops)}")
     clock = str(profile.meta.raw.get("timing", {}).get("clock", "wall")) if dev.type == "cpu" else "wall"
@@ -101,7 +102,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         "microbatches": plan.num_microbatches, "seq_len": plan.seq_len, "dtype": dtype, "device": dev.type,
         "device_name": name, "flash_attention": plan.flash_attention, "params": run_.params,
         "predicted_s": report.iteration_time_s, "measured_s": t.median_s, "measured_p10_s": t.p10_s,
-        "measured_p90_s": t.p90_s, "measured_wall_s": run_.wall.median_s, "clock": clock, "iterations": t.samples, "error": err, "profile": profile.meta.path,
+        "measured_p90_s": t.p90_s, "measured_wall_s": run_.wall.median_s, "clock": clock,
+        "iterations": t.samples, "error": err, "profile": profile.meta.path,
         "extrapolated_ops": list(report.extrapolated_ops)}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "measure.json").write_text(json.dumps(result, indent=2) + "\n")

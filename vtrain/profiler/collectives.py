@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from vtrain.profiler.timing import quantile
+
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
 
 
@@ -33,6 +35,43 @@ def _sizes(max_mib: int) -> List[int]:
     return out
 
 
+def _time_size(dist: Any, rank: int, world: int, dev: torch.device, nbytes: int, warmup: int, repeats: int
+               ) -> List[Dict[str, Any]]:
+    n = nbytes // 2  # bf16 elements
+    full = torch.randn(n, device=dev, dtype=torch.bfloat16)
+    shard = torch.randn(n // world, device=dev, dtype=torch.bfloat16)
+
+    def p2p() -> None:
+        if rank == 0:
+            dist.send(full, 1)
+        elif rank == 1:
+            dist.recv(full, 0)
+
+    ops = {"all_reduce": lambda: dist.all_reduce(full),
+           "all_gather": lambda: dist.all_gather_into_tensor(full, shard),
+           "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full),
+           "p2p": p2p}
+    rows: List[Dict[str, Any]] = []
+    for kind, fn in ops.items():
+        times: List[float] = []
+        for i in range(warmup + repeats):
+            dist.barrier()
+            torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize(dev)
+            dt = torch.tensor([time.perf_counter() - t0], device=dev)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # a collective ends when its slowest rank does
+            if i >= warmup:
+                times.append(float(dt))
+        if rank == 0:
+            rows.append({"kind": kind, "group_size": 2 if kind == "p2p" else world, "nodes": 1,
+                         "bytes": float(nbytes), "samples": len(times), "median_s": quantile(times, 0.5),
+                         "p10_s": quantile(times, 0.1), "p90_s": quantile(times, 0.9),
+                         "source": "torch.distributed/nccl"})
+    return rows
+
+
 def _worker(rank: int, world: int, port: int, max_mib: int, warmup: int, repeats: int, out: str) -> None:
     import torch.distributed as dist
 
@@ -41,35 +80,7 @@ def _worker(rank: int, world: int, port: int, max_mib: int, warmup: int, repeats
     dev = torch.device("cuda", rank)
     rows: List[Dict[str, Any]] = []
     for nbytes in _sizes(max_mib):
-        n = nbytes // 2  # bf16 elements
-        full = torch.randn(n, device=dev, dtype=torch.bfloat16)
-        shard = torch.randn(n // world, device=dev, dtype=torch.bfloat16)
-        ops = {
-            "all_reduce": lambda: dist.all_reduce(full),
-            "all_gather": lambda: dist.all_gather_into_tensor(full, shard),
-            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full),
-            "p2p": (lambda: dist.send(full, 1) if rank == 0 else dist.recv(full, 0)) if rank < 2 else None,
-        }
-        for kind, fn in ops.items():
-            times: List[float] = []
-            for i in range(warmup + repeats):
-                dist.barrier()
-                torch.cuda.synchronize(dev)
-                t0 = time.perf_counter()
-                if fn is not None:
-                    fn()
-                torch.cuda.synchronize(dev)
-                dt = torch.tensor([time.perf_counter() - t0], device=dev)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX)
-                if i >= warmup:
-                    times.append(float(dt))
-            if rank == 0:
-                times.sort()
-                q = lambda f: times[min(len(times) - 1, int(f * (len(times) - 1) + 0.5))]  # noqa: E731
-                rows.append({"kind": kind, "group_size": 2 if kind == "p2p" else world, "nodes": 1,
-                             "bytes": float(nbytes), "samples": len(times), "median_s": q(0.5),
-                             "p10_s": q(0.1), "p90_s": q(0.9), "source": "torch.distributed/nccl"})
-        del full, shard
+        rows += _time_size(dist, rank, world, dev, nbytes, warmup, repeats)
     if rank == 0:
         import json
 
