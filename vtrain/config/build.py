@@ -62,6 +62,7 @@ def gpu_spec(g: Any) -> GpuSpec:
         name=str(_get(g, "name")), peak_tflops={str(k): float(v) for k, v in _get(g, "peak_tflops").items()},
         hbm_capacity_bytes=float(_get(g, "hbm_capacity_gib")) * GIB,
         hbm_bandwidth_bytes_per_s=float(_get(g, "hbm_bandwidth_gb_per_s")) * GB,
+        num_sms=int(_get(g, "num_sms")),
         gemm_max_efficiency=float(_get(g, "gemm_max_efficiency")),
         gemm_half_efficiency_dim=float(_get(g, "gemm_half_efficiency_dim")),
         gemm_misaligned_efficiency=float(_get(g, "gemm_misaligned_efficiency")),

@@ -18,6 +18,17 @@ from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
 from vtrain.workload.system import ClusterSpec
 
 
+TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS fp16 tensor-core tile
+
+
+def wave_efficiency(m: int, n: int, batch: int, sms: int) -> float:
+    """Wave quantization (NVIDIA "Matrix Multiplication Background", Sec. "Wave Quantization"): output
+    tiles run in waves of one tile per SM; a partly filled last wave wastes the idle SMs."""
+    tiles = -(-m // TILE_M) * -(-n // TILE_N) * batch
+    waves = -(-tiles // sms)
+    return tiles / (waves * sms)
+
+
 class AnalyticalCostModel:
     name = "analytical"
 
@@ -29,6 +40,8 @@ class AnalyticalCostModel:
         self.eta_max = gpu.gemm_max_efficiency
         self.d_half = gpu.gemm_half_efficiency_dim
         self.misaligned = gpu.gemm_misaligned_efficiency
+        self.sms = gpu.num_sms
+        self.wave = True
         self.align = 16 // (2 if precision in ("fp16", "bf16") else 4)  # elements per 16-byte TC alignment
         self.attn_eff = gpu.attention_efficiency
         self.kernel_s = gpu.kernel_time_s
@@ -40,6 +53,8 @@ class AnalyticalCostModel:
 
     def gemm_efficiency(self, op: Gemm) -> float:
         eta = self.eta_max * self._g(op.m) * self._g(op.n) * self._g(op.k)
+        if self.wave:
+            eta *= wave_efficiency(op.m, op.n, op.batch, self.sms)
         if op.m % self.align or op.n % self.align or op.k % self.align:
             eta *= self.misaligned
         return eta * self.attn_eff if op.attention else eta

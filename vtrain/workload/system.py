@@ -15,6 +15,7 @@ class GpuSpec:
     peak_tflops: Mapping[str, float]
     hbm_capacity_bytes: float
     hbm_bandwidth_bytes_per_s: float
+    num_sms: int
     gemm_max_efficiency: float
     gemm_half_efficiency_dim: float
     gemm_misaligned_efficiency: float

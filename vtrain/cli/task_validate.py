@@ -1,0 +1,89 @@
+"""task=validate: simulate measured runs, print per-row errors and the summary line, write
+validation.csv and a predicted-vs-measured scatter plot. Reports; does not judge (exit code 0)."""
+from __future__ import annotations
+
+import csv
+import functools
+from pathlib import Path
+from typing import List, Sequence
+
+from omegaconf import DictConfig
+
+from vtrain.config.compose import load_gpu_config, require_group
+from vtrain.errors import ConfigError
+from vtrain.validation.csv_io import REQUIRED, read_measurements
+from vtrain.validation.datasets import resolve_dataset
+from vtrain.validation.run import RowResult, summary_of, validate_rows
+
+
+def write_csv(results: Sequence[RowResult], path: Path) -> None:
+    keys: List[str] = list(REQUIRED[:-1])
+    extra = sorted({k for r in results for k in r.row.values} - set(REQUIRED))
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "skipped_reason"])
+        for r in results:
+            err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
+            pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
+            w.writerow([r.row.index, *(r.row.values.get(k, "") for k in keys), *(r.row.values.get(k, "") for k in extra),
+                        f"{r.measured_ms:.3f}", pred, err, r.skipped_reason or ""])
+
+
+def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if r.predicted_ms is not None]
+    meas = [r.measured_ms for r in ok]
+    pred = [r.predicted_ms for r in ok]
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    ax.scatter(meas, pred, s=6, alpha=0.5)
+    lo, hi = min(meas + pred), max(meas + pred)
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
+    ax.plot([lo, hi], [lo * 1.1, hi * 1.1], "k:", lw=0.6, label="±10%")
+    ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_ylabel("predicted iteration time (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(cfg: DictConfig, out_dir: Path) -> int:
+    require_group(cfg, "cluster")
+    if not cfg.validate.data:
+        raise ConfigError("validate.data is not set: give a CSV path or a shipped dataset name "
+                          "(a100_single_node)")
+    path = resolve_dataset(str(cfg.validate.data))
+    rows = read_measurements(path)
+    results = validate_rows(rows, cfg, functools.lru_cache(maxsize=None)(load_gpu_config))
+    summary = summary_of(results)
+    show = int(cfg.validate.show_rows)
+    ok = [r for r in results if r.predicted_ms is not None]
+    worst = sorted(ok, key=lambda r: -(r.ape_pct or 0.0))[:show]
+    if show > 0 and ok:
+        print(f"{'row':>5} {'gpus':>5} {'(t,d,p)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
+              f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
+        for r in worst:
+            v = r.row.values
+            print(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['dp'] + ',' + v['pp'] + ')':>10} "
+                  f"{v['micro_batch']:>3} {v['global_batch']:>5} {v['hidden_size']:>6} {v['num_layers']:>6} "
+                  f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
+                  f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
+    skipped = [r for r in results if r.predicted_ms is None]
+    for r in skipped[:10]:
+        print(f"skipped row {r.row.index}: {r.skipped_reason}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(results, out_dir / "validation.csv")
+    if ok:
+        scatter_plot(results, out_dir / "validation.png",
+                     f"{Path(path).name} on {cfg.cluster.name}: {summary.line()}")
+    print(summary.line())
+    print(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
+    return 0

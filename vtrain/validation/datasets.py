@@ -1,0 +1,55 @@
+"""Measured data shipped with vtrain (vtrain/data, sources in vtrain/data/README.md), as workloads."""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import numpy as np
+
+SHIPPED = {
+    "a100_single_node": "a100_single_node_iteration_times.csv",
+    "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
+}
+
+
+def data_path(filename: str) -> Path:
+    return Path(str(resources.files("vtrain") / "data" / filename))
+
+
+def resolve_dataset(name_or_path: str) -> Path:
+    """A shipped dataset's name, or a path to a CSV file."""
+    if name_or_path in SHIPPED:
+        return data_path(SHIPPED[name_or_path])
+    return Path(name_or_path).expanduser()
+
+
+def single_node_workloads(cluster_cfg: Any, path: Path | None = None) -> Tuple[List[Any], np.ndarray, List[Any]]:
+    """(workloads, measured seconds, rows) of a measured-iteration CSV on the given cluster config."""
+    from vtrain.config.compose import load_gpu_config
+    from vtrain.validation.csv_io import read_measurements
+    from vtrain.validation.rows import row_workload
+
+    rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]))
+    load = functools.lru_cache(maxsize=None)(load_gpu_config)
+    cfg = {"cluster": cluster_cfg}
+
+    class _Cfg(dict):
+        __getattr__ = dict.__getitem__
+
+    ws = [row_workload(r, _Cfg(cfg), load) for r in rows]
+    measured = np.array([float(r.get("iteration_time_ms")) for r in rows]) / 1e3
+    return ws, measured, rows
+
+
+def weak_scaling_workloads(cluster: Any) -> Tuple[List[Any], np.ndarray, List[Any]]:
+    """(workloads, published iteration seconds, rows) of the Megatron-LM weak-scaling table."""
+    from vtrain.validation.weak_scaling import read_weak_scaling, row_workload
+    from vtrain.workload.model import megatron_flops_per_iteration
+
+    rows = read_weak_scaling(data_path(SHIPPED["megatron_2021_weak_scaling"]))
+    ws = [row_workload(r, cluster) for r in rows]
+    measured = np.array([megatron_flops_per_iteration(r.global_batch, r.seq_len, r.layers, r.hidden, r.vocab, True)
+                         / (r.published_tflops * 1e12 * r.num_gpus) for r in rows])
+    return ws, measured, rows
