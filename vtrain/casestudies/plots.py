@@ -21,7 +21,7 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
     plt = _plt()
     d = result.data
     base = d["base"]
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    fig, ax = plt.subplots(figsize=(12, 6), dpi=110)
     colors = {}
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
     for r in d["reports"]:
@@ -54,14 +54,13 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
         if xs and ys:
             ax.set_xlim(min(xs + [bx]) * 0.9, max(xs + [bx]) * 1.05)
             ax.set_ylim(min(ys + [by]) * 0.95, max(ys + [by]) * 1.05)
-    ax.set_xscale("log")
-    ax.set_xlabel("time to train (days, log)")
+    ax.set_xlabel("time to train (days)")
     ax.set_ylabel("cost (million USD)")
     s = result.summary
     ax.set_title(f"{s['model']} on {s['cluster']}: {s['plans_simulated']} (t,d,p) plans "
                  f"(hollow: out of memory)", fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -99,8 +98,13 @@ def plot_scheduling(result: StudyResult, path: Path) -> None:
                      f"GPU utilization {sim.utilization * 100:.0f}%", fontsize=9)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("time (hours since the first arrival; ▼ = arrival)")
+    from matplotlib.patches import Patch
+
+    fig.legend([Patch(facecolor=cmap(i % 20), edgecolor="k") for i in range(len(names))], names, fontsize=7,
+               loc="lower center", ncol=min(len(names), 6), bbox_to_anchor=(0.5, 0.0))
+    fig.subplots_adjust(bottom=0.12)
     fig.suptitle(f"{result.summary['cluster']}: {len(names)} jobs", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path)
     plt.close(fig)
 

@@ -6,7 +6,7 @@ A queue of jobs (arrival time, model, tokens) arrives at one cluster. An event-d
 - ``baseline``: every job gets a fixed GPU count by model size (``baseline_gpus`` table) and a
   rule-of-thumb plan: tensor parallelism inside a node first, then the fewest pipeline stages whose
   model states (18 bytes/parameter: bf16 weights, fp32 gradients, Adam) take at most
-  ``baseline_state_fraction`` of HBM; micro-batch 1, full recompute (safe); data parallelism fills
+  ``baseline_state_fraction`` of HBM; micro-batch 1, ``baseline_recompute`` (full: safe); data parallelism fills
   the allocation. If vtrain's memory model says it does not fit, the next pipeline depth is tried.
 - ``vtrain``: for each candidate GPU count vtrain predicts the job's time with its best plan; only
   allocations within ``efficiency_slack`` of the job's cheapest GPU-hours are allowed; when a job is
@@ -65,6 +65,7 @@ class SchedulingParams:
     baseline_gpus: List[GpuRule] = field(default_factory=lambda: [
         GpuRule(3, 64), GpuRule(10, 128), GpuRule(30, 256), GpuRule(1e9, 512)])
     baseline_state_fraction: float = 0.5
+    baseline_recompute: str = "full"  # the heuristic's "safe" choice (Megatron-LM's GPT-3 runs used full)
     gpu_counts: List[int] = field(default_factory=list)  # vtrain candidates; empty: 1, 2, 4, ... nodes
     efficiency_slack: float = 0.25  # allowed GPU-hours above the job's cheapest allocation (fraction)
     plan_tp: List[int] = field(default_factory=lambda: [1, 2, 4, 8])
@@ -182,7 +183,7 @@ def baseline_option(job: Job, cost: CostModel, prm: SchedulingParams) -> Option:
         dp = max((d for d in divisors(w.plan.global_batch_size) if tp * pp * d <= gpus), default=0)
         if dp == 0:
             continue
-        cand = with_plan(w, tp=tp, pp=pp, dp=dp, micro_batch_size=1, recompute=Recompute.FULL,
+        cand = with_plan(w, tp=tp, pp=pp, dp=dp, micro_batch_size=1, recompute=Recompute(prm.baseline_recompute),
                          sequence_parallel=w.plan.sequence_parallel and tp > 1)
         try:
             check_plan(cand.model, cand.plan, cand.cluster)
@@ -308,6 +309,9 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     bad = [p for p in prm.policies if p not in POLICIES]
     if bad or not prm.policies:
         raise ConfigError(f"case_study.params.policies={prm.policies}: each must be one of {', '.join(POLICIES)}")
+    if prm.baseline_recompute not in [r.value for r in Recompute]:
+        raise ConfigError(f"case_study.params.baseline_recompute={prm.baseline_recompute} is not one of "
+                          f"{', '.join(r.value for r in Recompute)}")
     if prm.efficiency_slack < 0:
         raise ConfigError(f"case_study.params.efficiency_slack={prm.efficiency_slack} must be >= 0")
     jobs = make_jobs(cfg, w, prm)
