@@ -2,7 +2,7 @@
 
 A pass (forward, or recompute + backward) of a chunk is priced by a kernel launch-queue recurrence: the
 host issues kernels one after another (framework + launch time per kernel), the GPU runs them in
-order as they arrive; blocking TP collectives synchronise both. Small layers are host-bound (a few
+order as they arrive (TP collectives included). Small layers are host-bound (a few
 ms per layer in Megatron), large ones GPU-bound, with the soft transition real runs show.
 """
 from __future__ import annotations
@@ -40,8 +40,10 @@ class PassCost:
 
 class _LaunchQueue:
     """Asynchronous kernel launch: the host issues kernel i at H_i = H_{i-1} + host time; the GPU runs
-    it at max(H_i, E_{i-1}) (stream order). A blocking collective needs every rank of its group, so
-    the host waits for the GPU to drain, then for the collective (Megatron's TP all-reduce)."""
+    it at max(H_i, E_{i-1}) (stream order). NCCL collectives are enqueued the same way (the host does
+    not wait for them); on the GPU they take their communication time in stream order, so the host
+    hides them when it is the bottleneck. (A blocking variant, host waiting for every collective, fit
+    the A100 measurements worse: 11.1% vs 8.9% MAPE.)"""
 
     __slots__ = ("host", "gpu", "compute", "comm", "flops")
 
@@ -52,15 +54,17 @@ class _LaunchQueue:
 
     def run(self, timed: Sequence[Tuple[float, float, bool, float]]) -> None:
         host, gpu = self.host, self.gpu
-        for t, h, blocking, flops in timed:
+        compute = comm = 0.0
+        for t, h, is_comm, flops in timed:
             host += h
-            if blocking:
-                host = gpu = max(host, gpu) + t
-                self.comm += t
+            gpu = (host if host > gpu else gpu) + t
+            if is_comm:
+                comm += t
             else:
-                gpu = (host if host > gpu else gpu) + t
-                self.compute += t
-            self.flops += flops
+                compute += t
+        self.compute += compute
+        self.comm += comm
+        self.flops += sum(x[3] for x in timed)
         self.host, self.gpu = host, gpu
 
 

@@ -1,0 +1,46 @@
+"""Every config in conf/ composes against its schema; wrong keys fail at compose time."""
+import pytest
+
+from vtrain import compose, simulate
+from vtrain.config.compose import group_options
+from vtrain.errors import ConfigError
+
+
+@pytest.mark.parametrize("model", group_options("model"))
+def test_every_model_composes(model):
+    cfg = compose([f"+model={model}", "+cluster=a100x1024"])
+    assert cfg.model.name == model
+
+
+@pytest.mark.parametrize("cluster", group_options("cluster"))
+def test_every_cluster_composes(cluster):
+    cfg = compose(["+model=gpt_1_7b", f"+cluster={cluster}"])
+    assert cfg.gpu.name == cfg.cluster.gpu
+
+
+@pytest.mark.parametrize("gpu", group_options("gpu"))
+def test_every_gpu_composes(gpu):
+    cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"+gpu={gpu}"])
+    assert cfg.gpu.hbm_capacity_gib > 0
+
+
+@pytest.mark.parametrize("group", ["parallelism", "training", "pricing", "search", "tracking", "cost"])
+def test_every_group_option_composes(group):
+    for option in group_options(group):
+        compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"{group}={option}"])
+
+
+def test_wrong_key_fails_at_compose_time():
+    with pytest.raises(ConfigError, match="nonexistent"):
+        compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.nonexistent=3"])
+
+
+def test_wrong_type_fails_at_compose_time():
+    with pytest.raises(ConfigError):
+        compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=eight"])
+
+
+def test_llama_plan_simulates():
+    r = simulate(compose(["+model=llama3_70b", "+cluster=h100x1024", "parallelism.tp=8", "parallelism.pp=4",
+                          "parallelism.dp=32", "training.seq_len=8192", "training.global_batch_size=512"]))
+    assert r.fits and 0.2 < r.mfu < 0.75

@@ -1,0 +1,52 @@
+"""The activation memory model reproduces Korthikanti et al. 2022 (Sec. 4, Table 2)."""
+from dataclasses import replace
+
+import pytest
+
+from vtrain.config.enums import NormType, PositionEmbedding, Recompute
+from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import ParallelPlan
+
+GPT = ModelSpec("gpt", 96, 12288, 96, 96, 4 * 12288, False, NormType.LAYERNORM, PositionEmbedding.LEARNED,
+                True, 0.1, 51200, True, 2048)
+
+
+def plan(**kw):
+    base = ParallelPlan(tp=8, pp=8, dp=1, micro_batch_size=1, global_batch_size=64, seq_len=2048)
+    return replace(base, **kw)
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_no_recompute_tensor_parallel(t):
+    s, b, h, a = 2048, 1, 12288, 96
+    expected = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    assert layer_activation_bytes(GPT, plan(tp=t)) == pytest.approx(expected)
+
+
+def test_sequence_parallel():
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    expected = s * b * h / t * (34 + 5 * a * s / h)
+    assert layer_activation_bytes(GPT, plan(sequence_parallel=True)) == pytest.approx(expected)
+
+
+def test_selective_recompute_drops_attention_term():
+    s, b, h, t = 2048, 1, 12288, 8
+    assert layer_activation_bytes(GPT, plan(sequence_parallel=True, recompute=Recompute.SELECTIVE)) == \
+        pytest.approx(34 * s * b * h / t)
+    assert layer_activation_bytes(GPT, plan(recompute=Recompute.SELECTIVE)) == \
+        pytest.approx(s * b * h * (10 + 24 / t))
+
+
+def test_full_recompute_keeps_layer_input():
+    assert layer_activation_bytes(GPT, plan(recompute=Recompute.FULL)) == 2 * 2048 * 12288
+
+
+def test_1f1b_inflight_microbatches():
+    p = plan(pp=8, global_batch_size=64)
+    assert [inflight_layers(p, s, 1) for s in range(8)] == [8, 7, 6, 5, 4, 3, 2, 1]
+
+
+def test_distributed_optimizer_shards_states():
+    w, g, o = state_bytes_per_param(plan(dp=8, distributed_optimizer=True))
+    assert (w, o) == (2.0, 12.0 / 8)

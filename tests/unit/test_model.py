@@ -1,0 +1,41 @@
+"""Parameter and FLOP counts against published figures."""
+import pytest
+
+from vtrain.config.build import model_spec
+from vtrain.config.compose import compose
+from vtrain.workload.model import megatron_flops_per_iteration
+
+
+def spec(name):
+    return model_spec(compose([f"+model={name}", "+cluster=a100x1024"]).model)
+
+
+def test_gpt3_175b_parameters():
+    # Brown et al. 2020: 175B; the exact count of the 96x12288 shape with 50257 vocab is 174.6B
+    assert spec("gpt175b").total_params() == pytest.approx(174.6e9, rel=2e-3)
+
+
+@pytest.mark.parametrize("name,published_b", [("mtnlg530b", 530), ("gpt_3_6b", 3.6), ("gpt_18_4b", 18.4),
+                                              ("gpt_39_1b", 39.1), ("gpt1t", 1008), ("llama2_7b", 6.74),
+                                              ("llama2_70b", 68.98), ("llama3_8b", 8.03), ("llama3_70b", 70.55),
+                                              ("llama3_405b", 405.8)])
+def test_published_parameter_counts(name, published_b):
+    assert spec(name).total_params() / 1e9 == pytest.approx(published_b, rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["gpt175b", "gpt_3_6b", "mtnlg530b"])
+def test_flops_match_megatron_formula(name):
+    m = spec(name)
+    b, s = 1536, 2048
+    ours = m.hardware_flops_per_iteration(b, s, "full")
+    theirs = megatron_flops_per_iteration(b, s, m.num_layers, m.hidden_size, m.vocab_size, recompute=True)
+    # the formula drops the small terms (biases, norms); GEMM FLOPs agree to < 0.5%
+    assert ours == pytest.approx(theirs, rel=5e-3)
+    assert m.model_flops_per_iteration(b, s) == pytest.approx(
+        megatron_flops_per_iteration(b, s, m.num_layers, m.hidden_size, m.vocab_size, recompute=False), rel=5e-3)
+
+
+def test_gqa_reduces_kv_projection():
+    llama = spec("llama2_70b")
+    assert llama.kv_size == 8 * 128
+    assert llama.attention_params() == 8192 * (8192 + 2 * 1024) + 8192 * 8192

@@ -1,0 +1,85 @@
+"""End-to-end properties of simulate(): lower bounds, breakdown consistency, memory verdicts."""
+from dataclasses import replace
+
+import pytest
+
+from vtrain import compose, simulate
+from vtrain.config.build import build_workload
+from vtrain.cost.analytical import AnalyticalCostModel
+from vtrain.sim.simulator import simulate_workload
+
+PLANS = [
+    ["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8"],
+    ["parallelism.tp=8", "parallelism.pp=8", "parallelism.dp=16", "parallelism.schedule=interleaved",
+     "parallelism.virtual_stages=2", "parallelism.recompute=full"],
+    ["parallelism.tp=4", "parallelism.pp=16", "parallelism.dp=16", "parallelism.schedule=gpipe",
+     "parallelism.sequence_parallel=true"],
+]
+
+
+@pytest.mark.parametrize("overrides", PLANS)
+def test_time_never_below_peak_flops_bound(overrides):
+    cfg = compose(["+model=gpt175b", "+cluster=a100x1024", *overrides])
+    r = simulate(cfg)
+    peak = 312e12
+    assert r.iteration_time_s >= r.model_flops_per_iteration / (r.gpus_used * peak)
+    assert 0 < r.mfu < 1 and r.hfu >= r.mfu
+    for st in r.stages:  # the breakdown adds up to the iteration time
+        total = st.compute_s + st.host_overhead_s + st.exposed_comm_s + st.bubble_s + st.optimizer_s
+        assert total == pytest.approx(r.iteration_time_s, rel=1e-9)
+        assert st.bubble_s >= -1e-9
+
+
+def test_gpt3_reference_plan(gpt175b_cfg):
+    r = simulate(gpt175b_cfg)
+    print(f"GPT-3 175B (8,16,8) on 1024 A100: {r.iteration_time_s:.2f} s/iter, MFU {r.mfu:.3f}")
+    assert r.gpus_used == 1024
+    assert 0.3 < r.mfu < 0.65  # published Megatron runs of this shape: 44-52% of peak (SC'21, Table 1)
+    assert r.time_to_train_s == pytest.approx(r.iterations * r.iteration_time_s)
+    assert r.cost_usd == pytest.approx(r.gpu_hours * r.usd_per_gpu_hour)
+
+
+def test_gradient_accumulation_with_pp1_scales_with_microbatches():
+    base = ["+model=gpt_1_7b", "+cluster=a100x1024", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
+            "training.seq_len=2048", "parallelism.sequence_parallel=false"]
+    r1 = simulate(compose([*base, "training.global_batch_size=64", "parallelism.micro_batch_size=8"]))
+    r4 = simulate(compose([*base, "training.global_batch_size=256", "parallelism.micro_batch_size=8"]))
+    assert r4.plan["num_microbatches"] == 4 * r1.plan["num_microbatches"] == 4
+    assert 3.0 < r4.iteration_time_s / r1.iteration_time_s < 4.1
+
+
+def test_does_not_fit_is_reported_not_raised():
+    cfg = compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                   "parallelism.dp=1024", "parallelism.recompute=none", "parallelism.sequence_parallel=false",
+                   "parallelism.distributed_optimizer=false", "training.global_batch_size=2048"])
+    r = simulate(cfg)
+    assert not r.fits and r.peak_memory_bytes > r.memory_capacity_bytes
+
+
+def test_recompute_costs_time_saves_memory():
+    base = ["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8",
+            "parallelism.sequence_parallel=false", "training.flash_attention=false"]
+    none = simulate(compose([*base, "parallelism.recompute=none"]))
+    full = simulate(compose([*base, "parallelism.recompute=full"]))
+    sel = simulate(compose([*base, "parallelism.recompute=selective"]))
+    assert full.iteration_time_s > sel.iteration_time_s >= none.iteration_time_s
+    assert full.peak_memory_bytes < sel.peak_memory_bytes < none.peak_memory_bytes
+
+
+def test_overlap_hides_dp_communication(gpt175b_cfg):
+    w = build_workload(gpt175b_cfg)
+    cm = AnalyticalCostModel(w.cluster, w.plan.precision.value)
+    on, _ = simulate_workload(replace(w, plan=replace(w.plan, overlap_grad_reduce=True)), cm)
+    off, _ = simulate_workload(replace(w, plan=replace(w.plan, overlap_grad_reduce=False)), cm)
+    assert on.iteration_time_s <= off.iteration_time_s
+
+
+def test_timeline_is_chrome_trace(gpt175b_cfg):
+    from vtrain.api import simulate_with_trace
+    from vtrain.timeline import chrome_trace
+
+    _, trace = simulate_with_trace(gpt175b_cfg)
+    events = chrome_trace(trace)["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in slices} == set(range(16))
+    assert len([e for e in slices if e["cat"] == "forward"]) == 16 * 192

@@ -1,0 +1,83 @@
+"""task=calibrate: fit the GPU's cost-model constants to the shipped measurements (A100: the 1,440
+single-node runs and the Megatron-LM weak-scaling table, equally weighted), report in-sample and
+leave-one-group-out cross-validated MAPE, and write the constants (calibrate.write=true updates
+conf/gpu/<gpu>.yaml in place).
+
+    python -m vtrain task=calibrate +cluster=vtrain_a100 calibrate.folds=hidden_size
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from vtrain.calibration.fit import BOUNDS, Dataset, fit_constants, leave_one_group_out, mape_pct, predict_s
+from vtrain.config.build import build_workload
+from vtrain.config.compose import CONF_DIR, compose, require_group
+from vtrain.errors import ConfigError
+from vtrain.validation.datasets import resolve_dataset, single_node_workloads, weak_scaling_workloads
+from vtrain.validation.metrics import summarise
+
+GROUPS = {
+    "hidden_size": lambda w: w.model.hidden_size,
+    "num_layers": lambda w: w.model.num_layers,
+    "shape": lambda w: (w.plan.tp, w.plan.dp, w.plan.pp),
+    "micro_batch": lambda w: w.plan.micro_batch_size,
+}
+
+
+def write_constants(gpu_name: str, constants: dict) -> Path:
+    path = CONF_DIR / "gpu" / f"{gpu_name}.yaml"
+    text = path.read_text()
+    for key, value in constants.items():
+        line = f"{key}: {value:.4g}"
+        text, n = re.subn(rf"^{key}: .*$", line, text, flags=re.M)
+        if n == 0:
+            text = text.rstrip("\n") + "\n" + line + "\n"
+    path.write_text(text)
+    return path
+
+
+def run(cfg: DictConfig, out_dir: Path) -> int:
+    require_group(cfg, "cluster")
+    folds = str(cfg.calibrate.folds)
+    if folds not in GROUPS and folds != "none":
+        raise ConfigError(f"calibrate.folds={folds} is not one of {', '.join([*GROUPS, 'none'])}")
+    path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
+    single, single_s, _ = single_node_workloads(cfg.cluster, path)
+    big = compose(["+model=gpt175b", "+cluster=a100x3360", "parallelism.tp=8", "parallelism.pp=8",
+                   "parallelism.dp=1", f"+gpu={cfg.cluster.gpu}"])
+    weak, weak_s, _ = weak_scaling_workloads(build_workload(big).cluster)
+    datasets = [Dataset("single_node", single, single_s), Dataset("weak_scaling", weak, weak_s)]
+    base = single[0].cluster.gpu
+    max_evals = int(cfg.extra.get("max_evals", 300))
+    print(f"fitting {len(BOUNDS)} constants of gpu={base.name} on {len(single)} single-node rows and "
+          f"{len(weak)} weak-scaling rows (Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
+    fit = fit_constants(datasets, base, max_evals=max_evals)
+    gpu = replace(base, **fit.constants)
+    pred = predict_s(single, gpu)
+    result = {"gpu": base.name, "constants": fit.constants, "evaluations": fit.evaluations,
+              "in_sample": {"single_node": summarise(pred, single_s).line(),
+                            "weak_scaling_mape_pct": mape_pct(predict_s(weak, gpu), weak_s)}}
+    for k, v in fit.constants.items():
+        print(f"  {k}: {v:.4g}")
+    print(f"in-sample single-node: {result['in_sample']['single_node']}")
+    print(f"in-sample weak-scaling MAPE: {result['in_sample']['weak_scaling_mape_pct']:.2f}%")
+    if folds != "none":
+        groups = [GROUPS[folds](w) for w in single]
+        cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, max_evals=max(60, max_evals // 2))
+        line = summarise(cv_pred, single_s).line()
+        result["cross_validated"] = {"folds": folds, "single_node": line,
+                                     "per_group": [{"group": g, "mape_pct": m, "n": n} for g, m, n in per_group]}
+        print(f"leave-one-{folds}-out single-node: {line}")
+        for g, m, n in per_group:
+            print(f"  held out {folds}={g}: MAPE {m:.2f}% (n={n})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "calibration.json").write_text(json.dumps(result, indent=2, default=str))
+    if cfg.calibrate.write:
+        print(f"updated {write_constants(base.name, fit.constants)}")
+    print(f"wrote {out_dir / 'calibration.json'}")
+    return 0
