@@ -18,6 +18,11 @@ def torch_device(spec: str) -> torch.device:
         raise ProfileError(f"profile.device={spec}: no CUDA device is visible (torch {torch.__version__})")
     if dev.type not in ("cpu", "cuda"):
         raise ProfileError(f"profile.device={spec} is not one of cpu, cuda, cuda:<index>")
+    if dev.type == "cuda":
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ProfileError(f"profile.device={spec}: only {torch.cuda.device_count()} CUDA device(s) visible")
+        dev = torch.device("cuda", dev.index or 0)
+        torch.cuda.set_device(dev)  # events, _sleep and allocations of the timing loop use this device
     return dev
 
 

@@ -93,46 +93,35 @@ def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
-def unfused_scores(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int) -> torch.Tensor:
-    """attn.qk as the unfused path runs it: split heads, flatten to [B·H, s, d], scaled Q·K^T."""
-    q, k, _ = split_heads(qkv, heads, kv_heads, head_dim)
+def unfused_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """attn.qk as the unfused path runs it: flatten heads to [B·H, s, d], scaled Q·K^T."""
     b, nh, s, d = q.shape
     return scores(q.reshape(b * nh, s, d), _expand_kv(k, nh).reshape(b * nh, s, d))
 
 
-def unfused_context(probs: torch.Tensor, qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int
-                    ) -> torch.Tensor:
+def unfused_context(probs: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
     """attn.av as the unfused path runs it: probs · V, then merge heads to [b, s, h]."""
-    _, _, v = split_heads(qkv, heads, kv_heads, head_dim)
     b, _, s, d = v.shape
     ctx = torch.bmm(probs, _expand_kv(v, heads).reshape(b * heads, s, d))
     return merge_heads(ctx.view(b, heads, s, d))
 
 
-def unfused_attention(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, p: float,
-                      mask: torch.Tensor, training: bool = True) -> torch.Tensor:
-    """attn.qk, attn.softmax, attn.dropout, attn.av: the classic path with s x s score tensors."""
-    probs = masked_softmax(unfused_scores(qkv, heads, kv_heads, head_dim), mask)
-    if p > 0:
-        probs = F.dropout(probs, p, training)
-    return unfused_context(probs, qkv, heads, kv_heads, head_dim)
-
-
 def attention(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, *, flash: bool, p: float,
               rope_cs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None, mask: Optional[torch.Tensor] = None,
               training: bool = True) -> torch.Tensor:
-    """The attention core between the qkv and proj GEMMs: split heads, [rope], attend, merge heads."""
-    if not flash:
-        assert mask is not None
-        if rope_cs is not None:  # rotate q and k in place of the qkv columns, then the unfused path
-            q, k, v = split_heads(qkv, heads, kv_heads, head_dim)
-            q, k = rope(q, k, *rope_cs)
-            qkv = torch.cat([merge_heads(q), merge_heads(k), merge_heads(v)], dim=-1)
-        return unfused_attention(qkv, heads, kv_heads, head_dim, p, mask, training)
+    """The attention core between the qkv and proj GEMMs: split heads, [rope], attend, merge heads.
+
+    Unfused: attn.qk, attn.softmax, attn.dropout, attn.av (the classic path with s x s scores)."""
     q, k, v = split_heads(qkv, heads, kv_heads, head_dim)
     if rope_cs is not None:
         q, k = rope(q, k, *rope_cs)
-    return merge_heads(flash_attention(q, k, v, p, training))
+    if flash:
+        return merge_heads(flash_attention(q, k, v, p, training))
+    assert mask is not None
+    probs = masked_softmax(unfused_scores(q, k), mask)
+    if p > 0:
+        probs = F.dropout(probs, p, training)
+    return unfused_context(probs, v, heads)
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

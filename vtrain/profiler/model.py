@@ -9,7 +9,7 @@ Parameters are kept in the training dtype (no fp32 master copy) and Adam runs on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +64,16 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
         self.final_w, self.final_b = _norm_params(h, str(spec.norm.value))
         self.out = None if spec.tied_embeddings else nn.Parameter(torch.randn(spec.vocab_size, h) * 0.02)
+        self._cache: Dict[Any, Any] = {}
+
+    def _tables(self, s: int, x: torch.Tensor) -> Tuple[Optional[Tuple[torch.Tensor, torch.Tensor]],
+                                                         Optional[torch.Tensor]]:
+        """RoPE cos/sin and the causal mask, built once per sequence length (as training code caches them)."""
+        key = (s, x.device, x.dtype)
+        if key not in self._cache:
+            rope_cs = None if self.learned_pos else L.rope_tables(s, self.spec.head_dim, x.device, x.dtype)
+            self._cache[key] = (rope_cs, None if self.flash else L.causal_mask(s, x.device))
+        return self._cache[key]
 
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         s = tokens.shape[1]
@@ -73,8 +83,7 @@ class TransformerLM(nn.Module):
             x = x + self.pos[:s]
         if p > 0:
             x = F.dropout(x, p, self.training)
-        rope_cs = None if self.learned_pos else L.rope_tables(s, self.spec.head_dim, x.device, x.dtype)
-        mask = None if self.flash else L.causal_mask(s, x.device)
+        rope_cs, mask = self._tables(s, x)
         for block in self.blocks:
             x = block(x, self.flash, rope_cs, mask)
         x = L.norm(x, self.final_w, self.final_b, str(self.spec.norm.value))

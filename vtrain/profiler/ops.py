@@ -74,8 +74,9 @@ def _gemm(op: Gemm, pt: Point) -> Bench:
         if op.name in ("attn.qk", "attn.av"):  # with the head split / merge copies of the unfused path
             qkv = pt.rand(pt.b, pt.s, (pt.heads + 2 * pt.kv_heads) * d, grad=True)
             probs = pt.rand(pt.b * pt.heads, pt.s, pt.s, grad=True)
-            return lambda: L.unfused_scores(qkv, pt.heads, pt.kv_heads, d) if op.name == "attn.qk" \
-                else L.unfused_context(probs, qkv, pt.heads, pt.kv_heads, d)
+            if op.name == "attn.qk":
+                return lambda: L.unfused_scores(*L.split_heads(qkv, pt.heads, pt.kv_heads, d)[:2])
+            return lambda: L.unfused_context(probs, L.split_heads(qkv, pt.heads, pt.kv_heads, d)[2], pt.heads)
         fwd = op.name == "attn.av"  # forward (records autograd); the others run inside backward
         a, b = pt.rand(op.batch, op.m, op.k, grad=fwd), pt.rand(op.batch, op.k, op.n, grad=fwd)
         return lambda: torch.bmm(a, b)
