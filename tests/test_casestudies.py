@@ -40,7 +40,8 @@ def test_mtnlg_config_is_the_published_setup():
     cfg = compose(["+casestudy=mtnlg_parallel"])
     assert (cfg.model.name, cfg.cluster.name) == ("mtnlg530b", "a100x3360")
     assert (cfg.training.global_batch_size, cfg.training.seq_len, cfg.training.tokens_to_train) == (1920, 2048, 2.7e11)
-    assert (cfg.parallelism.micro_batch_size, cfg.parallelism.recompute, cfg.parallelism.schedule) == (1, "full", "1f1b")
+    par = cfg.parallelism
+    assert (par.micro_batch_size, par.recompute, par.schedule) == (1, "full", "1f1b")
     assert dict(cfg.case_study.params.baseline) == {"tp": 8, "dp": 12, "pp": 35}
 
 

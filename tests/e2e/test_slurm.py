@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 def _node_state() -> str:
     p = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
-    return p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else f"unreachable ({p.stderr.strip()})"
+    if p.returncode == 0 and p.stdout.strip():
+        return p.stdout.strip().splitlines()[0]
+    return f"unreachable ({p.stderr.strip()})"
 
 
 def _ensure_slurm() -> None:
@@ -41,7 +43,8 @@ def test_two_job_multirun_through_sbatch(tmp_path):
     _ensure_slurm()
     sweep = tmp_path / "sweep"
     db = tmp_path / "mlflow.db"
-    shapes = "[{name:s1,num_layers:24,hidden_size:2048,num_heads:16},{name:s2,num_layers:32,hidden_size:4096,num_heads:32}]"
+    shapes = ("[{name:s1,num_layers:24,hidden_size:2048,num_heads:16},"
+              "{name:s2,num_layers:32,hidden_size:4096,num_heads:32}]")
     cmd = [sys.executable, "-m", "vtrain", "-m", "+casestudy=compute_optimal",
            "case_study.params.deadline_days=10,20",  # the two jobs
            f"case_study.params.shapes={shapes}", "case_study.params.gpu_counts=[1024]",

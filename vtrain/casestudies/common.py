@@ -21,7 +21,6 @@ from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.model import ModelSpec
-from vtrain.workload.plan import ParallelPlan
 
 T = TypeVar("T")
 GIB = 2**30

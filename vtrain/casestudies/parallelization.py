@@ -15,8 +15,17 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from vtrain.casestudies.common import (DAY_S, GIB, StudyResult, divisors, fmt_table, parse_params, pct_saved,
-                                       simulate, with_plan)
+from vtrain.casestudies.common import (
+    DAY_S,
+    GIB,
+    StudyResult,
+    divisors,
+    fmt_table,
+    parse_params,
+    pct_saved,
+    simulate,
+    with_plan,
+)
 from vtrain.config.build import Workload
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError

@@ -41,7 +41,8 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
                label=f"baseline ({base.plan['tp']},{base.plan['dp']},{base.plan['pp']})")
     ax.axvline(bx, color="red", lw=0.6, alpha=0.5)
     ax.axhline(by, color="red", lw=0.6, alpha=0.5)
-    for key, marker, lab in (("cheaper", "D", "cheapest at ≤ baseline time"), ("faster", "s", "fastest at ≤ baseline cost")):
+    for key, marker, lab in (("cheaper", "D", "cheapest at ≤ baseline time"),
+                             ("faster", "s", "fastest at ≤ baseline cost")):
         if d[key]:
             r = d[key][0]
             ax.scatter([r.time_to_train_s / DAY_S], [r.cost_usd / 1e6], marker=marker, s=90, facecolors="none",

@@ -28,8 +28,17 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import MISSING, DictConfig
 
-from vtrain.casestudies.common import (DAY_S, PlanSpace, StudyResult, best_plan, divisors, fmt_table, load_model,
-                                       parse_params, plan_str, with_plan)
+from vtrain.casestudies.common import (
+    PlanSpace,
+    StudyResult,
+    best_plan,
+    divisors,
+    fmt_table,
+    load_model,
+    parse_params,
+    plan_str,
+    with_plan,
+)
 from vtrain.config.build import Workload
 from vtrain.config.enums import Recompute
 from vtrain.config.validate import check_plan
@@ -375,7 +384,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                   "cluster_mfu", "gpu_hours", "cost_usd"):
             metrics[f"{p['policy']}.{k}"] = float(p[k])
     params = {"cluster": w.cluster.name, "jobs": len(jobs), "policies": prm.policies, "gpu_counts": counts,
-              "efficiency_slack": prm.efficiency_slack, "baseline_gpus": [dataclasses.asdict(r) for r in prm.baseline_gpus],
+              "efficiency_slack": prm.efficiency_slack,
+              "baseline_gpus": [dataclasses.asdict(r) for r in prm.baseline_gpus],
               "plan_tp": prm.plan_tp, "plan_max_pp": prm.plan_max_pp,
               "plan_micro_batch_sizes": prm.plan_micro_batch_sizes, "plan_recompute": prm.plan_recompute}
     runs = [{"name": p["policy"], "params": {"policy": p["policy"]},

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, DictConfig
 
-from vtrain.casestudies.common import (DAY_S, PlanSpace, StudyResult, best_plan, fmt_table, parse_params, plan_str)
+from vtrain.casestudies.common import DAY_S, PlanSpace, StudyResult, best_plan, fmt_table, parse_params, plan_str
 from vtrain.config.build import Workload
 from vtrain.config.validate import check_model
 from vtrain.cost.base import CostModel
@@ -108,7 +108,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     n_gpus = w.cluster.num_gpus
     counts = sorted(set(prm.gpu_counts)) or sorted({max(w.cluster.gpus_per_node, n_gpus // 4), n_gpus // 2, n_gpus})
     if any(g <= 0 or g > n_gpus for g in counts):
-        raise ConfigError(f"case_study.params.gpu_counts={counts}: each must be in 1..{n_gpus} (cluster {w.cluster.name})")
+        raise ConfigError(f"case_study.params.gpu_counts={counts}: each must be in 1..{n_gpus} "
+                          f"(cluster {w.cluster.name})")
     deadline_s = prm.deadline_days * DAY_S
     peak = w.cluster.gpu.peak_flops_per_s(w.plan.precision.value)
     space = PlanSpace(tuple(prm.plan_tp), prm.plan_max_pp, tuple(prm.plan_micro_batch_sizes), tuple(prm.plan_recompute))
@@ -177,8 +178,9 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     rows = [row(r) for r in results]
     summary: Dict[str, Any] = {
         "cluster": w.cluster.name, "gpus": n_gpus, "gpu": w.cluster.gpu.name, "gpu_counts": counts,
-        "usd_per_gpu_hour": w.usd_per_gpu_hour, "budget_gpu_hours": budget_h, "budget_usd": budget_h * w.usd_per_gpu_hour,
-        "deadline_days": prm.deadline_days, "assumed_mfu": prm.assumed_mfu, "global_batch_size": w.plan.global_batch_size,
+        "usd_per_gpu_hour": w.usd_per_gpu_hour, "budget_gpu_hours": budget_h,
+        "budget_usd": budget_h * w.usd_per_gpu_hour, "deadline_days": prm.deadline_days,
+        "assumed_mfu": prm.assumed_mfu, "global_batch_size": w.plan.global_batch_size,
         "seq_len": w.plan.seq_len, "loss_fit": dataclasses.asdict(fit),
         "chinchilla_closed_form": {"flops": c_eff, "params_b": n_opt / 1e9, "tokens": d_opt,
                                    "loss": fit.loss(n_opt, d_opt)},
@@ -204,7 +206,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
 
     def describe(r: ShapeResult, tag: str) -> str:
         lv = f"{r.loss:.4f}" if math.isfinite(r.loss) else "inf (no fitting plan)"
-        return (f"{tag}: {r.shape.name} ({r.params / 1e9:.1f}B params): fixed-MFU predicts {r.tokens_fixed / 1e9:,.0f}B "
+        return (f"{tag}: {r.shape.name} ({r.params / 1e9:.1f}B params): fixed-MFU predicts "
+                f"{r.tokens_fixed / 1e9:,.0f}B "
                 f"tokens, loss {r.loss_fixed:.4f}; vtrain: {r.tokens / 1e9:,.0f}B tokens "
                 f"(MFU {r.best.mfu * 100 if r.best else 0:.1f}%, {plan_str(r.best.plan) if r.best else '-'} on "
                 f"{r.best.gpus_used if r.best else 0} GPUs), loss {lv}")

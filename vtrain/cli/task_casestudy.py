@@ -22,7 +22,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.config.build import build_workload
 
     if cfg.get("case_study") is None:
-        raise ConfigError(f"case_study is not set: add +casestudy=<name>, one of: {', '.join(group_options('casestudy'))}")
+        options = ", ".join(group_options("casestudy"))
+        raise ConfigError(f"case_study is not set: add +casestudy=<name>, one of: {options}")
     name = str(cfg.case_study.name)
     run_study, plot = study(name)
     t0 = time.perf_counter()
