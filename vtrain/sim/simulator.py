@@ -89,7 +89,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
     m = plan.num_microbatches
     cs = compile_schedule(plan.schedule, plan.pp, plan.chunks, m)
     durations = sc.durations()
-    run = run_pipeline(cs, durations, sc.lags())
+    run = run_pipeline(cs, durations, sc.lags(), sc.latencies(), sc.host_times())
     ready, tails = _dp_sync(w, cost, sc, cs, run, durations)
 
     # optimizer: a global barrier (grad-norm clipping and inf checks all-reduce over all ranks)

@@ -21,21 +21,35 @@ from vtrain.workload.system import ClusterSpec
 
 @dataclass(frozen=True, slots=True)
 class PassCost:
-    """One pass (forward, or recompute + backward) of one model chunk for one micro-batch."""
+    """One pass (forward, or recompute + backward) of one model chunk for one micro-batch.
+
+    With the host starting to issue at h0 and the GPU free (and the pass's input arrived) at g0, the
+    pass ends on the GPU at max(g0 + gpu_s, h0 + latency_s): the launch-queue recurrence
+    E_i = max(H_i, E_{i-1}) + g_i unrolls exactly to that max-plus form.
+    """
 
     gpu_compute_s: float  # sum of kernel times
-    comm_s: float  # blocking TP collectives
-    duration_s: float  # wall time of the pass, from the launch-queue recurrence
+    comm_s: float  # TP collectives on the stream
+    latency_s: float  # host start to GPU end when the GPU is idle (host-bound path)
+    host_s: float  # host time to issue the whole pass
     flops: float
+
+    @property
+    def gpu_s(self) -> float:
+        return self.gpu_compute_s + self.comm_s
+
+    @property
+    def duration_s(self) -> float:
+        """Wall time of the pass alone (host and GPU start together)."""
+        return max(self.gpu_s, self.latency_s)
 
     @property
     def host_excess_s(self) -> float:
         """Time the GPU waited for the host to issue kernels."""
-        return max(0.0, self.duration_s - self.gpu_compute_s - self.comm_s)
+        return max(0.0, self.latency_s - self.gpu_s)
 
-    def __add__(self, other: "PassCost") -> "PassCost":
-        return PassCost(self.gpu_compute_s + other.gpu_compute_s, self.comm_s + other.comm_s,
-                        self.duration_s + other.duration_s, self.flops + other.flops)
+
+_IDLE = -1e30  # GPU free since long ago: the recurrence then yields the host-bound latency
 
 
 class _LaunchQueue:
@@ -49,7 +63,7 @@ class _LaunchQueue:
 
     def __init__(self, host_start_s: float = 0.0) -> None:
         self.host = host_start_s
-        self.gpu = 0.0
+        self.gpu = _IDLE
         self.compute = self.comm = self.flops = 0.0
 
     def run(self, timed: Sequence[Tuple[float, float, bool, float]]) -> None:
@@ -96,7 +110,7 @@ def price_chunk(parts: Sequence[Tuple[List[Tuple[float, float, bool, float]], in
                 q.compute, q.comm, q.flops = q.compute + k * delta[2], q.comm + k * delta[3], q.flops + k * delta[4]
                 break
             prev = delta
-    return PassCost(q.compute, q.comm, max(q.gpu, q.host), q.flops)
+    return PassCost(q.compute, q.comm, max(q.gpu, 0.0), q.host, q.flops)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +124,22 @@ class StageCosts:
     params: Tuple[Tuple[float, ...], ...]  # parameters per GPU [stage][chunk]
     embedding_params: float  # word-embedding parameters per GPU (tied-embedding sync)
 
-    def durations(self) -> List[float]:
+    def _flat(self, attr: str) -> List[float]:
         """Flat list indexed like CompiledSchedule.dur_key: stage·2v + is_bwd·v + chunk."""
         out: List[float] = []
         for fwd, bwd in zip(self.forward, self.backward):
-            out += [c.duration_s for c in fwd] + [c.duration_s for c in bwd]
+            out += [getattr(c, attr) for c in fwd] + [getattr(c, attr) for c in bwd]
         return out
+
+    def durations(self) -> List[float]:
+        """GPU time of each pass (the engine's ``gpu_s``)."""
+        return self._flat("gpu_s")
+
+    def latencies(self) -> List[float]:
+        return self._flat("latency_s")
+
+    def host_times(self) -> List[float]:
+        return self._flat("host_s")
 
     def lags(self) -> List[float]:
         out: List[float] = []
