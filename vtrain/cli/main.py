@@ -33,13 +33,11 @@ def precheck_argv(argv: list[str]) -> None:
             continue
         key, value = arg.split("=", 1)
         group = key.lstrip("+~")
-        if "@" in group or "." in group or not (CONF_DIR / group).is_dir():
+        if "@" in group or "." in group or group.startswith("hydra") or not (CONF_DIR / group).is_dir():
             continue
         for choice in value.split(","):  # multirun lists
             if choice and not (CONF_DIR / group / f"{choice}.yaml").is_file():
                 fail(f"{group}={choice} is unknown; one of: {', '.join(group_options(group))}")
-        if group == "task":
-            pass
     for arg in argv:
         if arg.startswith("task="):
             for t in arg.split("=", 1)[1].split(","):
