@@ -1,0 +1,32 @@
+"""Predicted vs published TFLOP/s per GPU for the Megatron-LM weak-scaling table (SC'21, Table 1).
+
+    python bench/weak_scaling.py
+
+Assumptions for what the table leaves unstated: see vtrain/validation/weak_scaling.py.
+"""
+from __future__ import annotations
+
+from vtrain import compose
+from vtrain.config.build import build_workload
+from vtrain.validation.datasets import data_path
+from vtrain.validation.weak_scaling import predict, read_weak_scaling
+
+
+def main() -> None:
+    cfg = compose(["+model=gpt175b", "+cluster=a100x3360", "parallelism.tp=8", "parallelism.pp=8", "parallelism.dp=1"])
+    cluster = build_workload(cfg).cluster
+    print(f"| model | GPUs | (t,p,d) | mb | chunks | published TFLOP/s | predicted | error |")
+    print("|---|---|---|---|---|---|---|---|")
+    errors = []
+    for row in read_weak_scaling(data_path("megatron_2021_weak_scaling.csv")):
+        r = predict(row, cluster)
+        errors.append(abs(r.error_pct))
+        dp = row.num_gpus // (row.tp * row.pp)
+        print(f"| {row.model} | {row.num_gpus} | ({row.tp},{row.pp},{dp}) | {r.micro_batch} | {r.chunks} | "
+              f"{row.published_tflops:.0f} | {r.predicted_tflops:.0f} | {r.error_pct:+.1f}% |")
+    print(f"\nMAPE {sum(errors) / len(errors):.2f}%, max {max(errors):.1f}%, "
+          f"{sum(e <= 10 for e in errors)}/{len(errors)} rows within ±10%")
+
+
+if __name__ == "__main__":
+    main()
