@@ -74,8 +74,9 @@ def _remove_empty_run_dir() -> None:
         out = Path(HydraConfig.get().runtime.output_dir)
     except Exception:
         return
-    produced = [p for p in out.iterdir() if p.name not in (".hydra", "vtrain.log", "__main__.log")] if out.is_dir() else []
-    if out.is_dir() and not produced:
+    if not out.is_dir():
+        return
+    if not [p for p in out.iterdir() if p.name not in (".hydra", "vtrain.log", "__main__.log")]:
         shutil.rmtree(out, ignore_errors=True)
 
 

@@ -25,8 +25,8 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
         for r in results:
             err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
-            w.writerow([r.row.index, *(r.row.values.get(k, "") for k in keys), *(r.row.values.get(k, "") for k in extra),
-                        f"{r.measured_ms:.3f}", pred, err, r.skipped_reason or ""])
+            values = [r.row.values.get(k, "") for k in [*keys, *extra]]
+            w.writerow([r.row.index, *values, f"{r.measured_ms:.3f}", pred, err, r.skipped_reason or ""])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -48,7 +48,7 @@ def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("predicted iteration time (ms)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=7)
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -83,7 +83,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     write_csv(results, out_dir / "validation.csv")
     if ok:
         scatter_plot(results, out_dir / "validation.png",
-                     f"{Path(path).name} on {cfg.cluster.name}: {summary.line()}")
+                     f"{Path(path).name} on {cfg.cluster.name}\n{summary.line()}")
     print(summary.line())
     print(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
     return 0

@@ -5,8 +5,9 @@ A pass on stage s starts issuing (h0) when the host finished issuing the stage's
 cross-stage input has arrived (producer end + p2p lag: Megatron's p2p receive waits on the host); its
 kernels run once the GPU is free and the input is there (g0). It ends on the GPU at
 max(g0 + gpu_s, h0 + latency_s) (see stage_costs.PassCost), so within a stage the host may run ahead
-of a busy GPU (e.g. issue the next forward while the previous backward still runs). A longest-path pass over the DAG in topological
-order (the order within a stage is fixed by the schedule): exact for the model, O(tasks).
+of a busy GPU (e.g. issue the next forward while the previous backward still runs). A longest-path
+pass over the DAG in topological order (the order within a stage is fixed by the schedule): exact for
+the model, O(tasks).
 """
 from __future__ import annotations
 

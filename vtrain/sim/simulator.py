@@ -144,9 +144,10 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
     gpus = plan.num_gpus
     peak_flops = gpu.peak_flops_per_s(plan.precision.value)
     model_flops = model.model_flops_per_iteration(plan.global_batch_size, plan.seq_len)
+    # with flash attention, selective recompute is inside the fused kernel's backward: no extra pass
+    flash_selective = plan.flash_attention and plan.recompute == Recompute.SELECTIVE
     hw_flops = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
-                                                  "none" if plan.flash_attention and plan.recompute == Recompute.SELECTIVE
-                                                  else plan.recompute.value)
+                                                  "none" if flash_selective else plan.recompute.value)
     tokens_per_iter = plan.global_batch_size * plan.seq_len
     iterations = w.tokens_to_train / tokens_per_iter
     time_to_train = iterations * iteration

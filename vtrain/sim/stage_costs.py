@@ -193,8 +193,9 @@ def build_stage_costs(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec
             q = c * p + s
             first, is_last = q == 0, q == last
             if (first, is_last) not in priced:
-                fparts = ([(emb_f, 1)] if first else []) + [(layer_f, layers_per_chunk)] + ([(head_f, 1)] if is_last else [])
-                bparts = ([(head_b, 1)] if is_last else []) + [(layer_b, layers_per_chunk)] + ([(emb_b, 1)] if first else [])
+                layers_f, layers_b = [(layer_f, layers_per_chunk)], [(layer_b, layers_per_chunk)]
+                fparts = ([(emb_f, 1)] if first else []) + layers_f + ([(head_f, 1)] if is_last else [])
+                bparts = ([(head_b, 1)] if is_last else []) + layers_b + ([(emb_b, 1)] if first else [])
                 priced[(first, is_last)] = (price_chunk(fparts, overhead), price_chunk(bparts, 0.0))
             f, b = priced[(first, is_last)]
             n = layer_params * layers_per_chunk + (emb_params if first else 0.0) + (head_params if is_last else 0.0)

@@ -115,7 +115,7 @@ def megatron_flops_per_iteration(
     batch: int, seq_len: int, layers: int, hidden: int, vocab: int, recompute: bool
 ) -> float:
     """Narayanan et al. (SC'21) Eq. 3 (with recompute) and its 72-factor form without it."""
-    b, s, l, h, v = batch, seq_len, layers, hidden, vocab
+    b, s, n_l, h, v = batch, seq_len, layers, hidden, vocab
     if recompute:
-        return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
-    return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+        return 96.0 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (16 * n_l * h))
+    return 72.0 * b * s * n_l * h * h * (1 + s / (6 * h) + v / (12 * n_l * h))
