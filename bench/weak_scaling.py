@@ -15,7 +15,7 @@ from vtrain.validation.weak_scaling import predict, read_weak_scaling
 def main() -> None:
     cfg = compose(["+model=gpt175b", "+cluster=a100x3360", "parallelism.tp=8", "parallelism.pp=8", "parallelism.dp=1"])
     cluster = build_workload(cfg).cluster
-    print(f"| model | GPUs | (t,p,d) | mb | chunks | published TFLOP/s | predicted | error |")
+    print("| model | GPUs | (t,p,d) | mb | chunks | published TFLOP/s | predicted | error |")
     print("|---|---|---|---|---|---|---|---|")
     errors = []
     for row in read_weak_scaling(data_path("megatron_2021_weak_scaling.csv")):

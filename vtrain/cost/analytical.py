@@ -17,7 +17,6 @@ from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
 from vtrain.workload.system import ClusterSpec
 
-
 TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS fp16 tensor-core tile
 
 
