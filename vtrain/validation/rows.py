@@ -2,6 +2,7 @@
 
 Defaults are those of the vTrain measurements (Megatron-DeepSpeed, fp16, full recompute, 1F1B, GPT
 blocks with LayerNorm, GeLU, learned positions, tied embeddings, vocabulary 50257, no DP bucketing).
+``schedule=interleaved`` without ``virtual_stages`` uses 2 model chunks per stage where layers divide.
 """
 from __future__ import annotations
 
@@ -78,9 +79,12 @@ def row_workload(row: MeasuredRow, cfg: Any, load_gpu: Callable[[str], Any], bas
     if tp * dp * pp != num_gpus:
         raise ConfigError(f"row {row.index}: tp*dp*pp={tp * dp * pp} differs from num_gpus={num_gpus}")
     schedule = _enum(row, "schedule", Schedule, Schedule.ONE_F_ONE_B)
+    # interleaved without a chunk count: 2 chunks per stage where the layers allow (Megatron's usual)
+    layers = _int(row, "num_layers")
+    default_v = 2 if schedule == Schedule.INTERLEAVED and layers % (2 * pp) == 0 else 1
     plan = ParallelPlan(
         tp=tp, pp=pp, dp=dp, micro_batch_size=_int(row, "micro_batch"), global_batch_size=_int(row, "global_batch"),
-        seq_len=seq, schedule=schedule, virtual_stages=_int(row, "virtual_stages", 1),
+        seq_len=seq, schedule=schedule, virtual_stages=_int(row, "virtual_stages", default_v),
         recompute=_enum(row, "recompute", Recompute, Recompute.FULL),
         sequence_parallel=_bool(row, "sequence_parallel", False),
         distributed_optimizer=_bool(row, "distributed_optimizer", False),
