@@ -1,0 +1,41 @@
+"""task=search (the default): search the plan space, print the Pareto front, write the run directory's
+files, then log everything to MLflow. optuna and mlflow are imported only here, lazily."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from vtrain.errors import VtrainError
+
+
+def run(cfg: DictConfig, out_dir: Path) -> int:
+    from vtrain.cli.profiles import profile_for
+    from vtrain.search import outputs
+    from vtrain.search.run import run_search
+    from vtrain.search.summary import render
+
+    result = run_search(cfg, out_dir, profile=profile_for(cfg))
+    paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
+    if not result.front:
+        reasons = "; ".join(f"{k} ({v})" for k, v in list(result.pruned_reasons().items())[:3])
+        raise VtrainError(f"search: no feasible plan for {result.model} on {result.cluster} among "
+                          f"{len(result.records):,} {'plans' if result.sampler == 'grid' else 'trials'}: "
+                          f"{reasons or 'empty plan space'} (details in {out_dir / 'trials.csv'})")
+    print(render(result))
+    print(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
+    print(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
+          f"$(cat {out_dir / 'best_time.yaml'})")
+    if not bool(cfg.tracking.enabled):
+        return 0
+    from vtrain.tracking.mlflow_logger import log_search
+
+    tracked = log_search(result, cfg, out_dir, paths)
+    print(f"MLflow: {tracked.child_runs} child runs logged, {tracked.seconds_per_child * 1e3:.1f} ms per trial "
+          f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
+    if tracked.note:
+        print(f"  {tracked.note}")
+    if tracked.ui_command:
+        print(f"  {tracked.ui_command}")
+    print(f"  {tracked.runs_url}")
+    return 0

@@ -1,0 +1,101 @@
+"""Evaluate one plan: validity, memory, simulation, objectives. Memoised by plan.
+
+Shared by the Optuna objective (:mod:`vtrain.search.study`) and the exhaustive grid
+(:mod:`vtrain.search.grid`). One Workload and one cost model are built once per search; a trial only
+swaps the plan (``dataclasses.replace``). No optuna import here.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from vtrain.config.build import Workload
+from vtrain.cost.base import CostModel
+from vtrain.errors import ConfigError
+from vtrain.report import Report
+from vtrain.search.space import PlanKey, PlanSpace, check, memory_lower_bound_bytes, plan_key
+from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.plan import ParallelPlan
+
+GIB = 2**30
+MAXIMIZED = frozenset({"mfu", "hfu", "tokens_per_s"})  # every other objective is minimised
+NUMERIC_REPORT_FIELDS = frozenset({
+    "iteration_time_s", "peak_memory_bytes", "mfu", "hfu", "tokens_per_s", "time_to_train_s",
+    "gpu_hours", "cost_usd", "gpus_used"})
+METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
+
+
+def directions(objectives: Sequence[str]) -> List[str]:
+    """Optuna study directions; each objective must be a numeric :class:`vtrain.report.Report` field."""
+    if not objectives:
+        raise ConfigError("search.objectives is empty; e.g. [time_to_train_s, cost_usd]")
+    for name in objectives:
+        if name not in NUMERIC_REPORT_FIELDS:
+            raise ConfigError(f"search.objectives: {name} is not one of {', '.join(sorted(NUMERIC_REPORT_FIELDS))}")
+    return ["maximize" if o in MAXIMIZED else "minimize" for o in objectives]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one plan gave. ``values`` is None when the plan is infeasible (then ``reason`` is set)."""
+
+    plan: ParallelPlan
+    values: Optional[Tuple[float, ...]]
+    reason: Optional[str]
+    metrics: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return self.values is not None
+
+
+def report_metrics(r: Report) -> Dict[str, float]:
+    return {"iteration_time_s": r.iteration_time_s, "time_to_train_s": r.time_to_train_s,
+            "cost_usd": r.cost_usd, "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
+            "fits": float(r.fits), "gpus_used": float(r.gpus_used)}
+
+
+class Evaluator:
+    """``evaluate(plan) -> Outcome``, memoised by :func:`plan_key`; counts simulations and hits."""
+
+    def __init__(self, workload: Workload, cost: CostModel, space: PlanSpace, objectives: Sequence[str]) -> None:
+        self.workload = workload
+        self.cost = cost
+        self.space = space
+        self.objectives = tuple(objectives)
+        directions(self.objectives)
+        self.cache: Dict[PlanKey, Outcome] = {}
+        self.simulations = 0
+        self.hits = 0
+
+    def simulate(self, plan: ParallelPlan, keep_trace: bool = False) -> Tuple[Report, Any]:
+        return simulate_workload(dataclasses.replace(self.workload, plan=plan), self.cost, keep_trace=keep_trace)
+
+    def evaluate(self, plan: ParallelPlan) -> Outcome:
+        key = plan_key(plan)
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        out = self._evaluate(plan)
+        self.cache[key] = out
+        return out
+
+    def _evaluate(self, plan: ParallelPlan) -> Outcome:
+        reason = check(self.space, plan)
+        if reason is not None:
+            return Outcome(plan, None, reason)
+        cap = self.workload.cluster.gpu.hbm_capacity_bytes
+        bound = memory_lower_bound_bytes(self.workload.model, plan, self.workload.cluster)
+        if bound > cap:
+            return Outcome(plan, None, f"does not fit memory: at least {bound / GIB:.1f} GiB per GPU > "
+                                       f"{cap / GIB:.0f} GiB", {"peak_memory_gib": bound / GIB, "fits": 0.0,
+                                                                "gpus_used": float(plan.num_gpus)})
+        self.simulations += 1
+        report, _ = self.simulate(plan)
+        metrics = report_metrics(report)
+        if not report.fits:
+            return Outcome(plan, None, f"does not fit memory: {report.peak_memory_bytes / GIB:.1f} GiB per GPU > "
+                                       f"{cap / GIB:.0f} GiB", metrics)
+        return Outcome(plan, tuple(float(getattr(report, o)) for o in self.objectives), None, metrics)

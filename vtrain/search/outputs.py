@@ -1,0 +1,167 @@
+"""Files a search leaves in its run directory (written before anything goes to MLflow):
+
+trials.csv, pareto.csv, pareto.png (matplotlib, Agg), pareto.html (plotly, plotly.js embedded so it
+renders offline), best_time.yaml / best_cost.yaml (overrides for ``task=simulate``), and
+best_time/ best_cost/ with report.json and timeline.json of those plans.
+
+``best_*.yaml`` holds one ``key=value`` override per line. YAML reads those lines as one folded
+string and the shell splits them into arguments, so both work::
+
+    python -m vtrain task=simulate +model=gpt175b +cluster=a100x1024 $(cat <run dir>/best_time.yaml)
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+from vtrain.search.records import SearchResult, TrialRecord
+from vtrain.search.space import SEARCHED_FIELDS
+
+METRIC_COLUMNS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
+DAY_S = 86400.0
+LABELS = {"time_to_train_s": "time to train (days)", "cost_usd": "cost (million USD)",
+          "iteration_time_s": "iteration time (s)", "mfu": "MFU", "gpus_used": "GPUs"}
+SCALE = {"time_to_train_s": 1 / DAY_S, "cost_usd": 1e-6}
+
+
+def plan_overrides(plan: Dict[str, Any]) -> List[str]:
+    """``parallelism.<field>=<value>`` for every searched field (booleans as true/false)."""
+    def fmt(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return [f"parallelism.{k}={fmt(plan[k])}" for k in SEARCHED_FIELDS]
+
+
+def simulate_command(result: SearchResult, rec: TrialRecord) -> str:
+    return " ".join(["python -m vtrain task=simulate", *result.base_overrides, *plan_overrides(rec.plan or {})])
+
+
+def _write_csv(path: Path, rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+
+
+def _row(rec: TrialRecord, on_front: bool) -> Dict[str, Any]:
+    row: Dict[str, Any] = {"trial": rec.number, "state": rec.state, "pareto": on_front,
+                           "duplicate_of": "" if rec.duplicate_of is None else rec.duplicate_of,
+                           "reason": rec.reason or ""}
+    row.update(rec.plan or {})
+    row.update(rec.metrics)
+    return row
+
+
+def write_trials_csv(result: SearchResult, path: Path) -> None:
+    front = {r.number for r in result.front}
+    _write_csv(path, [_row(r, r.number in front) for r in result.records],
+               ["trial", "state", "pareto", "duplicate_of", "reason", *SEARCHED_FIELDS, *METRIC_COLUMNS])
+
+
+def write_pareto_csv(result: SearchResult, path: Path) -> None:
+    _write_csv(path, [_row(r, True) for r in result.front],
+               ["trial", *SEARCHED_FIELDS, *METRIC_COLUMNS])
+
+
+def write_best_yaml(result: SearchResult, out_dir: Path) -> Dict[str, Path]:
+    paths = {}
+    for name, rec in result.best.items():
+        path = out_dir / f"best_{name}.yaml"
+        path.write_text("\n".join(plan_overrides(rec.plan or {})) + "\n")
+        paths[name] = path
+    return paths
+
+
+def _xy(result: SearchResult, recs: Sequence[TrialRecord]) -> tuple:
+    ox, oy = result.objectives[0], result.objectives[1] if len(result.objectives) > 1 else "cost_usd"
+    fx = lambda r: r.metrics.get(ox, float("nan")) * SCALE.get(ox, 1.0)  # noqa: E731
+    fy = lambda r: r.metrics.get(oy, float("nan")) * SCALE.get(oy, 1.0)  # noqa: E731
+    return [fx(r) for r in recs], [fy(r) for r in recs], LABELS.get(ox, ox), LABELS.get(oy, oy)
+
+
+def plot_png(result: SearchResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vtrain.cli.format import plan_label
+
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
+    x, y, lx, ly = _xy(result, result.feasible)
+    ax.scatter(x, y, s=8, c="0.7", label=f"feasible plans ({len(x)})")
+    fx, fy, _, _ = _xy(result, result.front)
+    ax.plot(fx, fy, "o-", c="tab:red", ms=5, label=f"Pareto front ({len(fx)})")
+    for name, marker in (("time", "fastest"), ("cost", "cheapest")):
+        rec = result.best.get(name)
+        if rec is not None:
+            bx, by, _, _ = _xy(result, [rec])
+            ax.annotate(f"{marker}: {plan_label(rec.plan or {})}", (bx[0], by[0]), fontsize=7,
+                        xytext=(8, 8 if name == "time" else -14), textcoords="offset points")
+    ax.set_xlabel(lx)
+    ax.set_ylabel(ly)
+    ax.set_title(f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_html(result: SearchResult, path: Path) -> None:
+    import plotly.graph_objects as go
+
+    from vtrain.cli.format import plan_label
+
+    fig = go.Figure()
+    for recs, name, style in ((result.feasible, "feasible plans", {"color": "lightgray", "size": 5}),
+                              (result.front, "Pareto front", {"color": "crimson", "size": 9})):
+        x, y, lx, ly = _xy(result, recs)
+        text = [f"trial {r.number}: {plan_label(r.plan or {})}<br>GPUs {r.metrics.get('gpus_used', 0):.0f}, "
+                f"MFU {100 * r.metrics.get('mfu', 0):.1f}%, {r.metrics.get('peak_memory_gib', 0):.1f} GiB/GPU"
+                for r in recs]
+        fig.add_trace(go.Scattergl(x=x, y=y, mode="markers+lines" if name == "Pareto front" else "markers",
+                                   name=name, text=text, hoverinfo="text+x+y", marker=style))
+    fig.update_layout(title=f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans",
+                      xaxis_title=lx, yaxis_title=ly, template="plotly_white")
+    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
+
+
+def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[str, Path]:
+    """``best_<name>/report.json`` and ``timeline.json`` (Chrome trace) of the fastest and cheapest plans."""
+    from vtrain.search.space import plan_from_fields
+    from vtrain.timeline import chrome_trace
+
+    ctx = result.context
+    dirs: Dict[str, Path] = {}
+    if ctx is None or top_k <= 0:
+        return dirs
+    for name in list(result.best)[:top_k]:
+        rec = result.best[name]
+        report, trace = ctx.evaluator.simulate(plan_from_fields(ctx.space.base, rec.plan), keep_trace=True)
+        d = out_dir / f"best_{name}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+        if trace is not None:
+            (d / "timeline.json").write_text(json.dumps(chrome_trace(trace)))
+        dirs[name] = d
+    return dirs
+
+
+def write_all(result: SearchResult, out_dir: Path, top_k: int = 2) -> List[Path]:
+    """Every output file; with no feasible plan only trials.csv. Returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "trials.csv"]
+    write_trials_csv(result, paths[0])
+    if not result.front:
+        return paths
+    write_pareto_csv(result, out_dir / "pareto.csv")
+    plot_png(result, out_dir / "pareto.png")
+    plot_html(result, out_dir / "pareto.html")
+    paths += [out_dir / "pareto.csv", out_dir / "pareto.png", out_dir / "pareto.html"]
+    paths += list(write_best_yaml(result, out_dir).values())
+    paths += list(write_best_reports(result, out_dir, top_k).values())
+    return paths

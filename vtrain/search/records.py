@@ -1,0 +1,61 @@
+"""One row per evaluated plan (an Optuna trial or a grid point) and the result of a whole search.
+
+The same records feed the printed table, the CSV/plot files and MLflow, whichever sampler ran.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int  # Optuna trial number, or the grid index
+    state: str  # COMPLETE | PRUNED | FAIL
+    plan: Optional[Dict[str, Any]]  # searched plan fields (None: no plan could be formed)
+    values: Optional[Tuple[float, ...]]  # objective values (COMPLETE only)
+    metrics: Dict[str, float] = field(default_factory=dict)
+    reason: Optional[str] = None  # why it was pruned
+    duplicate_of: Optional[int] = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.state == "COMPLETE" and self.values is not None
+
+    @property
+    def plan_key(self) -> Tuple[Any, ...]:
+        return tuple(sorted((self.plan or {}).items()))
+
+
+@dataclass
+class SearchResult:
+    model: str
+    cluster: str
+    sampler: str
+    objectives: List[str]
+    directions: List[str]
+    records: List[TrialRecord]
+    front: List[TrialRecord]  # Pareto front, de-duplicated, sorted by the first objective
+    best: Dict[str, TrialRecord]  # "time" (fastest: least time to train) and "cost" (cheapest)
+    wall_s: float
+    simulations: int
+    study_name: Optional[str] = None
+    storage: Optional[str] = None
+    resumed_trials: int = 0  # finished trials found in the storage at start-up
+    stale_failed: int = 0  # RUNNING trials of a killed process marked FAIL
+    base_overrides: List[str] = field(default_factory=list)  # to reproduce a plan with task=simulate
+    context: Any = None  # the search's vtrain.search.run.Context (evaluator for the best plans' traces)
+
+    @property
+    def feasible(self) -> List[TrialRecord]:
+        return [r for r in self.records if r.feasible]
+
+    def pruned_reasons(self) -> Dict[str, int]:
+        """Pruned counts by the reason's kind (the reason with its numbers replaced by N)."""
+        out: Dict[str, int] = {}
+        for r in self.records:
+            if r.state == "PRUNED" and r.reason:
+                kind = re.sub(r"\d+(\.\d+)?", "N", r.reason)
+                out[kind] = out.get(kind, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
