@@ -41,8 +41,11 @@ class Context:
 
 
 def prepare(cfg: Any, profile: Any = None) -> Context:
-    """Build the Workload and cost model once; every trial swaps only the plan."""
-    w = build_workload(cfg)
+    """Build the Workload and cost model once; every trial swaps only the plan.
+
+    The searched fields of ``cfg.parallelism`` are replaced by a one-GPU plan first, so that a
+    default plan that does not suit this cluster (e.g. tp*pp > GPUs) does not stop the search."""
+    w = build_workload(_one_gpu_plan(cfg))
     cost = cost_model_for(w, profile)
     space = plan_space(w.model, w.cluster, w.plan, cfg.search)
     if not space.tp or not space.pp:
@@ -51,6 +54,16 @@ def prepare(cfg: Any, profile: Any = None) -> Context:
     objectives = [str(o) for o in cfg.search.objectives]
     ev = Evaluator(w, cost, space, objectives)
     return Context(w, cost, space, ev, objectives, directions(objectives))
+
+
+def _one_gpu_plan(cfg: Any) -> Any:
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False)) if OmegaConf.is_config(cfg) else cfg
+    with open_dict(cfg):
+        cfg.parallelism.update(tp=1, pp=1, dp=1, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
+                               sequence_parallel=False, distributed_optimizer=False)
+    return cfg
 
 
 def base_overrides(cfg: Any) -> List[str]:
@@ -123,6 +136,7 @@ def initial_population(ctx: Context, size: int, seed: int) -> List[dict]:
 
 def run_optuna(ctx: Context, search: Any, out_dir: Path) -> tuple:
     import optuna
+    from optuna.trial import TrialState
 
     from vtrain.search import study as st
 
@@ -139,11 +153,12 @@ def run_optuna(ctx: Context, search: Any, out_dir: Path) -> tuple:
     resumed = len(st.finished_trials(study))
     objective = st.Objective(ctx.evaluator)
     if bool(search.seed_population) and str(search.sampler) in ("nsgaii", "tpe") and not study.trials:
-        for params in initial_population(ctx, int(search.population_size), int(search.seed)):
+        size = min(int(search.population_size), int(search.n_trials))
+        for params in initial_population(ctx, size, int(search.seed)):
             study.enqueue_trial(params)
             objective.seeded += 1
     run = st.run_study(study, objective, int(search.n_trials), bool(search.progress_bar))
-    records = [_record(t) for t in study.get_trials(deepcopy=False)]
+    records = [_record(t) for t in study.get_trials(deepcopy=False, states=(*st.FINISHED, TrialState.FAIL))]
     return records, name, url, resumed, run.stale_failed
 
 

@@ -61,8 +61,8 @@ def fail_stale_trials(study: optuna.Study) -> int:
     storage = study._storage  # the public BaseStorage API needs the storage object Optuna wraps
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         storage.set_trial_system_attr(t._trial_id, "fail_reason", "left RUNNING by an interrupted process")
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         n += 1
     return n
 

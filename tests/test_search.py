@@ -1,0 +1,198 @@
+"""The plan search: space, grid enumeration and de-duplication, Optuna storage, resume, infeasible spaces,
+Pareto front and hypervolume, best-plan overrides. Small model (GPT 1.7B) on one 8-GPU node."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from vtrain.api import cost_model_for
+from vtrain.config.build import build_workload
+from vtrain.config.compose import compose
+from vtrain.config.enums import Recompute, Schedule
+from vtrain.config.validate import check_plan
+from vtrain.errors import ConfigError, VtrainError
+from vtrain.search import outputs
+from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
+from vtrain.search.run import prepare, run_search
+from vtrain.search.space import canonical, enumerate_plans, memory_lower_bound_bytes, plan_from_fields, plan_key
+from vtrain.sim.simulator import simulate_workload
+
+SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",
+         "tracking.enabled=false"]
+
+
+def small(tmp_path: Path, *extra: str):
+    return compose(SMALL + [f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", *extra])
+
+
+def test_grid_enumerates_every_valid_plan_once(tmp_path):
+    cfg = small(tmp_path, "search=grid")
+    ctx = prepare(cfg)
+    plans = enumerate_plans(ctx.space)
+    keys = [plan_key(p) for p in plans]
+    assert len(keys) == len(set(keys)), "the grid yields a plan twice"
+    # brute force over the raw product, de-duplicated by the canonical form
+    s, base = ctx.space, ctx.space.base
+    expected = set()
+    for tp, pp, dp, mb, (sched, v), rc, sp, do in itertools.product(
+            s.tp, s.pp, s.dp, s.micro_batch_sizes,
+            [(Schedule.ONE_F_ONE_B, 1)] + [(Schedule.INTERLEAVED, v) for v in s.virtual_stages],
+            s.recompute, s.sequence_parallel, s.distributed_optimizer):
+        p = canonical(dataclasses.replace(base, tp=tp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
+                                          virtual_stages=v, recompute=rc, sequence_parallel=sp,
+                                          distributed_optimizer=do))
+        try:
+            check_plan(ctx.workload.model, p, ctx.workload.cluster)
+        except ConfigError:
+            continue
+        expected.add(plan_key(p))
+    assert set(keys) == expected
+    # canonical: no sequence parallelism at tp=1, no distributed optimizer at dp=1
+    assert not any(p.tp == 1 and p.sequence_parallel for p in plans)
+    assert not any(p.dp == 1 and p.distributed_optimizer for p in plans)
+    # fewer GPUs than the cluster are part of the space
+    assert {p.num_gpus for p in plans} >= {1, 2, 4, 8}
+
+    result = run_search(cfg, tmp_path)
+    assert len(result.records) == len(plans)
+    assert result.front and all(r.feasible for r in result.front)
+    assert len({r.plan_key for r in result.front}) == len(result.front)
+
+
+def test_memory_lower_bound_never_exceeds_the_simulated_peak():
+    cfg = compose(["+model=gpt175b", "+cluster=a100x1024"])
+    ctx = prepare(cfg)
+    plans = random.Random(0).sample(enumerate_plans(ctx.space), 60)
+    w = ctx.workload
+    for p in plans:
+        report, _ = simulate_workload(dataclasses.replace(w, plan=p), ctx.cost)
+        assert memory_lower_bound_bytes(w.model, p, w.cluster) <= report.peak_memory_bytes * (1 + 1e-9)
+
+
+def test_five_trial_search_is_stored_in_optuna(tmp_path):
+    cfg = small(tmp_path, "search.n_trials=5", "search.study_name=five")
+    result = run_search(cfg, tmp_path)
+    study = optuna.load_study(study_name="five", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                       optuna.trial.TrialState.PRUNED)]
+    assert len(finished) == 5 == len(result.records)
+    for t in finished:
+        res = t.user_attrs["result"]
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert res["plan"]["tp"] * res["plan"]["pp"] * res["plan"]["dp"] == res["metrics"]["gpus_used"]
+            assert t.values[0] == pytest.approx(res["metrics"]["time_to_train_s"])
+            assert t.values[1] == pytest.approx(res["metrics"]["cost_usd"])
+        else:
+            assert res["reason"]
+    with (Path(tmp_path) / "optuna.db").open("rb"):
+        pass
+    mode = study._storage._backend.engine.connect().exec_driver_sql("PRAGMA journal_mode").scalar()
+    assert mode == "wal"
+
+
+def test_resume_fails_interrupted_trials_and_keeps_completed_ones(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = run_search(small(tmp_path, "search.n_trials=4", "search.study_name=resume"), tmp_path)
+    kept = {r.number: (r.state, r.values) for r in first.records}
+    # a killed process leaves its trial RUNNING forever
+    study = optuna.load_study(study_name="resume", storage=storage)
+    orphan = study.ask()
+    assert study.trials[orphan.number].state == optuna.trial.TrialState.RUNNING
+
+    second = run_search(small(tmp_path, "search.n_trials=7", "search.study_name=resume"), tmp_path)
+    assert second.resumed_trials == 4 and second.stale_failed == 1
+    study = optuna.load_study(study_name="resume", storage=storage)
+    assert study.trials[orphan.number].state == optuna.trial.TrialState.FAIL
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.RUNNING) == 0
+    assert sum(s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in states) == 7
+    now = {r.number: (r.state, r.values) for r in second.records}
+    assert all(now[n] == v for n, v in kept.items()), "a completed trial changed or disappeared"
+    # a third run with the same budget has nothing left to do
+    third = run_search(small(tmp_path, "search.n_trials=7", "search.study_name=resume"), tmp_path)
+    assert len(third.records) == len(study.trials)
+
+
+def test_repeated_plans_are_deduplicated(tmp_path):
+    # a space of exactly two plans: trials beyond them are duplicates with the first trial's values
+    cfg = small(tmp_path, "search.sampler=random", "search.n_trials=8", "search.study_name=dup",
+                "search.max_tp=1", "search.min_gpus=8", "search.micro_batch_sizes=[1]", "search.schedules=[1f1b]",
+                "search.recompute=[none]", "search.sequence_parallel=[false]", "search.distributed_optimizer=[false,true]")
+    result = run_search(cfg, tmp_path)
+    feasible = [r for r in result.records if r.state == "COMPLETE"]
+    dups = [r for r in result.records if r.duplicate_of is not None]
+    assert dups, "8 draws from 2 plans must repeat one"
+    by_number = {r.number: r for r in result.records}
+    for d in dups:
+        assert d.plan == by_number[d.duplicate_of].plan
+        assert d.values == by_number[d.duplicate_of].values
+    assert len({r.plan_key for r in feasible}) <= 2
+    assert result.simulations <= 2 + 0  # memoised: never simulated twice
+    assert len({r.plan_key for r in result.front}) == len(result.front)
+
+
+def test_all_infeasible_space_ends_with_one_clear_line(tmp_path):
+    from vtrain.cli.task_search import run
+
+    cfg = compose(["+model=gpt1t", "+cluster=h200x8", "search.n_trials=6", "search.progress_bar=false",
+                   "tracking.enabled=false", f"search.storage=sqlite:///{tmp_path / 'optuna.db'}"])
+    with pytest.raises(VtrainError) as err:
+        run(cfg, tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and "no feasible plan for gpt1t on h200x8" in msg
+    assert (tmp_path / "trials.csv").is_file(), "the trials are on disk before the error"
+    with pytest.raises(VtrainError, match="no feasible plan"):
+        run(compose(["+model=gpt1t", "+cluster=h200x8", "search=grid", "search.progress_bar=false",
+                     "tracking.enabled=false"]), tmp_path / "grid")
+
+
+def test_outputs_and_best_plan_overrides_reproduce_the_plan(tmp_path):
+    cfg = small(tmp_path, "search.n_trials=12", "search.study_name=out", "search.population_size=6")
+    result = run_search(cfg, tmp_path)
+    paths = outputs.write_all(result, tmp_path, top_k=2)
+    for name in ("trials.csv", "pareto.csv", "pareto.png", "pareto.html", "best_time.yaml", "best_cost.yaml"):
+        assert (tmp_path / name).is_file() and (tmp_path / name).stat().st_size > 0, name
+    assert tmp_path / "best_time" in paths and (tmp_path / "best_time" / "timeline.json").is_file()
+    html = (tmp_path / "pareto.html").read_text()
+    assert 'src="https://cdn.plot.ly' not in html and len(html) > 1_000_000, "plotly.js must be embedded"
+    assert (tmp_path / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    # best_time.yaml: YAML (one folded string) and shell arguments at once
+    text = (tmp_path / "best_time.yaml").read_text()
+    overrides = yaml.safe_load(text).split()
+    assert overrides == text.split()
+    best = result.best["time"]
+    w = build_workload(compose(SMALL + overrides))  # what task=simulate builds from these overrides
+    report, _ = simulate_workload(w, cost_model_for(w))
+    assert report.time_to_train_s == pytest.approx(best.metrics["time_to_train_s"])
+    assert plan_from_fields(w.plan, best.plan) == w.plan
+
+
+def test_pareto_front_and_hypervolume():
+    pts = [(1.0, 5.0), (2.0, 3.0), (2.0, 3.0), (3.0, 4.0), (4.0, 1.0), (5.0, 1.0)]
+    front = pareto_front(list(range(len(pts))), pts)
+    assert [pts[i] for i in front] == [(1.0, 5.0), (2.0, 3.0), (4.0, 1.0)]
+    assert all(not dominates(pts[j], pts[i]) for i in front for j in range(len(pts)))
+    # rectangles to (6, 6): [1,6]x[5,6] + [2,6]x[3,5] + [4,6]x[1,3] = 5 + 8 + 4
+    assert hypervolume_2d([pts[i] for i in front], (6.0, 6.0)) == pytest.approx(17.0)
+    assert hypervolume_2d([(7.0, 0.0)], (6.0, 6.0)) == 0.0
+    assert pareto_front(["a", "b", "c"], [(1, 2, 3), (1, 2, 3), (0, 3, 3)]) == ["c", "a"]  # by 1st objective
+
+
+def test_unknown_objective_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="search.objectives"):
+        run_search(small(tmp_path, "search.objectives=[time_to_train_s,bogus]"), tmp_path)
+
+
+def test_search_space_respects_node_and_cross_node_tp(tmp_path):
+    ctx = prepare(compose(["+model=gpt175b", "+cluster=a100x1024"]))
+    assert max(ctx.space.tp) == 8
+    assert set(ctx.space.tp) == {1, 2, 3, 4, 6, 8}
+    wide = prepare(compose(["+model=gpt175b", "+cluster=a100x1024", "search.allow_cross_node_tp=true"]))
+    assert max(wide.space.tp) == 96
+    assert Recompute.FULL in ctx.space.recompute
