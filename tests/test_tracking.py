@@ -1,0 +1,90 @@
+"""A real 5-trial search logged to a temporary MLflow SQLite store, read back with MlflowClient;
+resume continues the parent run; an unreachable server fails in one line after the results exist."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from vtrain.cli.task_search import run
+from vtrain.config.compose import compose
+from vtrain.search.space import SEARCHED_FIELDS
+from vtrain.tracking.mlflow_logger import TrackingError
+
+SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",
+         "search.n_trials=5", "search.population_size=4", "search.study_name=tracked"]
+
+
+def _cfg(tmp_path: Path, uri: str, *extra: str):
+    return compose(SMALL + [f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", f"tracking.uri={uri}",
+                            "tracking.experiment_name=vtrain-test", *extra])
+
+
+def test_search_logs_parent_and_child_runs(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run(_cfg(tmp_path, uri), tmp_path / "run1") == 0
+    out = capsys.readouterr().out
+    assert f"mlflow ui --backend-store-uri {uri}" in out
+    assert "ms per trial" in out and "/#/experiments/" in out and "/runs" in out
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("vtrain-test")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 5
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["model.name"] == "gpt_1_7b" and parent.data.params["search.n_trials"] == "5"
+    assert parent.data.metrics["trials"] == 5
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"config.yaml", "trials.csv", "pareto.csv", "pareto.png", "pareto.html", "best_time.yaml",
+            "best_cost.yaml", "best_time", "best_cost"} <= arts
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "best_time")} == {
+        "best_time/report.json", "best_time/timeline.json"}
+    local = Path(client.download_artifacts(parent.info.run_id, "pareto.csv", str(tmp_path / "dl")))
+    assert local.read_text().splitlines()[0].startswith("trial,tp,pp,dp")
+
+    complete = [c for c in children if c.data.tags["vtrain.state"] == "COMPLETE"]
+    assert complete, "a 5-trial search on one node finds a feasible plan"
+    for c in children:
+        assert c.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert set(SEARCHED_FIELDS) <= set(c.data.params) or c.data.tags["vtrain.state"] == "PRUNED"
+    for c in complete:
+        assert {"iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits"} <= set(c.data.metrics)
+        assert c.data.metrics["fits"] == 1.0
+    pareto = [c for c in children if c.data.tags["pareto"] == "true"]
+    n_front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
+    assert len(pareto) == n_front >= 1
+
+    # resume: the same study continues its parent run and adds only the new trials
+    assert run(_cfg(tmp_path, uri, "search.n_trials=8"), tmp_path / "run2") == 0
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
+    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 8
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_server_fails_in_one_line_after_results_exist(tmp_path):
+    out = tmp_path / "run"
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(TrackingError) as err:
+        run(_cfg(tmp_path, uri, "tracking.http_timeout_s=2"), out)
+    msg = str(err.value)
+    assert "\n" not in msg and uri in msg and str(out) in msg
+    for name in ("trials.csv", "pareto.csv", "pareto.png", "pareto.html", "best_time.yaml", "best_cost.yaml"):
+        assert (out / name).is_file(), name
+
+
+def test_tracking_off_writes_results_only(tmp_path, capsys):
+    cfg = compose(SMALL + [f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", "tracking=off"])
+    assert run(cfg, tmp_path / "run") == 0
+    assert "MLflow" not in capsys.readouterr().out
+    assert (tmp_path / "run" / "pareto.csv").is_file() and not (tmp_path / "run" / "config.yaml").exists()
