@@ -71,7 +71,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                                                  max_evals=max(60, max_evals // 2))
         line = summarise(cv_pred, weak_s).line()
         result["cross_validated"] = {"folds": folds, "weak_scaling": line,
-                                     "per_row": [{"row": weak[int(g)].model.name, "ape_pct": m} for g, m, _ in per_group]}
+                                     "per_row": [{"row": weak[int(g)].model.name, "ape_pct": m}
+                                                 for g, m, _ in per_group]}
         print(f"leave-one-row-out weak-scaling: {line}")
         for g, m, _ in per_group:
             print(f"  held out {weak[int(g)].model.name}: error {m:.2f}%")
