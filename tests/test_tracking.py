@@ -53,7 +53,8 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
         assert c.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert set(SEARCHED_FIELDS) <= set(c.data.params) or c.data.tags["vtrain.state"] == "PRUNED"
     for c in complete:
-        assert {"iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits"} <= set(c.data.metrics)
+        assert {"iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits"} <= set(
+            c.data.metrics)
         assert c.data.metrics["fits"] == 1.0
     pareto = [c for c in children if c.data.tags["pareto"] == "true"]
     n_front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
