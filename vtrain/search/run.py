@@ -18,6 +18,7 @@ from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.space import (
+    SEARCHED_FIELDS,
     PlanSpace,
     enumerate_plans,
     memory_lower_bound_bytes,
@@ -26,8 +27,8 @@ from vtrain.search.space import (
     trial_params,
 )
 
-# search/tracking/hydra settings do not change a plan's simulation: left out of reproduce commands
-_NOT_PLAN = ("search.", "tracking.", "hydra.", "task=", "parallelism.")
+# settings that do not change a plan's simulation: left out of reproduce commands
+_NOT_PLAN = frozenset({"search", "tracking", "hydra", "task"})
 
 
 @dataclass
@@ -68,17 +69,24 @@ def _one_gpu_plan(cfg: Any) -> Any:
 
 def base_overrides(cfg: Any) -> List[str]:
     """Command-line overrides a ``task=simulate`` run needs to reproduce a searched plan: the model,
-    the cluster and any other non-search override given to the search (from Hydra when it ran)."""
+    the cluster and every other override given to the search (from Hydra when it ran) except the
+    search/tracking/hydra settings and the searched ``parallelism.*`` fields."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
         given = list(HydraConfig.get().overrides.task)
     except Exception:  # compose API: no Hydra run
         given = []
-    keep = [o for o in given if not o.lstrip("+~").startswith(_NOT_PLAN)]
-    groups = {o.lstrip("+~").split("=", 1)[0] for o in keep}
+    searched = {f"parallelism.{f}" for f in SEARCHED_FIELDS}
+
+    def keep(o: str) -> bool:
+        key = o.lstrip("+~").split("=", 1)[0]
+        return key.split(".")[0] not in _NOT_PLAN and key not in searched
+
+    kept = [o for o in given if keep(o)]
+    groups = {o.lstrip("+~").split("=", 1)[0] for o in kept}
     lead = [f"+{g}={cfg[g].name}" for g in ("model", "cluster") if g not in groups]
-    return lead + keep
+    return lead + kept
 
 
 def _best(feasible: Sequence[TrialRecord]) -> Dict[str, TrialRecord]:

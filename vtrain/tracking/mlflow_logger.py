@@ -181,8 +181,11 @@ def log_search(result: SearchResult, cfg: Any, out_dir: Path, artifacts: Iterabl
 
 def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], uri: str, timeout_s: int,
          max_children: int, exp_name: str) -> Tracked:
+    import logging
+
     from omegaconf import OmegaConf
 
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no per-run "View run at" lines, no migration chatter
     prepare_store(uri)
     client = _client(uri, timeout_s)
     exp = client.get_experiment_by_name(exp_name)
