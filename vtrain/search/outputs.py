@@ -100,7 +100,8 @@ def plot_png(result: SearchResult, path: Path) -> None:
         if rec is not None:
             bx, by, _, _ = _xy(result, [rec])
             ax.annotate(f"{marker}: {plan_label(rec.plan or {})}", (bx[0], by[0]), fontsize=7,
-                        xytext=(8, 8 if name == "time" else -14), textcoords="offset points")
+                        xytext=(8, 8) if name == "time" else (-8, -14), textcoords="offset points",
+                        ha="left" if name == "time" else "right")
     ax.set_xlabel(lx)
     ax.set_ylabel(ly)
     ax.set_title(f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans")

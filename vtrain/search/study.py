@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -49,8 +50,10 @@ def make_sampler(search: Any, n_objectives: int) -> optuna.samplers.BaseSampler:
                                              mutation_prob=search.mutation_prob,
                                              crossover_prob=float(search.crossover_prob))
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          n_startup_trials=int(search.population_size) // 2)
+        with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2.2 / 2.8
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                              n_startup_trials=int(search.population_size) // 2)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ConfigError(f"search.sampler={name} is not one of {', '.join(SAMPLERS)}")

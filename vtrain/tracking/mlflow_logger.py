@@ -185,6 +185,8 @@ def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], u
 
     from omegaconf import OmegaConf
 
+    import mlflow  # noqa: F401  (configures its loggers on import; quiet them afterwards)
+
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # no per-run "View run at" lines, no migration chatter
     prepare_store(uri)
     client = _client(uri, timeout_s)
