@@ -18,7 +18,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     result = run_search(cfg, out_dir, profile=profile_for(cfg))
     paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
     if not result.front:
-        reasons = "; ".join(f"{k} ({v})" for k, v in list(result.pruned_reasons().items())[:3])
+        reasons = "; ".join(f"{k} ({v} like it)" for k, v in list(result.pruned_reasons().items())[:3])
         raise VtrainError(f"search: no feasible plan for {result.model} on {result.cluster} among "
                           f"{len(result.records):,} {'plans' if result.sampler == 'grid' else 'trials'}: "
                           f"{reasons or 'empty plan space'} (details in {out_dir / 'trials.csv'})")

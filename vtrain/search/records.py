@@ -52,10 +52,12 @@ class SearchResult:
         return [r for r in self.records if r.feasible]
 
     def pruned_reasons(self) -> Dict[str, int]:
-        """Pruned counts by the reason's kind (the reason with its numbers replaced by N)."""
+        """Pruned counts by kind of reason (numbers ignored), keyed by the first reason of each kind."""
+        first: Dict[str, str] = {}
         out: Dict[str, int] = {}
         for r in self.records:
             if r.state == "PRUNED" and r.reason:
                 kind = re.sub(r"\d+(\.\d+)?", "N", r.reason)
-                out[kind] = out.get(kind, 0) + 1
+                key = first.setdefault(kind, r.reason)
+                out[key] = out.get(key, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -40,7 +40,7 @@ def counts(result: SearchResult) -> str:
                  f"{result.stale_failed} interrupted (RUNNING) trials marked FAIL")
     reasons = result.pruned_reasons()
     if reasons:
-        top = "; ".join(f"{k} ({v})" for k, v in list(reasons.items())[:4])
+        top = "; ".join(f"{k} ({v} like it)" for k, v in list(reasons.items())[:4])
         line += f"\n  pruned: {top}"
     return line
 

@@ -183,9 +183,8 @@ def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], u
          max_children: int, exp_name: str) -> Tracked:
     import logging
 
-    from omegaconf import OmegaConf
-
     import mlflow  # noqa: F401  (configures its loggers on import; quiet them afterwards)
+    from omegaconf import OmegaConf
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # no per-run "View run at" lines, no migration chatter
     prepare_store(uri)
