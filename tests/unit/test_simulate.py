@@ -83,3 +83,17 @@ def test_timeline_is_chrome_trace(gpt175b_cfg):
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in slices} == set(range(16))
     assert len([e for e in slices if e["cat"] == "forward"]) == 16 * 192
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_trace_and_fast_path_agree(gpt175b_cfg, overlap):
+    """The closed-form DP bucket recurrence (no trace) equals the event-by-event one (trace)."""
+    w = build_workload(gpt175b_cfg)
+    for plan in (replace(w.plan, overlap_grad_reduce=overlap),
+                 replace(w.plan, overlap_grad_reduce=overlap, dp=16, pp=8, distributed_optimizer=False)):
+        wi = replace(w, plan=plan)
+        cm = AnalyticalCostModel(wi.cluster, wi.plan.precision.value)
+        fast, _ = simulate_workload(wi, cm)
+        traced, trace = simulate_workload(wi, cm, keep_trace=True)
+        assert trace is not None
+        assert fast.iteration_time_s == pytest.approx(traced.iteration_time_s, rel=1e-12)

@@ -75,7 +75,7 @@ class CompiledSchedule:
     microbatch: Tuple[int, ...]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=512)
 def compile_schedule(schedule: Schedule, p: int, v: int, m: int) -> CompiledSchedule:
     chunks = v if schedule == Schedule.INTERLEAVED else 1
     positions = p * chunks

@@ -35,7 +35,7 @@ def _grad_bytes_per_param(precision: Precision) -> float:
 
 
 def _dp_sync(w: Workload, cost: CostModel, sc: StageCosts, cs: CompiledSchedule, run: PipelineRun,
-             durations: List[float]) -> Tuple[List[float], List[list]]:
+             durations: List[float], keep_events: bool) -> Tuple[List[float], List[list]]:
     """Per stage: when its gradients are reduced over DP (bucketed, overlapped with the last
     micro-batch's backward when enabled). Returns (ready time per stage, tail events)."""
     plan = w.plan
@@ -54,17 +54,23 @@ def _dp_sync(w: Workload, cost: CostModel, sc: StageCosts, cs: CompiledSchedule,
                 nbytes = sc.params[s][c] * gbytes
                 dur = durations[cs.dur_key[i]]
                 if plan.overlap_grad_reduce:
+                    # bucket k is ready at a + (k+1)·step; buckets go out one after another on the comm stream
                     n_b = max(1, math.ceil(nbytes / plan.grad_bucket_bytes))
                     t_b = cost.collective_time_s(Collective("dp", kind, nbytes / n_b, Group.DP, plan.dp), where)
-                    for k in range(n_b):
-                        start = max(cur, end_i - dur + (k + 1) / n_b * dur)
-                        cur = start + t_b
-                        events.append(("comm", f"dp {kind.value} chunk{c} bucket{k}", start, cur))
+                    a, step = end_i - dur, dur / n_b
+                    if keep_events:
+                        for k in range(n_b):
+                            start = max(cur, a + (k + 1) * step)
+                            cur = start + t_b
+                            events.append(("comm", f"dp {kind.value} chunk{c} bucket{k}", start, cur))
+                    else:  # the same recurrence in closed form: its maximum sits at the first or last bucket
+                        cur = max(cur + n_b * t_b, a + step + n_b * t_b, a + n_b * step + t_b)
                 else:
                     t = cost.collective_time_s(Collective("dp", kind, nbytes, Group.DP, plan.dp), where)
                     start = max(cur, run.stage_end[s])
                     cur = start + t
-                    events.append(("comm", f"dp {kind.value} chunk{c}", start, cur))
+                    if keep_events:
+                        events.append(("comm", f"dp {kind.value} chunk{c}", start, cur))
             cur = max(cur, run.stage_end[s])
         ready.append(cur)
         tails.append(events)
@@ -77,7 +83,8 @@ def _dp_sync(w: Workload, cost: CostModel, sc: StageCosts, cs: CompiledSchedule,
         start = max(ready[first], ready[last])
         for s in (first, last):
             ready[s] = start + t
-            tails[s].append(("comm", "embedding grad all-reduce", start, start + t))
+            if keep_events:
+                tails[s].append(("comm", "embedding grad all-reduce", start, start + t))
     return ready, tails
 
 
@@ -90,7 +97,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
     cs = compile_schedule(plan.schedule, plan.pp, plan.chunks, m)
     durations = sc.durations()
     run = run_pipeline(cs, durations, sc.lags(), sc.latencies(), sc.host_times())
-    ready, tails = _dp_sync(w, cost, sc, cs, run, durations)
+    ready, tails = _dp_sync(w, cost, sc, cs, run, durations, keep_trace)
 
     # optimizer: a global barrier (grad-norm clipping and inf checks all-reduce over all ranks)
     barrier = max(ready)
