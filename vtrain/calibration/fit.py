@@ -63,19 +63,33 @@ def mape_pct(pred: np.ndarray, measured: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - measured) / measured) * 100.0)
 
 
+def _to_unit(name: str, value: float) -> float:
+    """The unconstrained coordinate of a constant: logit of its log-position inside its bounds."""
+    lo, hi = BOUNDS[name]
+    u = (np.log(value) - np.log(lo)) / (np.log(hi) - np.log(lo))
+    u = float(np.clip(u, 0.1, 0.9))  # start off the bounds, where the logit is flat
+    return float(np.log(u / (1 - u)))
+
+
+def _from_unit(name: str, x: float) -> float:
+    """Inverse of _to_unit: smooth and strictly inside the bounds, so the simplex never sees a flat,
+    clipped region (a clipped constant would otherwise stick at its bound)."""
+    lo, hi = BOUNDS[name]
+    u = 1.0 / (1.0 + np.exp(-x))
+    return float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo))))
+
+
 def _to_gpu(base: GpuSpec, names: Sequence[str], x: np.ndarray) -> GpuSpec:
-    values = {}
-    for n, xi in zip(names, x):
-        lo, hi = BOUNDS[n]
-        values[n] = float(np.clip(np.exp(xi), lo, hi))
-    return replace(base, **values)
+    return replace(base, **{n: _from_unit(n, xi) for n, xi in zip(names, x)})
 
 
 def fit_constants(datasets: Sequence[Dataset], base: GpuSpec, names: Sequence[str] = tuple(BOUNDS),
-                  max_evals: int = 400) -> FitResult:
+                  max_evals: int = 400, restarts: int = 2) -> FitResult:
+    """Nelder-Mead from the base GPU's constants, restarted ``restarts`` times from its own optimum
+    with a fresh simplex (a cheap guard against a collapsed simplex in 10 dimensions)."""
     from scipy.optimize import minimize
 
-    x0 = np.log([max(BOUNDS[n][0], min(BOUNDS[n][1], getattr(base, n))) for n in names])
+    x = np.array([_to_unit(n, max(BOUNDS[n][0], min(BOUNDS[n][1], getattr(base, n)))) for n in names])
     evals = [0]
     total_w = sum(d.weight for d in datasets)
 
@@ -84,11 +98,15 @@ def fit_constants(datasets: Sequence[Dataset], base: GpuSpec, names: Sequence[st
         gpu = _to_gpu(base, names, x)
         return sum(d.weight * mape_pct(predict_s(d.workloads, gpu), d.measured_s) for d in datasets) / total_w
 
-    res = minimize(loss, x0, method="Nelder-Mead",
-                   options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-3, "adaptive": True})
-    gpu = _to_gpu(base, names, res.x)
+    fun = float("nan")
+    for _ in range(1 + restarts):
+        res = minimize(loss, x, method="Nelder-Mead",
+                       options={"maxfev": max(20, max_evals // (1 + restarts)), "xatol": 1e-3, "fatol": 1e-3,
+                                "adaptive": True})
+        x, fun = res.x, float(res.fun)
+    gpu = _to_gpu(base, names, x)
     per = {d.name: mape_pct(predict_s(d.workloads, gpu), d.measured_s) for d in datasets}
-    return FitResult({n: getattr(gpu, n) for n in names}, float(res.fun), per, evals[0])
+    return FitResult({n: getattr(gpu, n) for n in names}, fun, per, evals[0])
 
 
 def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequence[object], base: GpuSpec,
