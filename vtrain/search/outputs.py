@@ -95,18 +95,19 @@ def plot_png(result: SearchResult, path: Path) -> None:
     ax.scatter(x, y, s=8, c="0.7", label=f"feasible plans ({len(x)})")
     fx, fy, _, _ = _xy(result, result.front)
     ax.plot(fx, fy, "o-", c="tab:red", ms=5, label=f"Pareto front ({len(fx)})")
-    for name, marker in (("time", "fastest"), ("cost", "cheapest")):
+    for name, marker, style in (("time", "fastest", "*"), ("cost", "cheapest", "D")):
         rec = result.best.get(name)
-        if rec is not None:
+        if rec is not None:  # marked points, described in the legend (labels on the plot overlap)
             bx, by, _, _ = _xy(result, [rec])
-            ax.annotate(f"{marker}: {plan_label(rec.plan or {})}", (bx[0], by[0]), fontsize=7,
-                        xytext=(8, 8) if name == "time" else (-8, -14), textcoords="offset points",
-                        ha="left" if name == "time" else "right")
+            ax.plot(bx, by, style, ms=11 if style == "*" else 7, mfc="none", mec="k", mew=1.2,
+                    label=f"{marker}: {plan_label(rec.plan or {})}")
+    if len(x) and max(x) > 5 * min(x):  # plans span orders of magnitude in time (fewer GPUs = slower)
+        ax.set_xscale("log")
     ax.set_xlabel(lx)
     ax.set_ylabel(ly)
     ax.set_title(f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
