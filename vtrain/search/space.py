@@ -63,7 +63,8 @@ class PlanSpace:
 def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, search: Any) -> PlanSpace:
     """The space from the ``search`` config group (see :class:`vtrain.config.schema.SearchConfig`).
 
-    tp: divisors of the attention and kv heads, at most ``search.max_tp`` (0: GPUs per node, or the
+    tp: divisors of the attention and kv heads that divide the node size (or are multiples of it),
+    at most ``search.max_tp`` (0: GPUs per node, or the
     whole cluster when ``search.allow_cross_node_tp``); pp: divisors of the layers; dp: divisors of
     the global batch (each replica gets whole sequences), tp*pp*dp <= cluster GPUs.
     """
@@ -72,7 +73,11 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
     max_tp = int(search.max_tp) or (n if cross else cluster.gpus_per_node)
     if not cross:
         max_tp = min(max_tp, cluster.gpus_per_node)
-    tp = tuple(d for d in divisors(model.num_heads) if model.num_kv_heads % d == 0 and d <= max_tp)
+    # a TP group must not straddle nodes: within a node tp divides the node size, across nodes it is a
+    # multiple of it (tp=3 or 6 on 8-GPU nodes would put one group on two nodes and stall every step)
+    gpn = cluster.gpus_per_node
+    tp = tuple(d for d in divisors(model.num_heads) if model.num_kv_heads % d == 0 and d <= max_tp
+               and (gpn % d == 0 if d <= gpn else d % gpn == 0))
     try:
         schedules = tuple(Schedule(str(s)) for s in search.schedules)
         recompute = tuple(Recompute(str(r)) for r in search.recompute)
