@@ -136,6 +136,8 @@ class SearchConfig:
     mutation_prob: Optional[float] = None  # NSGA-II per-parameter mutation; None: 1 / number of parameters
     crossover_prob: float = 0.9  # NSGA-II
     seed_population: bool = True  # NSGA-II/TPE: first generation drawn from plans that pass the memory bound
+    local_search_fraction: float = 0.3  # NSGA-II/TPE: share of n_trials spent on neighbours of the front
+    local_search_rounds: int = 3  # ... in this many rounds (0: pure evolutionary search)
     filter_offspring: bool = True  # NSGA-II: re-draw children that are invalid, cannot fit or were seen
     workers: int = 0  # grid: simulation processes (0: one per CPU)
     progress_bar: bool = True

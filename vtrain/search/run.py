@@ -165,7 +165,20 @@ def run_optuna(ctx: Context, search: Any, out_dir: Path) -> tuple:
         for params in initial_population(ctx, size, int(search.seed)):
             study.enqueue_trial(params)
             objective.seeded += 1
-    run = st.run_study(study, objective, int(search.n_trials), bool(search.progress_bar))
+    n_trials = int(search.n_trials)
+    rounds = int(search.local_search_rounds) if str(search.sampler) in ("nsgaii", "tpe") else 0
+    reserve = int(n_trials * float(search.local_search_fraction)) if rounds > 0 else 0
+    run = st.run_study(study, objective, n_trials - reserve, bool(search.progress_bar))
+    if reserve:
+        from vtrain.search.refine import candidates, front_plans
+
+        per_round = max(1, reserve // rounds)
+        for r in range(rounds):  # memetic step: one-move neighbours of the front, as ordinary trials
+            target = n_trials if r == rounds - 1 else n_trials - reserve + (r + 1) * per_round
+            missing = target - len(st.finished_trials(study))
+            for plan in candidates(ctx.evaluator, front_plans(ctx.evaluator, ctx.directions), missing):
+                study.enqueue_trial(trial_params(ctx.space, plan))
+            run = st.run_study(study, objective, target, bool(search.progress_bar))
     records = [_record(t) for t in study.get_trials(deepcopy=False, states=(*st.FINISHED, TrialState.FAIL))]
     return records, name, url, resumed, run.stale_failed
 

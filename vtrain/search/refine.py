@@ -1,0 +1,136 @@
+"""Local refinement of a multi-objective search: evaluate the one-step neighbours of the current
+Pareto front (a memetic step after the evolutionary one; Ishibuchi & Murata 1998, "A multi-objective
+genetic local search algorithm").
+
+NSGA-II finds the right region of the plan space quickly but, in a discrete space with a few hundred
+trials, often stops a few moves short of the best plan (one more data-parallel replica, another
+pipeline depth). A neighbour differs from a front plan in one field — any other tp or pp (nearest
+first, dp re-balanced to keep the GPU count), the next dp, micro-batch or virtual-stage value,
+another schedule, recompute mode, sequence-parallel or distributed-optimizer setting — or in tp and
+pp together (trading one for the other). A neighbour that overflows memory is repaired (smaller
+micro-batch, then stronger recompute). Only cheap checks run here (validity, memory lower bound,
+already evaluated); the neighbours are then enqueued as ordinary trials of the same study.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator, List, Sequence
+
+from vtrain.config.enums import Schedule
+from vtrain.search.objective import Evaluator
+from vtrain.search.pareto import pareto_front, to_minimise
+from vtrain.search.space import PlanSpace, canonical, check, memory_lower_bound_bytes, plan_key
+from vtrain.workload.plan import ParallelPlan
+
+
+def _adjacent(choices: Sequence, value) -> List:
+    if value not in choices:
+        return []
+    i = list(choices).index(value)
+    return [choices[j] for j in (i - 1, i + 1) if 0 <= j < len(choices)]
+
+
+def _by_distance(choices: Sequence, value) -> List:
+    """Every other choice, nearest first (a coordinate line search, not only the next step)."""
+    if value not in choices:
+        return list(choices)
+    i = list(choices).index(value)
+    return [c for _, c in sorted((abs(j - i), c) for j, c in enumerate(choices) if j != i)]
+
+
+def _closest_dp(space: PlanSpace, tp: int, pp: int, gpus: int) -> Iterator[int]:
+    dps = space.dp_choices(tp, pp)
+    if dps:
+        yield min(dps, key=lambda d: (abs(tp * pp * d - gpus), -d))
+
+
+def neighbours(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
+    """Plans one move away from ``plan`` (not yet checked)."""
+    r = dataclasses.replace
+    gpus = plan.tp * plan.pp * plan.dp
+    for dp in _adjacent(space.dp_choices(plan.tp, plan.pp)[::-1], plan.dp):
+        yield r(plan, dp=dp)
+    for tp in _by_distance(space.tp, plan.tp):
+        for dp in _closest_dp(space, tp, plan.pp, gpus):
+            yield r(plan, tp=tp, dp=dp, sequence_parallel=plan.sequence_parallel and tp > 1)
+    for pp in _by_distance(space.pp, plan.pp):
+        for dp in _closest_dp(space, plan.tp, pp, gpus):
+            yield r(plan, pp=pp, dp=dp)
+    for tp in _adjacent(space.tp, plan.tp):  # trade tensor for pipeline parallelism (both move)
+        for pp in _by_distance(space.pp, plan.pp)[:4]:
+            for dp in _closest_dp(space, tp, pp, gpus):
+                yield r(plan, tp=tp, pp=pp, dp=dp, sequence_parallel=plan.sequence_parallel and tp > 1)
+    for mb in _adjacent(space.micro_batch_sizes, plan.micro_batch_size):
+        yield r(plan, micro_batch_size=mb)
+    for sched in space.schedules:
+        if sched != plan.schedule:
+            v = space.virtual_stages[0] if sched == Schedule.INTERLEAVED and space.virtual_stages else 1
+            yield r(plan, schedule=sched, virtual_stages=v)
+    if plan.schedule == Schedule.INTERLEAVED:
+        for v in _adjacent(space.virtual_stages, plan.virtual_stages):
+            yield r(plan, virtual_stages=v)
+    for rc in space.recompute:
+        if rc != plan.recompute:
+            yield r(plan, recompute=rc)
+    if plan.tp > 1 and len(space.sequence_parallel) > 1:
+        yield r(plan, sequence_parallel=not plan.sequence_parallel)
+    if plan.dp > 1 and len(space.distributed_optimizer) > 1:
+        yield r(plan, distributed_optimizer=not plan.distributed_optimizer)
+
+
+def front_plans(ev: Evaluator, directions: Sequence[str]) -> List[ParallelPlan]:
+    """The evaluated plans on the current Pareto front, extremes first (fastest, cheapest, rest)."""
+    done = [o for o in ev.cache.values() if o.feasible]
+    if not done:
+        return []
+    front = pareto_front(done, [to_minimise(o.values, directions) for o in done],  # type: ignore[arg-type]
+                         [plan_key(o.plan) for o in done])
+    ordered = [front[0], front[-1], *front[1:-1]] if len(front) > 1 else front
+    return [o.plan for o in ordered]
+
+
+def repairs(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
+    """The plan, then versions that need less memory: smaller micro-batches, then stronger recompute
+    (a repair operator: a move that overflows memory is kept, made to fit)."""
+    yield plan
+    smaller = [mb for mb in space.micro_batch_sizes if mb < plan.micro_batch_size]
+    for mb in sorted(smaller, reverse=True):
+        yield dataclasses.replace(plan, micro_batch_size=mb)
+    order = [rc for rc in space.recompute if rc.value in ("selective", "full")]
+    for rc in sorted(order, key=lambda x: x.value != "selective"):
+        if rc != plan.recompute:
+            yield dataclasses.replace(plan, recompute=rc)
+
+
+def _round_robin(streams: List[Iterator[ParallelPlan]]) -> Iterator[ParallelPlan]:
+    while streams:
+        alive = []
+        for it in streams:
+            nxt = next(it, None)
+            if nxt is not None:
+                alive.append(it)
+                yield nxt
+        streams = alive
+
+
+def candidates(ev: Evaluator, plans: Iterable[ParallelPlan], limit: int) -> List[ParallelPlan]:
+    """Up to ``limit`` new, valid neighbours of ``plans`` whose memory lower bound fits (repaired if
+    needed)."""
+    w = ev.workload
+    cap = w.cluster.gpu.hbm_capacity_bytes
+    seen = set(ev.cache)
+    out: List[ParallelPlan] = []
+    streams = [neighbours(ev.space, plan) for plan in plans]
+    for nb in _round_robin(streams):  # every front plan gets its nearest moves first
+        for fixed in repairs(ev.space, canonical(nb)):
+            fixed = canonical(fixed)
+            key = plan_key(fixed)
+            if key in seen or check(ev.space, fixed) is not None:
+                continue
+            seen.add(key)
+            if memory_lower_bound_bytes(w.model, fixed, w.cluster) <= cap:
+                out.append(fixed)
+                break
+        if len(out) >= limit:
+            break
+    return out
