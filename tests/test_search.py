@@ -196,3 +196,27 @@ def test_search_space_respects_node_and_cross_node_tp(tmp_path):
     wide = prepare(compose(["+model=gpt175b", "+cluster=a100x1024", "search.allow_cross_node_tp=true"]))
     assert max(wide.space.tp) == 96 and set(wide.space.tp) - {1, 2, 4, 8} == {16, 24, 32, 48, 96}
     assert Recompute.FULL in ctx.space.recompute
+
+
+def test_refinement_neighbours_are_new_valid_fitting_and_reach_other_shapes():
+    from vtrain.search.refine import candidates, neighbours
+    from vtrain.search.space import check
+
+    ctx = prepare(compose(["+model=gpt175b", "+cluster=a100x1024"]))
+    space, ev = ctx.space, ctx.evaluator
+    start = canonical(dataclasses.replace(space.base, tp=8, pp=8, dp=16, micro_batch_size=2,
+                                          schedule=Schedule.INTERLEAVED, virtual_stages=4, recompute=Recompute.NONE,
+                                          sequence_parallel=True, distributed_optimizer=True))
+    assert check(space, start) is None
+    ev.evaluate(start)
+    moves = list(neighbours(space, start))
+    assert any(m.tp == 4 and m.pp == 8 and m.dp == 32 for m in moves)  # tp line search keeps the GPU count
+    cands = candidates(ev, [start], 40)
+    keys = [plan_key(c) for c in cands]
+    cap = ctx.workload.cluster.gpu.hbm_capacity_bytes
+    assert cands and len(set(keys)) == len(keys) and plan_key(start) not in keys
+    for c in cands:
+        assert check(space, c) is None
+        assert memory_lower_bound_bytes(ctx.workload.model, c, ctx.workload.cluster) <= cap
+    # the (4,8,32) move overflows at micro-batch 2 and is repaired, not dropped
+    assert any((c.tp, c.pp, c.dp) == (4, 8, 32) for c in cands)

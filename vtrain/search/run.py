@@ -169,18 +169,21 @@ def run_optuna(ctx: Context, search: Any, out_dir: Path) -> tuple:
     rounds = int(search.local_search_rounds) if str(search.sampler) in ("nsgaii", "tpe") else 0
     reserve = int(n_trials * float(search.local_search_fraction)) if rounds > 0 else 0
     run = st.run_study(study, objective, n_trials - reserve, bool(search.progress_bar))
+    stale_failed = run.stale_failed  # only the first call can find trials a killed process left
     if reserve:
         from vtrain.search.refine import candidates, front_plans
 
-        per_round = max(1, reserve // rounds)
+        rounds = min(rounds, reserve)
         for r in range(rounds):  # memetic step: one-move neighbours of the front, as ordinary trials
-            target = n_trials if r == rounds - 1 else n_trials - reserve + (r + 1) * per_round
+            target = n_trials - reserve + (r + 1) * reserve // rounds
             missing = target - len(st.finished_trials(study))
+            if missing <= 0:
+                continue
             for plan in candidates(ctx.evaluator, front_plans(ctx.evaluator, ctx.directions), missing):
                 study.enqueue_trial(trial_params(ctx.space, plan))
             run = st.run_study(study, objective, target, bool(search.progress_bar))
     records = [_record(t) for t in study.get_trials(deepcopy=False, states=(*st.FINISHED, TrialState.FAIL))]
-    return records, name, url, resumed, run.stale_failed
+    return records, name, url, resumed, stale_failed
 
 
 def _record(t: Any) -> TrialRecord:
