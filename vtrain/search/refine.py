@@ -90,15 +90,22 @@ def front_plans(ev: Evaluator, directions: Sequence[str]) -> List[ParallelPlan]:
 
 
 def repairs(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
-    """The plan, then versions that need less memory: smaller micro-batches, then stronger recompute
-    (a repair operator: a move that overflows memory is kept, made to fit)."""
+    """The plan, then versions that need less memory, each step kept: the distributed optimizer, sequence
+    parallelism, smaller micro-batches, then stronger recompute (a repair operator: a move that
+    overflows memory is kept and made to fit, not dropped)."""
     yield plan
-    smaller = [mb for mb in space.micro_batch_sizes if mb < plan.micro_batch_size]
-    for mb in sorted(smaller, reverse=True):
-        yield dataclasses.replace(plan, micro_batch_size=mb)
-    order = [rc for rc in space.recompute if rc.value in ("selective", "full")]
-    for rc in sorted(order, key=lambda x: x.value != "selective"):
-        if rc != plan.recompute:
+    if plan.dp > 1 and not plan.distributed_optimizer and True in space.distributed_optimizer:
+        plan = dataclasses.replace(plan, distributed_optimizer=True)
+        yield plan
+    if plan.tp > 1 and not plan.sequence_parallel and True in space.sequence_parallel:
+        plan = dataclasses.replace(plan, sequence_parallel=True)
+        yield plan
+    for mb in sorted((m for m in space.micro_batch_sizes if m < plan.micro_batch_size), reverse=True):
+        plan = dataclasses.replace(plan, micro_batch_size=mb)
+        yield plan
+    for name in ("selective", "full"):
+        rc = next((r for r in space.recompute if r.value == name), None)
+        if rc is not None and rc != plan.recompute:
             yield dataclasses.replace(plan, recompute=rc)
 
 
