@@ -26,11 +26,11 @@ class PrepareSharedStores(Callback):
 
         tracking = OmegaConf.select(config, "tracking", default=None)
         if self.mlflow and tracking is not None and bool(tracking.get("enabled", False)):
-            from vtrain.casestudies.tracking import prepare_mlflow_db, tracking_uri
+            from vtrain.tracking.store import prepare_store, tracking_uri
 
             uri = tracking_uri(tracking)
             try:
-                prepare_mlflow_db(uri)
+                prepare_store(uri)
                 log.info(f"MLflow tracking store ready: {uri}")
             except Exception as exc:  # never block the sweep; jobs report their own errors
                 log.warning(f"could not prepare the MLflow store {uri}: {exc}")

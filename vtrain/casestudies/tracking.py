@@ -1,9 +1,8 @@
 """A small MLflow logger for the case studies (self-contained: ``MlflowClient`` only; mlflow is
 imported lazily so the studies run without it when ``tracking.enabled=false``).
 
-Default store: ``sqlite:///<cwd>/outputs/mlflow.db``, artifacts next to it in ``outputs/mlartifacts``.
-Several processes creating one new SQLite store race on its schema migration, so a multirun creates
-it once up front (:func:`prepare_mlflow_db`, called by :mod:`vtrain.hydra_callbacks`).
+The store (default ``sqlite:///<cwd>/outputs/mlflow.db``) and its one-time preparation are shared
+with the search: :mod:`vtrain.tracking.store`.
 """
 from __future__ import annotations
 
@@ -12,37 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
-MLFLOW_DB = Path("outputs") / "mlflow.db"
-
-
-def default_tracking_uri(cwd: Optional[Path] = None) -> str:
-    return f"sqlite:///{(Path(cwd or Path.cwd()) / MLFLOW_DB).resolve()}"
-
-
-def tracking_uri(tracking_cfg: Any) -> str:
-    uri = tracking_cfg.get("uri") if tracking_cfg is not None else None
-    return str(uri) if uri else default_tracking_uri()
-
-
-def _sqlite_path(uri: str) -> Optional[Path]:
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):])
-    return None
-
-
-def prepare_mlflow_db(uri: str) -> None:
-    """Create (or migrate) the tracking store once, before parallel jobs use it."""
-    path = _sqlite_path(uri)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    from mlflow.tracking import MlflowClient
-
-    MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-
-
-def _artifact_root(uri: str) -> Optional[str]:
-    path = _sqlite_path(uri)
-    return (path.parent / "mlartifacts").resolve().as_uri() if path is not None else None
+from vtrain.tracking.store import artifact_root, prepare_store, tracking_uri
 
 
 def _experiment_id(client: Any, name: str, uri: str) -> str:
@@ -50,7 +19,7 @@ def _experiment_id(client: Any, name: str, uri: str) -> str:
     if exp is not None:
         return str(exp.experiment_id)
     try:
-        return str(client.create_experiment(name, artifact_location=_artifact_root(uri)))
+        return str(client.create_experiment(name, artifact_location=artifact_root(uri)))
     except Exception:  # another job created it in between
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -78,7 +47,7 @@ def log_study(tracking_cfg: Any, experiment: str, run_name: str, params: Dict[st
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri(tracking_cfg)
-    prepare_mlflow_db(uri)
+    prepare_store(uri)
     client = MlflowClient(tracking_uri=uri)
     exp_id = _experiment_id(client, experiment, uri)
     now = int(time.time() * 1000)

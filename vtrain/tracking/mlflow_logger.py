@@ -23,9 +23,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from vtrain.errors import VtrainError
 from vtrain.search.records import SearchResult, TrialRecord
-from vtrain.tracking import sqlite_wal
+from vtrain.tracking.store import artifact_root, prepare_store, tracking_uri
 
-MLFLOW_DB = Path("outputs") / "mlflow.db"
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 CHILD_METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
 
@@ -53,36 +52,8 @@ class Tracked:
         return None if self.uri.startswith("http") else f"mlflow ui --backend-store-uri {self.uri}"
 
 
-def tracking_uri(tracking: Any) -> str:
-    return str(tracking.uri) if tracking.uri else f"sqlite:///{MLFLOW_DB.resolve()}"
-
-
 def experiment_name(tracking: Any, result: SearchResult) -> str:
     return str(tracking.experiment_name or f"vtrain/{result.model}/{result.cluster}")
-
-
-def _artifact_root(uri: str, name: str) -> Optional[str]:
-    path = sqlite_wal.sqlite_path(uri)
-    if path is None:
-        return None  # a server decides (mlflow-artifacts:/ proxied uploads)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    return (path.parent / "mlartifacts" / safe).resolve().as_uri()
-
-
-def prepare_store(uri: str) -> None:
-    """Create or upgrade the SQLite schema once, under an exclusive file lock (no-op for servers)."""
-    sqlite_wal.install()
-    path = sqlite_wal.sqlite_path(uri)
-    if path is None:
-        return
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))  # runs MLflow's migrations if needed
 
 
 def _client(uri: str, timeout_s: int) -> Any:
@@ -191,7 +162,7 @@ def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], u
     client = _client(uri, timeout_s)
     exp = client.get_experiment_by_name(exp_name)
     exp_id = exp.experiment_id if exp is not None else client.create_experiment(
-        exp_name, artifact_location=_artifact_root(uri, exp_name))
+        exp_name, artifact_location=artifact_root(uri, exp_name))
     pid, done = _parent(client, exp_id, result)
 
     config_yaml = out_dir / "config.yaml"
