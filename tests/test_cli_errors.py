@@ -64,3 +64,13 @@ def test_simulate_writes_report_and_timeline(tmp_path):
     trace = json.loads((tmp_path / "run" / "timeline.json").read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
     assert "vtrain" in (tmp_path / "run" / ".hydra" / "hydra.yaml").read_text()
+
+
+def test_multirun_bad_job_fails_alone(tmp_path):
+    """In a sweep, a job with bad input fails (its one line on stderr) and the other jobs still run."""
+    proc = run_cli(["-m", *BASE, "parallelism.tp=5,8", "parallelism.pp=16", "parallelism.dp=8",
+                    "tracking.enabled=false"], tmp_path)
+    assert proc.returncode != 0
+    assert "vtrain: error: tp=5 must divide attention heads=96" in proc.stderr
+    reports = list((tmp_path / "outputs" / "multirun").rglob("report.json"))
+    assert len(reports) == 1  # the tp=8 job

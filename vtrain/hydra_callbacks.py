@@ -43,39 +43,3 @@ class PrepareSharedStores(Callback):
                 log.info(f"Optuna storage ready: {storage}")
             except Exception as exc:
                 log.warning(f"could not prepare the Optuna storage {storage}: {exc}")
-
-
-
-class JobInputError(Exception):
-    """A multirun job's one-line input error, raised so that the launcher records the job as failed."""
-
-
-class MultirunJobErrors(Callback):
-    """In a multirun job, vtrain's one-line input error fails *that job* instead of exiting the process.
-
-    ``vtrain.cli.main`` ends a bad input with ``sys.exit(2)``. Inside a submitit job ``SystemExit``
-    escapes submitit's wrapper without writing a result file; on a SLURM cluster without job
-    accounting (no ``sacct``, like the single-node CI cluster) the launcher then waits forever, and
-    with Hydra's basic launcher the whole sweep stops at the first bad job. Here the job prints the
-    line to stderr as usual and raises :class:`JobInputError`; Hydra records a failed job and the
-    launcher reports it. Single runs are untouched (still one line, exit code 2)."""
-
-    def on_job_start(self, config: DictConfig, *, task_function: Any = None, **kwargs: Any) -> None:
-        from hydra.types import RunMode
-
-        if config.hydra.mode != RunMode.MULTIRUN:
-            return
-        import sys
-
-        import vtrain.cli.main as cli
-
-        def fail(message: str) -> None:
-            print(f"vtrain: error: {message}", file=sys.stderr)
-            raise JobInputError(f"vtrain: error: {message}")
-
-        cli.fail = fail  # type: ignore[assignment]
-        # submitit pickles the undecorated task function by value (the module attribute is Hydra's
-        # wrapper), so its globals are a copy: patch the ones the job will actually run with
-        task_globals = getattr(task_function, "__globals__", None)
-        if isinstance(task_globals, dict) and "fail" in task_globals:
-            task_globals["fail"] = fail

@@ -56,12 +56,30 @@ def _run(cfg: DictConfig) -> int:
     return int(module.run(cfg, out_dir) or 0)
 
 
+class JobInputError(Exception):
+    """A multirun job's one-line input error: raised (not exited) so the launcher records that job as
+    failed and the sweep goes on. ``sys.exit`` inside a submitit job leaves no result file, and a SLURM
+    without job accounting then waits for it forever."""
+
+
+def _in_multirun() -> bool:
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except Exception:
+        return False
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> int:
     try:
         return _run(cfg)
     except VtrainError as err:
         _remove_empty_run_dir()
+        if _in_multirun():
+            print(f"vtrain: error: {err}", file=sys.stderr)
+            raise JobInputError(f"vtrain: error: {err}") from None
         fail(str(err))
     except KeyboardInterrupt:
         fail("interrupted")
