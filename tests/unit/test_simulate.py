@@ -97,3 +97,14 @@ def test_trace_and_fast_path_agree(gpt175b_cfg, overlap):
         traced, trace = simulate_workload(wi, cm, keep_trace=True)
         assert trace is not None
         assert fast.iteration_time_s == pytest.approx(traced.iteration_time_s, rel=1e-12)
+
+
+def test_core_import_path_pulls_no_heavy_packages():
+    """simulate() must be usable anywhere: no torch, mlflow or optuna on its import path."""
+    import subprocess
+    import sys
+
+    code = ("import sys, vtrain.api, vtrain.sim.simulator, vtrain.config.build; "
+            "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'mlflow', 'optuna')]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
