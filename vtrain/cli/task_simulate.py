@@ -1,4 +1,5 @@
-"""task=simulate: one plan, printed, with report.json and timeline.json in the run directory."""
+"""task=simulate: one plan, printed, with report.json, timeline.json (Chrome trace) and timeline.png
+(Gantt chart) in the run directory."""
 from __future__ import annotations
 
 import json
@@ -6,13 +7,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from vtrain.cli.format import render_report
+from vtrain.cli.format import plan_label, render_report
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.api import simulate_with_trace
     from vtrain.cli.profiles import profile_for
-    from vtrain.timeline import chrome_trace
+    from vtrain.timeline import chrome_trace, plot_timeline
 
     report, trace = simulate_with_trace(cfg, profile=profile_for(cfg))
     print(render_report(report))
@@ -20,5 +21,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     (out_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
     assert trace is not None
     (out_dir / "timeline.json").write_text(json.dumps(chrome_trace(trace)))
-    print(f"wrote {out_dir / 'report.json'} and {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev)")
+    plot_timeline(trace, str(out_dir / "timeline.png"), f"{report.model} on {report.cluster}: "
+                  f"{plan_label(report.plan)}, {report.iteration_time_s:.2f} s per iteration")
+    print(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
+          f"and {out_dir / 'timeline.png'}")
     return 0
