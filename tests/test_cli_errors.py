@@ -63,6 +63,7 @@ def test_simulate_writes_report_and_timeline(tmp_path):
     assert report["gpus_used"] == 1024 and report["fits"] in (True, False)
     trace = json.loads((tmp_path / "run" / "timeline.json").read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+    assert (tmp_path / "run" / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "vtrain" in (tmp_path / "run" / ".hydra" / "hydra.yaml").read_text()
 
 
