@@ -20,10 +20,6 @@ class StageBreakdown:
     layers: int
     params: float
 
-    def __add__(self, other: "StageBreakdown") -> "StageBreakdown":  # for averages
-        return StageBreakdown(-1, *(getattr(self, f.name) + getattr(other, f.name)
-                                    for f in dataclasses.fields(self)[1:]))
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryBreakdown:

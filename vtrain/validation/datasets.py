@@ -33,12 +33,7 @@ def single_node_workloads(cluster_cfg: Any, path: Path | None = None) -> Tuple[L
 
     rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]))
     load = functools.lru_cache(maxsize=None)(load_gpu_config)
-    cfg = {"cluster": cluster_cfg}
-
-    class _Cfg(dict):
-        __getattr__ = dict.__getitem__
-
-    ws = [row_workload(r, _Cfg(cfg), load) for r in rows]
+    ws = [row_workload(r, cluster_cfg, load) for r in rows]
     measured = np.array([float(r.get("iteration_time_ms")) for r in rows]) / 1e3
     return ws, measured, rows
 

@@ -58,8 +58,9 @@ def _enum(row: MeasuredRow, key: str, enum: Any, default: Any) -> Any:
                           f"(one of {', '.join(e.value for e in enum)})") from None
 
 
-def row_workload(row: MeasuredRow, cfg: Any, load_gpu: Callable[[str], Any], base_usd: float = 0.0) -> Workload:
-    """The workload of one measured row. Raises ConfigError (the skip reason) when unsupported."""
+def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any], base_usd: float = 0.0) -> Workload:
+    """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs). Raises
+    ConfigError (the skip reason) when unsupported."""
     hidden = _int(row, "hidden_size")
     heads = _int(row, "num_heads")
     seq = _int(row, "seq_len")
@@ -91,9 +92,8 @@ def row_workload(row: MeasuredRow, cfg: Any, load_gpu: Callable[[str], Any], bas
         overlap_grad_reduce=_bool(row, "overlap_grad_reduce", False),
         precision=_enum(row, "precision", Precision, Precision.FP16),
         flash_attention=_bool(row, "flash_attention", False))
-    gpu_name = row.get("gpu") or str(cfg.cluster.gpu)
+    gpu_name = row.get("gpu") or str(cluster_cfg.gpu)
     gpu = gpu_spec(load_gpu(gpu_name))
-    cluster_cfg = cfg.cluster
     gpn = row.get("gpus_per_node")
     cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
     if gpn is not None:

@@ -38,7 +38,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, load_gpu: Callable[[str
                                                           "is not a number"))
             continue
         try:
-            w = row_workload(row, cfg, load_gpu)
+            w = row_workload(row, cfg.cluster, load_gpu)
             if gpu_override is not None:
                 from dataclasses import replace
 

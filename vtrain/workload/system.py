@@ -1,7 +1,7 @@
 """The system: one GPU type and the two network tiers of a cluster (as data, after Calculon)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 GIB = 2**30  # binary gibibyte, for capacities
@@ -48,7 +48,6 @@ class ClusterSpec:
     num_nodes: int
     intra_node: NetworkTier
     inter_node: NetworkTier
-    extra: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def num_gpus(self) -> int:
