@@ -206,16 +206,20 @@ def build_stage_costs(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec
         backward.append(tuple(b_row))
         params.append(tuple(p_row))
 
-    act_bytes = plan.micro_batch_size * plan.seq_len * model.hidden_size * plan.dtype_bytes
-    if plan.sequence_parallel:
-        act_bytes //= t
+    # Each TP rank sends only its 1/t slice of the activation and the receiving stage all-gathers it over
+    # NVLink (Megatron's scatter/gather optimisation, Narayanan et al. SC'21, Sec. 4.1); with sequence
+    # parallelism the activation is already sharded and needs no gather.
+    act_bytes = float(plan.micro_batch_size * plan.seq_len * model.hidden_size * plan.dtype_bytes)
+    gather_s = 0.0
+    if t > 1 and not plan.sequence_parallel:
+        gather_s = cost.collective_time_s(Collective("p2p.gather", CollectiveKind.ALL_GATHER, act_bytes, Group.TP, t),
+                                          tp_where)
+    msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
     p2p_f: List[float] = [0.0] * (p * v)
     p2p_b: List[float] = [0.0] * (p * v)
-
-    msg = Collective("p2p", CollectiveKind.P2P, float(act_bytes), Group.PP, 2)
     for q in range(1, p * v):
         src, dst = (q - 1) % p, q % p
         where = GroupPlacement(2, 1 if p2p_crosses_node(plan, cluster, src, dst) else 2)
-        p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, where)
+        p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, where) + gather_s
     return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b), tuple(params),
                       word_emb if (model.tied_embeddings and p > 1) else 0.0)
