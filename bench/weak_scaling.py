@@ -6,15 +6,12 @@ Assumptions for what the table leaves unstated: see vtrain/validation/weak_scali
 """
 from __future__ import annotations
 
-from vtrain import compose
-from vtrain.config.build import build_workload
 from vtrain.validation.datasets import data_path
-from vtrain.validation.weak_scaling import predict, read_weak_scaling
+from vtrain.validation.weak_scaling import predict, read_weak_scaling, weak_scaling_cluster
 
 
 def main() -> None:
-    cfg = compose(["+model=gpt175b", "+cluster=a100x3360", "parallelism.tp=8", "parallelism.pp=8", "parallelism.dp=1"])
-    cluster = build_workload(cfg).cluster
+    cluster = weak_scaling_cluster()
     print("| model | GPUs | (t,p,d) | mb | chunks | published TFLOP/s | predicted | error |")
     print("|---|---|---|---|---|---|---|---|")
     errors = []

@@ -15,11 +15,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from vtrain.calibration.fit import BOUNDS, Dataset, fit_constants, leave_one_group_out, mape_pct, predict_s
-from vtrain.config.build import build_workload
-from vtrain.config.compose import CONF_DIR, compose, require_group
+from vtrain.config.compose import CONF_DIR, require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.datasets import resolve_dataset, single_node_workloads, weak_scaling_workloads
 from vtrain.validation.metrics import summarise
+from vtrain.validation.weak_scaling import weak_scaling_cluster
 
 GROUPS = {
     "hidden_size": lambda w: w.model.hidden_size,
@@ -48,9 +48,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         raise ConfigError(f"calibrate.folds={folds} is not one of {', '.join([*GROUPS, 'weak_scaling', 'none'])}")
     path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
     single, single_s, _ = single_node_workloads(cfg.cluster, path)
-    big = compose(["+model=gpt175b", "+cluster=a100x3360", "parallelism.tp=8", "parallelism.pp=8",
-                   "parallelism.dp=1", f"+gpu={cfg.cluster.gpu}"])
-    weak, weak_s, _ = weak_scaling_workloads(build_workload(big).cluster)
+    weak, weak_s, _ = weak_scaling_workloads(weak_scaling_cluster(str(cfg.cluster.gpu)))
     datasets = [Dataset("single_node", single, single_s), Dataset("weak_scaling", weak, weak_s)]
     base = single[0].cluster.gpu
     max_evals = int(cfg.extra.get("max_evals", 300))

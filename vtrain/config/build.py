@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from vtrain.config.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
+from vtrain.config.enums import CostModelKind, NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.config.validate import check_choice, check_enums, check_model, check_plan, check_positive, require
 from vtrain.errors import ConfigError
 from vtrain.workload.model import ModelSpec
@@ -138,5 +138,5 @@ def build_workload(cfg: Any) -> Workload:
     tokens = float(_get(cfg.training, "tokens_to_train"))
     check_positive(**{"training.tokens_to_train": tokens})
     cost_kind = str(_get(cfg.cost, "model"))
-    check_choice("cost.model", cost_kind, ["analytical", "profile", "auto"])
+    check_choice("cost.model", cost_kind, [k.value for k in CostModelKind])
     return Workload(model, plan, cluster, float(prices[gpu.name]), tokens, cost_kind)

@@ -20,17 +20,23 @@ def require_group(cfg: DictConfig, group: str) -> None:
         raise ConfigError(f"{group} is not set: add +{group}=<name>, one of: {', '.join(group_options(group))}")
 
 
+def load_group_config(group: str, name: str, schema: type) -> DictConfig:
+    """The ``group/name.yaml`` config merged over its schema dataclass (typed, checked), without
+    composing a whole run config."""
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{group}={name} is unknown; one of: {', '.join(group_options(group))}")
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+    except Exception as exc:
+        raise ConfigError(f"{group}/{name}.yaml: {str(exc).splitlines()[0]}") from None
+
+
 def load_gpu_config(name: str) -> DictConfig:
-    """The gpu/ config ``name`` merged over the GpuConfig schema (typed, checked)."""
+    """The gpu/ config ``name`` merged over the GpuConfig schema."""
     from vtrain.config.schema import GpuConfig
 
-    path = CONF_DIR / "gpu" / f"{name}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"gpu={name} is unknown; one of: {', '.join(group_options('gpu'))}")
-    try:
-        return OmegaConf.merge(OmegaConf.structured(GpuConfig), OmegaConf.load(path))
-    except Exception as exc:
-        raise ConfigError(f"gpu/{name}.yaml: {str(exc).splitlines()[0]}") from None
+    return load_group_config("gpu", name, GpuConfig)
 
 
 def resolve(cfg: DictConfig) -> DictConfig:

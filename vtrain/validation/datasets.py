@@ -38,9 +38,12 @@ def single_node_workloads(cluster_cfg: Any, path: Path | None = None) -> Tuple[L
     return ws, measured, rows
 
 
-def weak_scaling_workloads(cluster: Any) -> Tuple[List[Any], np.ndarray, List[Any]]:
-    """(workloads, published iteration seconds, rows) of the Megatron-LM weak-scaling table."""
-    from vtrain.validation.weak_scaling import read_weak_scaling, row_workload
+def weak_scaling_workloads(cluster: Any = None) -> Tuple[List[Any], np.ndarray, List[Any]]:
+    """(workloads, published iteration seconds, rows) of the Megatron-LM weak-scaling table, on
+    ``cluster`` (default: :func:`vtrain.validation.weak_scaling.weak_scaling_cluster`)."""
+    from vtrain.validation.weak_scaling import read_weak_scaling, row_workload, weak_scaling_cluster
+
+    cluster = cluster or weak_scaling_cluster()
     from vtrain.workload.model import megatron_flops_per_iteration
 
     rows = read_weak_scaling(data_path(SHIPPED["megatron_2021_weak_scaling"]))

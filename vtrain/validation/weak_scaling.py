@@ -81,6 +81,16 @@ def row_workload(row: WeakScalingRow, cluster: ClusterSpec, micro_batch: Optiona
     return Workload(model, plan, replace(cluster, num_nodes=max(nodes, cluster.num_nodes)), 0.0, 1.0, "analytical")
 
 
+def weak_scaling_cluster(gpu: str | None = None) -> ClusterSpec:
+    """The DGX A100 cluster of the table (``cluster/a100x3360``), optionally with another ``gpu/``."""
+    from vtrain.config.build import cluster_spec, gpu_spec
+    from vtrain.config.compose import load_gpu_config, load_group_config
+    from vtrain.config.schema import ClusterConfig
+
+    cfg = load_group_config("cluster", "a100x3360", ClusterConfig)
+    return cluster_spec(cfg, gpu_spec(load_gpu_config(gpu or str(cfg.gpu))))
+
+
 def predict(row: WeakScalingRow, cluster: ClusterSpec) -> WeakScalingResult:
     w = row_workload(row, cluster)
     report, _ = simulate_workload(w, AnalyticalCostModel(w.cluster, "fp16"))
