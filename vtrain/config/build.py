@@ -43,7 +43,8 @@ def model_spec(m: Any) -> ModelSpec:
             gated_mlp=bool(_get(m, "gated_mlp")), norm=NormType(_get(m, "norm")),
             position_embedding=PositionEmbedding(_get(m, "position_embedding")),
             use_bias=bool(_get(m, "use_bias")), dropout=float(_get(m, "dropout")),
-            vocab_size=int(_get(m, "vocab_size")), tied_embeddings=bool(_get(m, "tied_embeddings")),
+            vocab_size=int(_get(m, "vocab_size")), vocab_divisible_by=int(_get(m, "vocab_divisible_by")),
+            tied_embeddings=bool(_get(m, "tied_embeddings")),
             max_seq_len=int(_get(m, "max_seq_len")))
     except ConfigError:
         raise
@@ -70,6 +71,7 @@ def gpu_spec(g: Any) -> GpuSpec:
         memory_efficiency=float(_get(g, "memory_efficiency")),
         kernel_time_s=float(_get(g, "kernel_time_s")),
         host_time_per_kernel_s=float(_get(g, "host_time_per_kernel_s")),
+        host_time_per_collective_s=float(_get(g, "host_time_per_collective_s")),
         optimizer_bytes_per_param=float(_get(g, "optimizer_bytes_per_param")),
         iteration_overhead_s=float(_get(g, "iteration_overhead_s")),
         microbatch_overhead_s=float(_get(g, "microbatch_overhead_s")),

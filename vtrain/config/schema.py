@@ -29,6 +29,7 @@ class ModelConfig:
     use_bias: bool = True
     dropout: float = 0.1  # hidden and attention dropout probability (0: no dropout kernels)
     vocab_size: int = 50257
+    vocab_divisible_by: int = 128  # Megatron pads the vocab to a multiple of this x tp (0: no padding)
     tied_embeddings: bool = True
     max_seq_len: int = 2048
 
@@ -51,6 +52,7 @@ class GpuConfig:
     memory_efficiency: float = 0.7  # fraction of HBM bandwidth reached by element-wise kernels
     kernel_time_s: float = 4.0e-6  # minimum GPU time of one kernel (launch + tail)
     host_time_per_kernel_s: float = 12.0e-6  # host (Python + launch) time to issue one kernel
+    host_time_per_collective_s: float = 0.0  # extra host time per TP collective (autograd op + NCCL enqueue)
     optimizer_bytes_per_param: float = 40.0  # HBM traffic of the mixed-precision Adam step
     iteration_overhead_s: float = 0.0  # fixed host time per iteration (logging, sync, loss scale)
     microbatch_overhead_s: float = 0.0  # host time per micro-batch per model chunk (forward call, loss)

@@ -7,10 +7,15 @@ Calculon's efficiency tables, reduced to one constant). Batched attention GEMMs 
 further factor ``attention_efficiency``; a GEMM with a dimension that is not a multiple of 16 bytes
 (e.g. an unpadded vocabulary of 50,257) misses cuBLAS's aligned tensor-core kernels and runs at a
 factor ``gemm_misaligned_efficiency`` (NVIDIA, "Matrix Multiplication Background User's Guide",
-Tensor Core requirements). Memory-bound ops move their bytes at eta_mem · HBM bw.
+Tensor Core requirements). The penalty is graded by the alignment a (the largest of 8, 4, 2, 1 elements
+that divides every dimension): CUTLASS/cuBLAS kernels load 16, 8, 4 or 2 bytes per access for
+a = 8, 4, 2, 1, so each halving of the load width costs the same factor and
+eta_align(a) = gemm_misaligned_efficiency ** (log2(8 / a) / 3) (1 at a = 8, the full penalty at a = 1).
+Memory-bound ops move their bytes at eta_mem · HBM bw.
 """
 from __future__ import annotations
 
+import math
 from typing import FrozenSet
 
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
@@ -18,6 +23,14 @@ from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
 from vtrain.workload.system import ClusterSpec
 
 TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS fp16 tensor-core tile
+
+
+def alignment_elements(*dims: int, widest: int = 8) -> int:
+    """The largest power of two up to ``widest`` elements that divides every dimension."""
+    a = widest
+    while a > 1 and any(d % a for d in dims):
+        a //= 2
+    return a
 
 
 def wave_efficiency(m: int, n: int, batch: int, sms: int) -> float:
@@ -45,6 +58,7 @@ class AnalyticalCostModel:
         self.attn_eff = gpu.attention_efficiency
         self.kernel_s = gpu.kernel_time_s
         self.host_s = gpu.host_time_per_kernel_s
+        self.host_coll_s = gpu.host_time_per_collective_s
         self.opt_bytes = gpu.optimizer_bytes_per_param
 
     def _g(self, d: float) -> float:
@@ -54,8 +68,9 @@ class AnalyticalCostModel:
         eta = self.eta_max * self._g(op.m) * self._g(op.n) * self._g(op.k)
         if self.wave:
             eta *= wave_efficiency(op.m, op.n, op.batch, self.sms)
-        if op.m % self.align or op.n % self.align or op.k % self.align:
-            eta *= self.misaligned
+        a = alignment_elements(op.m, op.n, op.k, widest=self.align)
+        if a < self.align:
+            eta *= self.misaligned ** (math.log2(self.align / a) / math.log2(self.align))
         return eta * self.attn_eff if op.attention else eta
 
     def compute_time_s(self, op: ComputeOp) -> float:
@@ -69,6 +84,9 @@ class AnalyticalCostModel:
 
     def host_time_s(self, kernels: int) -> float:
         return kernels * self.host_s
+
+    def collective_host_time_s(self, op: Collective) -> float:
+        return op.kernels * self.host_s + self.host_coll_s
 
     def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
         return collective_time_s(op.kind, op.bytes, where, self.cluster)

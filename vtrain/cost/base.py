@@ -21,6 +21,9 @@ class CostModel(Protocol):
     def host_time_s(self, kernels: int) -> float:
         """Host (framework + launch) time to issue ``kernels`` kernels."""
 
+    def collective_host_time_s(self, op: Collective) -> float:
+        """Host time to issue one collective (its kernels plus the framework's wrapper and NCCL enqueue)."""
+
     def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
         """Time of one collective over the placed group."""
 

@@ -218,6 +218,9 @@ class ProfiledCostModel:
         meta = self.profile.meta
         return 0.0 if meta.host_included else kernels * meta.host_time_per_kernel_s
 
+    def collective_host_time_s(self, op: Collective) -> float:
+        return self.host_time_s(op.kernels)
+
     def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
         """Measured table for (kind, group size, nodes) when one exists; the analytical network model
         otherwise (out of a table's byte range: reported as extrapolated; no table: not reported,

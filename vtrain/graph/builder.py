@@ -186,7 +186,7 @@ def build_embedding(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
         fwd.append(MemoryOp("embedding.dropout", 3 * act / (t if plan.sequence_parallel else 1)))
     comm = _TpComm(plan, tokens, h)
     fwd += comm.exit("embedding")
-    table = float(-(-model.vocab_size // t) * h * dt)
+    table = float(model.vocab_shard(t) * h * dt)
     bwd: List[Op] = [*comm.exit_backward("embedding"), MemoryOp("embedding.grad", 2 * act + table, 2)]
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
@@ -194,7 +194,7 @@ def build_embedding(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
 def build_head(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
     """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy (Megatron's vocab-parallel CE)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
-    h, v = model.hidden_size, -(-model.vocab_size // t)  # vocab shard (rounded up)
+    h, v = model.hidden_size, model.vocab_shard(t)  # padded vocab shard
     tokens = b * s
     local = tokens // t if plan.sequence_parallel else tokens
     act = float(local * h * dt)

@@ -58,12 +58,12 @@ class TransformerLM(nn.Module):
         super().__init__()
         h = spec.hidden_size
         self.spec, self.flash = spec, flash
-        self.word = nn.Parameter(torch.randn(spec.vocab_size, h) * 0.02)
+        self.word = nn.Parameter(torch.randn(spec.vocab_shard(1), h) * 0.02)
         self.learned_pos = str(spec.position_embedding.value) == "learned"
         self.pos = nn.Parameter(torch.randn(spec.max_seq_len, h) * 0.02) if self.learned_pos else None
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
         self.final_w, self.final_b = _norm_params(h, str(spec.norm.value))
-        self.out = None if spec.tied_embeddings else nn.Parameter(torch.randn(spec.vocab_size, h) * 0.02)
+        self.out = None if spec.tied_embeddings else nn.Parameter(torch.randn(spec.vocab_shard(1), h) * 0.02)
         self._cache: Dict[Any, Any] = {}
 
     def _tables(self, s: int, x: torch.Tensor) -> Tuple[Optional[Tuple[torch.Tensor, torch.Tensor]],

@@ -139,8 +139,8 @@ def _memory_forward(name: str, pt: Point, grad: bool) -> Tuple[Callable[[], torc
         x = pt.rand(b * pt.heads, s, s, grad=grad)
         return (lambda: torch.nn.functional.dropout(x, m.dropout)), [x]
     if name == "embedding.lookup":
-        table = pt.rand(m.vocab_size // pt.t, h, grad=grad)
-        tok = torch.randint(0, m.vocab_size // pt.t, (b, s), device=pt.dev)
+        table = pt.rand(m.vocab_shard(pt.t), h, grad=grad)
+        tok = torch.randint(0, m.vocab_shard(pt.t), (b, s), device=pt.dev)
         return (lambda: torch.nn.functional.embedding(tok, table)), [table]
     if name == "embedding.position":
         x, pos = pt.rand(b, s, h, grad=grad), pt.rand(m.max_seq_len, h, grad=grad)
@@ -149,8 +149,8 @@ def _memory_forward(name: str, pt: Point, grad: bool) -> Tuple[Callable[[], torc
         x = pt.rand(b, s, h, grad=grad)
         return (lambda: torch.nn.functional.dropout(x, m.dropout)), [x]
     if name == "embedding.grad":  # backward of lookup (+ positions): dense table gradient
-        table = pt.rand(m.vocab_size // pt.t, h, grad=True)
-        tok = torch.randint(0, m.vocab_size // pt.t, (b, s), device=pt.dev)
+        table = pt.rand(m.vocab_shard(pt.t), h, grad=True)
+        tok = torch.randint(0, m.vocab_shard(pt.t), (b, s), device=pt.dev)
         learned = str(m.position_embedding.value) == "learned"
         pos = pt.rand(m.max_seq_len, h, grad=True) if learned else None
 
@@ -159,7 +159,7 @@ def _memory_forward(name: str, pt: Point, grad: bool) -> Tuple[Callable[[], torc
             return x + pos[:s] if pos is not None else x
         return emb, [t for t in (table, pos) if t is not None]
     if name == "cross_entropy":
-        v = m.vocab_size // pt.t
+        v = m.vocab_shard(pt.t)
         logits = pt.rand(b, s, v, grad=grad)
         labels = torch.randint(0, v, (b, s), device=pt.dev)
         return (lambda: L.cross_entropy(logits, labels)), [logits]
@@ -196,5 +196,5 @@ def largest_tensor_bytes(op: ComputeOp, pt: Point) -> float:
     if op.name.startswith("attn."):
         return float(pt.b * pt.heads * pt.s * pt.s * elem)
     if op.name.startswith("cross_entropy"):
-        return float(pt.b * pt.s * pt.model.vocab_size // pt.t * 4)
+        return float(pt.b * pt.s * pt.model.vocab_shard(pt.t) * 4)
     return float(getattr(op, "bytes", 0.0))

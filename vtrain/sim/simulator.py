@@ -125,7 +125,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
     layers_per_stage = model.num_layers // plan.pp
     act_layer = layer_activation_bytes(model, plan)
     w_b, g_b, o_b = state_bytes_per_param(plan)
-    logits_bytes = plan.micro_batch_size * plan.seq_len * model.vocab_size / plan.tp * (plan.dtype_bytes + 4)
+    logits_bytes = plan.micro_batch_size * plan.seq_len * model.vocab_shard(plan.tp) * (plan.dtype_bytes + 4)
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
 
     stages: List[StageBreakdown] = []

@@ -70,7 +70,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         num_kv_heads=_int(row, "num_kv_heads", heads), ffn_hidden_size=_int(row, "ffn_hidden_size", 4 * hidden),
         gated_mlp=_bool(row, "gated_mlp", False), norm=NormType.LAYERNORM,
         position_embedding=PositionEmbedding.LEARNED, use_bias=True, dropout=0.1,
-        vocab_size=_int(row, "vocab_size", 50257), tied_embeddings=True, max_seq_len=seq)
+        vocab_size=_int(row, "vocab_size", 50257), tied_embeddings=True, max_seq_len=seq,
+        vocab_divisible_by=_int(row, "vocab_divisible_by", 0))
     if model.gated_mlp:
         model = replace(model, norm=NormType.RMSNORM, position_embedding=PositionEmbedding.ROPE,
                         use_bias=False, dropout=0.0, tied_embeddings=False)

@@ -31,6 +31,19 @@ class ModelSpec:
     vocab_size: int
     tied_embeddings: bool
     max_seq_len: int
+    # Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128) times
+    # the TP degree, so every rank's shard fills aligned tensor-core tiles (Megatron-LM,
+    # _vocab_size_with_padding). 0: no padding, each rank holds vocab_size // tp rows (the sharded model
+    # of vTrain's measurements, VIA-Research/vTrain ShardedGptModel); the shard's alignment then sets the
+    # logits GEMM's efficiency (cost.analytical).
+    vocab_divisible_by: int = 128
+
+    def vocab_shard(self, tp: int) -> int:
+        """Vocabulary rows held by one TP rank (see ``vocab_divisible_by``)."""
+        if self.vocab_divisible_by <= 0:
+            return max(1, self.vocab_size // tp)
+        multiple = self.vocab_divisible_by * tp
+        return -(-self.vocab_size // multiple) * multiple // tp
 
     @property
     def head_dim(self) -> int:
@@ -63,11 +76,11 @@ class ModelSpec:
 
     def embedding_params(self) -> int:
         pos = self.max_seq_len * self.hidden_size if self.position_embedding == PositionEmbedding.LEARNED else 0
-        return self.vocab_size * self.hidden_size + pos
+        return self.vocab_shard(1) * self.hidden_size + pos  # padded rows, as Megatron allocates
 
     def output_params(self) -> int:
         """Final norm plus the output (logit) matrix when it is not tied to the embedding."""
-        out = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        out = 0 if self.tied_embeddings else self.vocab_shard(1) * self.hidden_size
         return self.norm_params() + out
 
     def total_params(self) -> int:

@@ -23,6 +23,7 @@ class GpuSpec:
     memory_efficiency: float
     kernel_time_s: float
     host_time_per_kernel_s: float
+    host_time_per_collective_s: float
     optimizer_bytes_per_param: float
     iteration_overhead_s: float
     microbatch_overhead_s: float
