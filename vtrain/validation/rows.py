@@ -1,7 +1,9 @@
 """Turn one measured row into a Workload: the row's model, plan and a cluster sized to its GPUs.
 
 Defaults are those of the vTrain measurements (Megatron-DeepSpeed, fp16, full recompute, 1F1B, GPT
-blocks with LayerNorm, GeLU, learned positions, tied embeddings, vocabulary 50257, no DP bucketing).
+blocks with LayerNorm, GeLU, learned positions, tied embeddings, vocabulary 50257, no DP bucketing),
+and an unpadded vocabulary (``vocab_divisible_by=0``: each TP rank holds 50257 // t rows; the measured
+output-layer times follow that shard's alignment, see README "Accuracy"; a column overrides it).
 ``schedule=interleaved`` without ``virtual_stages`` uses 2 model chunks per stage where layers divide.
 """
 from __future__ import annotations
