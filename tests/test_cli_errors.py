@@ -18,6 +18,7 @@ CASES = [
     (["parallelism.tp=0"], "parallelism.tp=0 must be a positive number"),
     (["parallelism.micro_batch_size=-1"], "micro_batch_size=-1 must be a positive number"),
     (["model.hidden_size=0"], "model.hidden_size=0 must be a positive number"),
+    (["model.vocab_divisible_by=-1"], "model.vocab_divisible_by=-1 must be >= 0"),
     (["parallelism.schedule=zigzag"], "parallelism.schedule=zigzag is not one of"),
 ]
 

@@ -38,6 +38,8 @@ def check_model(m: ModelSpec) -> None:
     require(m.num_heads % m.num_kv_heads == 0,
             f"model.num_kv_heads={m.num_kv_heads} must divide model.num_heads={m.num_heads}")
     require(0 <= m.dropout < 1, f"model.dropout={m.dropout} must be in [0, 1)")
+    require(m.vocab_divisible_by >= 0,
+            f"model.vocab_divisible_by={m.vocab_divisible_by} must be >= 0 (0: no vocabulary padding)")
 
 
 def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:

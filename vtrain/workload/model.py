@@ -40,7 +40,7 @@ class ModelSpec:
 
     def vocab_shard(self, tp: int) -> int:
         """Vocabulary rows held by one TP rank (see ``vocab_divisible_by``)."""
-        if self.vocab_divisible_by <= 0:
+        if self.vocab_divisible_by == 0:
             return max(1, self.vocab_size // tp)
         multiple = self.vocab_divisible_by * tp
         return -(-self.vocab_size // multiple) * multiple // tp
