@@ -55,6 +55,12 @@ class AnalyticalCostModel:
         self.sms = gpu.num_sms
         self.wave = True
         self.align = 16 // (2 if precision in ("fp16", "bf16") else 4)  # elements per 16-byte TC alignment
+        # eta_align for every alignment below the full one (a = align/2, align/4, ..., 1)
+        self.align_eff = {}
+        a = self.align // 2
+        while a >= 1:
+            self.align_eff[a] = self.misaligned ** (math.log2(self.align / a) / math.log2(self.align))
+            a //= 2
         self.attn_eff = gpu.attention_efficiency
         self.kernel_s = gpu.kernel_time_s
         self.host_s = gpu.host_time_per_kernel_s
@@ -70,7 +76,7 @@ class AnalyticalCostModel:
             eta *= wave_efficiency(op.m, op.n, op.batch, self.sms)
         a = alignment_elements(op.m, op.n, op.k, widest=self.align)
         if a < self.align:
-            eta *= self.misaligned ** (math.log2(self.align / a) / math.log2(self.align))
+            eta *= self.align_eff[a]
         return eta * self.attn_eff if op.attention else eta
 
     def compute_time_s(self, op: ComputeOp) -> float:
