@@ -1,17 +1,19 @@
 """Predicted vs published TFLOP/s per GPU for the Megatron-LM weak-scaling table (SC'21, Table 1).
 
-    python bench/weak_scaling.py
+    python bench/weak_scaling.py [gpu]      # gpu: a gpu/ config name (default: the cluster's, a100_80gb)
 
 Assumptions for what the table leaves unstated: see vtrain/validation/weak_scaling.py.
 """
 from __future__ import annotations
+
+import sys
 
 from vtrain.validation.datasets import data_path
 from vtrain.validation.weak_scaling import predict, read_weak_scaling, weak_scaling_cluster
 
 
 def main() -> None:
-    cluster = weak_scaling_cluster()
+    cluster = weak_scaling_cluster(sys.argv[1] if len(sys.argv) > 1 else None)
     print("| model | GPUs | (t,p,d) | mb | chunks | published TFLOP/s | predicted | error |")
     print("|---|---|---|---|---|---|---|---|")
     errors = []

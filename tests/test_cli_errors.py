@@ -45,6 +45,10 @@ def test_bad_plan(tmp_path, overrides, message):
     (["task=simulate", "+model=gpt175b"], "cluster is not set: add +cluster=<name>, one of:"),
     (["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "+gpu=tpu"], "gpu=tpu is unknown"),
     (["task=dance", "+model=gpt175b", "+cluster=a100x1024"], "task=dance is not one of"),
+    (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=weak"],
+     "calibrate.fit_on=weak is not one of joint, single_node"),
+    (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=single_node", "calibrate.folds=weak_scaling"],
+     "calibrate.folds=weak_scaling needs calibrate.fit_on=joint"),
 ])
 def test_unknown_names(tmp_path, args, message):
     proc = run_cli(args, tmp_path)

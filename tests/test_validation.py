@@ -72,3 +72,18 @@ def test_summary_line_format(cfg):
     assert re.fullmatch(r"MAPE: [\d.]+% \| median APE: [\d.]+% \| max APE: [\d.]+% \| within 10%: [\d.]+% \| "
                         r"n=10 \| skipped=0", line)
     assert np.isfinite(float(line.split("%")[0].split()[-1]))
+
+
+def test_single_node_only_fit_trades_large_scale_accuracy():
+    """gpu/a100_80gb_single_node holds the constants fitted to the single-node runs alone: better on them,
+    but it over-predicts every published weak-scaling row (README "Accuracy": why it is not the default)."""
+    from vtrain.validation.weak_scaling import predict, read_weak_scaling, weak_scaling_cluster
+
+    cfg_single = compose(["+cluster=vtrain_a100", "cluster.gpu=a100_80gb_single_node"], require=False)
+    rows = read_measurements(data_path("a100_single_node_iteration_times.csv"))[::8]
+    s = summary_of(validate_rows(rows, cfg_single, functools.lru_cache(None)(load_gpu_config)))
+    print(s.line())
+    assert s.n == 180 and s.mape_pct < 6.5  # recorded 5.61% on this sample (7.33% with the default constants)
+    cluster = weak_scaling_cluster("a100_80gb_single_node")
+    errors = [predict(r, cluster).error_pct for r in read_weak_scaling(data_path("megatron_2021_weak_scaling.csv"))]
+    assert min(errors) > 5.0  # recorded +9.8% .. +23.5% TFLOP/s/GPU

@@ -1,5 +1,6 @@
 """task=calibrate: fit the GPU's cost-model constants to the shipped measurements (A100: the 1,440
-single-node runs and the Megatron-LM weak-scaling table, equally weighted), report in-sample and
+single-node runs and the Megatron-LM weak-scaling table, equally weighted; calibrate.fit_on=single_node
+fits the single-node runs alone and reports the weak-scaling rows out of sample), report in-sample and
 leave-one-group-out cross-validated MAPE, and write the constants (calibrate.write=true updates
 conf/gpu/<gpu>.yaml in place).
 
@@ -21,6 +22,7 @@ from vtrain.validation.datasets import resolve_dataset, single_node_workloads, w
 from vtrain.validation.metrics import summarise
 from vtrain.validation.weak_scaling import weak_scaling_cluster
 
+FIT_ON = ("joint", "single_node")
 GROUPS = {
     "hidden_size": lambda w: w.model.hidden_size,
     "num_layers": lambda w: w.model.num_layers,
@@ -46,24 +48,34 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     folds = str(cfg.calibrate.folds)
     if folds not in GROUPS and folds not in ("none", "weak_scaling"):
         raise ConfigError(f"calibrate.folds={folds} is not one of {', '.join([*GROUPS, 'weak_scaling', 'none'])}")
+    fit_on = str(cfg.calibrate.fit_on)
+    if fit_on not in FIT_ON:
+        raise ConfigError(f"calibrate.fit_on={fit_on} is not one of {', '.join(FIT_ON)}")
+    if fit_on == "single_node" and folds == "weak_scaling":
+        raise ConfigError("calibrate.folds=weak_scaling needs calibrate.fit_on=joint (it holds out weak-scaling rows)")
     path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
     single, single_s, _ = single_node_workloads(cfg.cluster, path)
     weak, weak_s, _ = weak_scaling_workloads(weak_scaling_cluster(str(cfg.cluster.gpu)))
     datasets = [Dataset("single_node", single, single_s), Dataset("weak_scaling", weak, weak_s)]
+    if fit_on == "single_node":  # the weak-scaling rows are then only reported, out of sample
+        datasets = datasets[:1]
     base = single[0].cluster.gpu
     max_evals = int(cfg.extra.get("max_evals", 300))
-    print(f"fitting {len(BOUNDS)} constants of gpu={base.name} on {len(single)} single-node rows and "
-          f"{len(weak)} weak-scaling rows (Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
+    on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if len(datasets) > 1 else "")
+    print(f"fitting {len(BOUNDS)} constants of gpu={base.name} on {on} "
+          f"(Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
     fit = fit_constants(datasets, base, max_evals=max_evals)
     gpu = replace(base, **fit.constants)
     pred = predict_s(single, gpu)
-    result = {"gpu": base.name, "constants": fit.constants, "evaluations": fit.evaluations,
-              "in_sample": {"single_node": summarise(pred, single_s).line(),
-                            "weak_scaling_mape_pct": mape_pct(predict_s(weak, gpu), weak_s)}}
+    weak_mape = mape_pct(predict_s(weak, gpu), weak_s)
+    weak_key = "in_sample" if len(datasets) > 1 else "out_of_sample"
+    result = {"gpu": base.name, "fit_on": fit_on, "constants": fit.constants, "evaluations": fit.evaluations,
+              "in_sample": {"single_node": summarise(pred, single_s).line()}}
+    result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
     for k, v in fit.constants.items():
         print(f"  {k}: {v:.4g}")
     print(f"in-sample single-node: {result['in_sample']['single_node']}")
-    print(f"in-sample weak-scaling MAPE: {result['in_sample']['weak_scaling_mape_pct']:.2f}%")
+    print(f"{weak_key.replace('_', '-')} weak-scaling MAPE: {weak_mape:.2f}%")
     if folds == "weak_scaling":  # leave one published row out, keep every single-node run
         cv_pred, per_group = leave_one_group_out(datasets, 1, list(range(len(weak))), base,
                                                  max_evals=max(60, max_evals // 2))

@@ -164,7 +164,8 @@ class ValidateConfig:
 @dataclass
 class CalibrateConfig:
     data: Optional[str] = None
-    folds: str = "hidden_size"  # leave-one-group-out grouping column, or "kfold"
+    folds: str = "hidden_size"  # leave-one-group-out grouping: hidden_size|num_layers|shape|micro_batch|weak_scaling|none
+    fit_on: str = "joint"  # joint: single-node runs + weak-scaling rows, equally weighted | single_node: those runs only
     write: bool = False
 
 
