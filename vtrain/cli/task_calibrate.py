@@ -56,19 +56,20 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
     single, single_s, _ = single_node_workloads(cfg.cluster, path)
     weak, weak_s, _ = weak_scaling_workloads(weak_scaling_cluster(str(cfg.cluster.gpu)))
-    datasets = [Dataset("single_node", single, single_s), Dataset("weak_scaling", weak, weak_s)]
-    if fit_on == "single_node":  # the weak-scaling rows are then only reported, out of sample
-        datasets = datasets[:1]
+    joint = fit_on == "joint"  # else the weak-scaling rows are only reported, out of sample
+    datasets = [Dataset("single_node", single, single_s)]
+    if joint:
+        datasets.append(Dataset("weak_scaling", weak, weak_s))
     base = single[0].cluster.gpu
     max_evals = int(cfg.extra.get("max_evals", 300))
-    on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if len(datasets) > 1 else "")
+    on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if joint else "")
     print(f"fitting {len(BOUNDS)} constants of gpu={base.name} on {on} "
           f"(Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
     fit = fit_constants(datasets, base, max_evals=max_evals)
     gpu = replace(base, **fit.constants)
     pred = predict_s(single, gpu)
     weak_mape = mape_pct(predict_s(weak, gpu), weak_s)
-    weak_key = "in_sample" if len(datasets) > 1 else "out_of_sample"
+    weak_key = "in_sample" if joint else "out_of_sample"
     result = {"gpu": base.name, "fit_on": fit_on, "constants": fit.constants, "evaluations": fit.evaluations,
               "in_sample": {"single_node": summarise(pred, single_s).line()}}
     result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
