@@ -15,7 +15,6 @@ import yaml
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
-from vtrain.config.enums import Recompute, Schedule
 from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError, VtrainError
 from vtrain.search import outputs
@@ -23,6 +22,7 @@ from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
 from vtrain.search.run import prepare, run_search
 from vtrain.search.space import canonical, enumerate_plans, memory_lower_bound_bytes, plan_from_fields, plan_key
 from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.enums import Recompute, Schedule
 
 SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",
          "tracking.enabled=false"]

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from vtrain.config.build import Workload, build_workload
+from vtrain.config.build import build_workload
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.cost.base import CostModel
 from vtrain.report import Report
 from vtrain.sim.simulator import SimulationTrace, simulate_workload
+from vtrain.workload.workload import Workload
 
 
 def cost_model_for(w: Workload, profile: Any = None) -> CostModel:

@@ -5,6 +5,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, Tuple
 
+from vtrain.workload.plan import ParallelPlan
+
 
 @dataclass(frozen=True, slots=True)
 class StageBreakdown:
@@ -40,7 +42,7 @@ class Report:
     model: str
     cluster: str
     gpu: str
-    plan: Dict[str, Any]
+    plan: ParallelPlan
     iteration_time_s: float
     stages: Tuple[StageBreakdown, ...]
     peak_memory_bytes: float  # the largest over stages
@@ -68,5 +70,6 @@ class Report:
 
     def to_dict(self) -> Dict[str, Any]:
         d = dataclasses.asdict(self)
+        d["plan"] = self.plan.as_dict()
         d["breakdown"] = dataclasses.asdict(self.breakdown)
         return d

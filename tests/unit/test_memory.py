@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from vtrain.config.enums import NormType, PositionEmbedding, Recompute
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
+from vtrain.workload.enums import NormType, PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 

@@ -3,9 +3,9 @@ import random
 
 import pytest
 
-from vtrain.config.enums import Schedule
 from vtrain.sim.engine import run_pipeline
 from vtrain.sim.schedule import compile_schedule, stage_order
+from vtrain.workload.enums import Schedule
 
 
 def uniform(cs, tf, tb):

@@ -44,7 +44,7 @@ def test_gradient_accumulation_with_pp1_scales_with_microbatches():
             "training.seq_len=2048", "parallelism.sequence_parallel=false"]
     r1 = simulate(compose([*base, "training.global_batch_size=64", "parallelism.micro_batch_size=8"]))
     r4 = simulate(compose([*base, "training.global_batch_size=256", "parallelism.micro_batch_size=8"]))
-    assert r4.plan["num_microbatches"] == 4 * r1.plan["num_microbatches"] == 4
+    assert r4.plan.num_microbatches == 4 * r1.plan.num_microbatches == 4
     assert 3.0 < r4.iteration_time_s / r1.iteration_time_s < 4.1
 
 

@@ -14,10 +14,10 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from vtrain.config.build import Workload
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.system import GpuSpec
+from vtrain.workload.workload import Workload
 
 # name -> (lower, upper) plausible range
 BOUNDS: Dict[str, Tuple[float, float]] = {

@@ -12,15 +12,17 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from omegaconf import DictConfig, OmegaConf
 
-from vtrain.config.build import Workload, model_spec
+from vtrain.config.build import model_spec
 from vtrain.config.compose import CONF_DIR, group_options
-from vtrain.config.enums import Recompute
 from vtrain.config.validate import check_plan
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.enums import Recompute
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.workload import Workload
 
 T = TypeVar("T")
 GIB = 2**30
@@ -124,7 +126,9 @@ def best_plan(w: Workload, cost: CostModel, gpus: int, space: PlanSpace,
     return best
 
 
-def plan_str(plan: Dict[str, Any]) -> str:
+def plan_str(plan: Any) -> str:
+    if isinstance(plan, ParallelPlan):
+        plan = plan.as_dict()
     s = f"t{plan['tp']}·p{plan['pp']}·d{plan['dp']} mb{plan['micro_batch_size']}"
     return s + ("" if plan.get("recompute", "none") == "none" else f" rc={plan['recompute']}")
 

@@ -26,10 +26,10 @@ from vtrain.casestudies.common import (
     simulate,
     with_plan,
 )
-from vtrain.config.build import Workload
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
+from vtrain.workload.workload import Workload
 
 
 @dataclass
@@ -60,7 +60,7 @@ class PlanRow:
 
 
 def _row(r: Report, base: Optional[Report], is_base: bool) -> Dict[str, Any]:
-    p = r.plan
+    p = r.plan.as_dict()
     row: Dict[str, Any] = {
         "tp": p["tp"], "dp": p["dp"], "pp": p["pp"], "gpus": r.gpus_used, "micro_batches": p["num_microbatches"],
         "iteration_time_s": r.iteration_time_s, "time_to_train_days": r.time_to_train_s / DAY_S,
@@ -119,24 +119,24 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     if not reports:
         raise ConfigError(f"no valid (t,d,p) plan for {w.model.name} on ≤{max_gpus} GPUs with tp in {prm.tp}")
     key = (b.tp, b.dp, b.pp)
-    if not any((r.plan["tp"], r.plan["dp"], r.plan["pp"]) == key for r in reports):
+    if not any((r.plan.tp, r.plan.dp, r.plan.pp) == key for r in reports):
         reports.append(base)  # the baseline is outside the swept ranges: keep it in the table
 
     tol = 1.0 + prm.time_tolerance
     fitting = [r for r in reports if r.fits]
-    is_base = lambda r: (r.plan["tp"], r.plan["dp"], r.plan["pp"]) == key  # noqa: E731
+    is_base = lambda r: (r.plan.tp, r.plan.dp, r.plan.pp) == key  # noqa: E731
     cheaper = sorted((r for r in fitting if not is_base(r) and r.time_to_train_s <= base.time_to_train_s * tol
                       and r.cost_usd < base.cost_usd), key=lambda r: r.cost_usd)
     faster = sorted((r for r in fitting if not is_base(r) and r.cost_usd <= base.cost_usd * tol
                      and r.time_to_train_s < base.time_to_train_s), key=lambda r: r.time_to_train_s)
     front = pareto(fitting)
-    front_keys = {(r.plan["tp"], r.plan["dp"], r.plan["pp"]) for r in front}
-    cheaper_keys = {(r.plan["tp"], r.plan["dp"], r.plan["pp"]) for r in cheaper}
-    faster_keys = {(r.plan["tp"], r.plan["dp"], r.plan["pp"]) for r in faster}
+    front_keys = {(r.plan.tp, r.plan.dp, r.plan.pp) for r in front}
+    cheaper_keys = {(r.plan.tp, r.plan.dp, r.plan.pp) for r in cheaper}
+    faster_keys = {(r.plan.tp, r.plan.dp, r.plan.pp) for r in faster}
 
     rows = []
     for r in sorted(reports, key=lambda r: (not r.fits, r.cost_usd)):
-        k = (r.plan["tp"], r.plan["dp"], r.plan["pp"])
+        k = (r.plan.tp, r.plan.dp, r.plan.pp)
         row = _row(r, base, is_base(r))
         row.update(pareto=k in front_keys, beats_baseline_cost=k in cheaper_keys, beats_baseline_time=k in faster_keys)
         rows.append(row)
@@ -198,8 +198,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     for role, rs in (("baseline", [base]), ("cheaper", cheaper[:3]), ("faster", faster[:3]), ("pareto", front)):
         for r in rs:
             row = _row(r, base, role == "baseline")
-            runs.append({"name": f"{role} ({r.plan['tp']},{r.plan['dp']},{r.plan['pp']})",
-                         "params": {"tp": r.plan["tp"], "dp": r.plan["dp"], "pp": r.plan["pp"], "role": role},
+            runs.append({"name": f"{role} ({r.plan.tp},{r.plan.dp},{r.plan.pp})",
+                         "params": {"tp": r.plan.tp, "dp": r.plan.dp, "pp": r.plan.pp, "role": role},
                          "metrics": {k: float(v) for k, v in row.items()
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)}})
     return StudyResult("parallelization", str(cfg.case_study.title or "Cost-effective parallelization"),

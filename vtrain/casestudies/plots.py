@@ -25,7 +25,7 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
     colors = {}
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
     for r in d["reports"]:
-        tp = r.plan["tp"]
+        tp = r.plan.tp
         c = colors.setdefault(tp, palette[len(colors) % len(palette)])
         x, y = r.time_to_train_s / DAY_S, r.cost_usd / 1e6
         if r.fits:
@@ -38,7 +38,7 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
                 label="Pareto front (fits)")
     bx, by = base.time_to_train_s / DAY_S, base.cost_usd / 1e6
     ax.scatter([bx], [by], marker="*", s=260, color="red", edgecolors="k", zorder=5,
-               label=f"baseline ({base.plan['tp']},{base.plan['dp']},{base.plan['pp']})")
+               label=f"baseline ({base.plan.tp},{base.plan.dp},{base.plan.pp})")
     ax.axvline(bx, color="red", lw=0.6, alpha=0.5)
     ax.axhline(by, color="red", lw=0.6, alpha=0.5)
     for key, marker, lab in (("cheaper", "D", "cheapest at ≤ baseline time"),
@@ -47,7 +47,7 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
             r = d[key][0]
             ax.scatter([r.time_to_train_s / DAY_S], [r.cost_usd / 1e6], marker=marker, s=90, facecolors="none",
                        edgecolors="k", linewidths=1.5, zorder=6,
-                       label=f"{lab}: ({r.plan['tp']},{r.plan['dp']},{r.plan['pp']})")
+                       label=f"{lab}: ({r.plan.tp},{r.plan.dp},{r.plan.pp})")
     fitting = [r for r in d["reports"] if r.fits]
     if fitting:  # zoom on the interesting region: fitting plans up to 3x the baseline
         xs = [r.time_to_train_s / DAY_S for r in fitting if r.time_to_train_s <= 3 * base.time_to_train_s]

@@ -39,13 +39,13 @@ from vtrain.casestudies.common import (
     plan_str,
     with_plan,
 )
-from vtrain.config.build import Workload
-from vtrain.config.enums import Recompute
 from vtrain.config.validate import check_plan
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.enums import Recompute
+from vtrain.workload.workload import Workload
 
 POLICIES = ("baseline", "vtrain", "vtrain_sjf")
 STATE_BYTES_PER_PARAM = 18.0  # bf16 weights 2 + fp32 grads 4 + fp32 master/m/v 12 (Rajbhandari et al. 2020)
@@ -169,7 +169,7 @@ def make_jobs(cfg: DictConfig, w: Workload, prm: SchedulingParams) -> List[Job]:
 
 def _scaled(report: Report, tokens: float) -> float:
     """Run time for ``tokens`` from a report's iteration time (the plan does not depend on tokens)."""
-    p = report.plan
+    p = report.plan.as_dict()
     return tokens / (p["global_batch_size"] * p["seq_len"]) * report.iteration_time_s
 
 

@@ -25,11 +25,11 @@ from typing import Any, Dict, List, Optional
 from omegaconf import MISSING, DictConfig
 
 from vtrain.casestudies.common import DAY_S, PlanSpace, StudyResult, best_plan, fmt_table, parse_params, plan_str
-from vtrain.config.build import Workload
 from vtrain.config.validate import check_model
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
+from vtrain.workload.workload import Workload
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """Human-readable rendering of a Report."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from vtrain.report import Report
+from vtrain.workload.plan import ParallelPlan
 
 GIB = 2**30
 
@@ -16,7 +19,9 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def plan_label(plan: dict) -> str:
+def plan_label(plan: Mapping[str, Any] | ParallelPlan) -> str:
+    if isinstance(plan, ParallelPlan):
+        plan = plan.as_dict()
     extra = [plan["schedule"] + (f"x{plan['virtual_stages']}" if plan["virtual_stages"] > 1 else ""),
              f"rc={plan['recompute']}"]
     if plan["sequence_parallel"]:
@@ -30,7 +35,7 @@ def render_report(r: Report) -> str:
     b = r.breakdown
     lines = [
         f"vtrain: {r.model} on {r.cluster} ({r.gpus_used} x {r.gpu}), cost model: {r.cost_model}",
-        f"plan: {plan_label(r.plan)}, {r.plan['num_microbatches']} micro-batches per replica",
+        f"plan: {plan_label(r.plan)}, {r.plan.num_microbatches} micro-batches per replica",
         f"iteration time: {fmt_duration(r.iteration_time_s)}   MFU {r.mfu * 100:.1f}%   HFU {r.hfu * 100:.1f}%   "
         f"{r.tokens_per_s:,.0f} tokens/s",
         f"breakdown (critical stage {b.stage}): compute {fmt_duration(b.compute_s)}, host overhead "

@@ -125,7 +125,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         colls += imported
         notes.append(f"imported {len(imported)} nccl-tests rows from {p.import_nccl}")
     kernels: Dict[str, int] = {}
-    from vtrain.config.enums import Precision
+    from vtrain.workload.enums import Precision
     from vtrain.workload.plan import ParallelPlan
 
     for flash in (True, False):

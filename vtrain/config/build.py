@@ -2,25 +2,15 @@
 ClusterSpec and prices. All checks run here, before any simulation."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-from vtrain.config.enums import CostModelKind, NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.config.validate import check_choice, check_enums, check_model, check_plan, check_positive, require
 from vtrain.errors import ConfigError
+from vtrain.workload.enums import CostModelKind, NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import GB, GIB, ClusterSpec, GpuSpec, NetworkTier
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    model: ModelSpec
-    plan: ParallelPlan
-    cluster: ClusterSpec
-    usd_per_gpu_hour: float
-    tokens_to_train: float
-    cost_model: str
+from vtrain.workload.workload import Workload
 
 
 def _get(cfg: Any, key: str) -> Any:

@@ -2,7 +2,7 @@
 
 A wrong key or a wrong type fails at compose time. Enumerated choices are plain ``str`` here
 (OmegaConf matches enums by member name, and values such as ``1f1b`` are not identifiers); they are
-checked against :mod:`vtrain.config.enums` in :func:`vtrain.config.validate.validate`.
+checked against :mod:`vtrain.workload.enums` in :func:`vtrain.config.validate.validate`.
 
 Units are in the field names: ``_s`` seconds, ``_bytes``, ``_gib`` (2**30 bytes),
 ``_gb_per_s`` (10**9 bytes/s), ``_gbit_per_s`` (10**9 bits/s), ``_tflops`` (10**12 FLOP/s).

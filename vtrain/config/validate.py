@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from vtrain.config.enums import Precision, Recompute, Schedule
 from vtrain.errors import ConfigError
+from vtrain.workload.enums import Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import ClusterSpec

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from vtrain.config.enums import PositionEmbedding, Recompute
 from vtrain.graph.ops import (
     Collective,
     CollectiveKind,
@@ -21,6 +20,7 @@ from vtrain.graph.ops import (
     MemoryOp,
     Op,
 )
+from vtrain.workload.enums import PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 

@@ -16,13 +16,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from vtrain.config.enums import Precision
 from vtrain.cost.profiled import ADAM, op_variant
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import Collective, FlashAttention, Gemm
 from vtrain.profiler.model import build_model, make_optimizer
 from vtrain.profiler.ops import Point, benchmark, largest_tensor_bytes
 from vtrain.profiler.timing import Timing, time_op
+from vtrain.workload.enums import Precision
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 

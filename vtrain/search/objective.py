@@ -10,13 +10,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from vtrain.config.build import Workload
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.search.space import PlanKey, PlanSpace, check, memory_lower_bound_bytes, plan_key
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.workload import Workload
 
 GIB = 2**30
 MAXIMIZED = frozenset({"mfu", "hfu", "tokens_per_s"})  # every other objective is minimised

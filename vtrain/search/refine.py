@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Iterator, List, Sequence
 
-from vtrain.config.enums import Schedule
 from vtrain.search.objective import Evaluator
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.space import PlanSpace, canonical, check, memory_lower_bound_bytes, plan_key
+from vtrain.workload.enums import Schedule
 from vtrain.workload.plan import ParallelPlan
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from vtrain.api import cost_model_for
-from vtrain.config.build import Workload, build_workload
+from vtrain.config.build import build_workload
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.search.objective import Evaluator, directions
@@ -26,6 +26,7 @@ from vtrain.search.space import (
     plan_space,
     trial_params,
 )
+from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
 _NOT_PLAN = frozenset({"search", "tracking", "hydra", "task"})

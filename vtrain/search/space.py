@@ -14,10 +14,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from vtrain.config.enums import Recompute, Schedule
 from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
+from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import ClusterSpec

@@ -13,7 +13,7 @@ depth of model chunks (Narayanan et al. SC'21, Sec. 2.2.2).
 """
 from __future__ import annotations
 
-from vtrain.config.enums import Precision, Recompute, Schedule
+from vtrain.workload.enums import Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import List, Tuple
 
-from vtrain.config.enums import Schedule
+from vtrain.workload.enums import Schedule
 
 Task = Tuple[int, int, int]  # (is_backward, chunk, microbatch)
 

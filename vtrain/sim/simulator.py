@@ -6,8 +6,6 @@ import math
 from dataclasses import dataclass
 from typing import List, Tuple
 
-from vtrain.config.build import Workload
-from vtrain.config.enums import Precision, Recompute
 from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.builder import build_model_graph
@@ -17,6 +15,8 @@ from vtrain.sim.engine import PipelineRun, run_pipeline
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
 from vtrain.sim.schedule import CompiledSchedule, compile_schedule
 from vtrain.sim.stage_costs import StageCosts, build_stage_costs, dp_placement, p2p_crosses_node
+from vtrain.workload.enums import Precision, Recompute
+from vtrain.workload.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -161,12 +161,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
     gpu_hours = gpus * time_to_train / 3600.0
     report = Report(
         model=model.name, cluster=cluster.name, gpu=gpu.name,
-        plan={"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "micro_batch_size": plan.micro_batch_size,
-              "schedule": plan.schedule.value, "virtual_stages": plan.chunks, "recompute": plan.recompute.value,
-              "sequence_parallel": plan.sequence_parallel, "distributed_optimizer": plan.distributed_optimizer,
-              "overlap_grad_reduce": plan.overlap_grad_reduce, "num_microbatches": m,
-              "global_batch_size": plan.global_batch_size, "seq_len": plan.seq_len,
-              "precision": plan.precision.value, "flash_attention": plan.flash_attention},
+        plan=plan,
         iteration_time_s=iteration, stages=tuple(stages), peak_memory_bytes=peak, memory=mems[peak_stage],
         memory_capacity_bytes=gpu.hbm_capacity_bytes, fits=peak <= gpu.hbm_capacity_bytes,
         mfu=model_flops / (iteration * gpus * peak_flops), hfu=hw_flops / (iteration * gpus * peak_flops),

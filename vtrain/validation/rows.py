@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
-from vtrain.config.build import Workload, cluster_spec, gpu_spec
-from vtrain.config.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
+from vtrain.config.build import cluster_spec, gpu_spec
 from vtrain.config.validate import check_model, check_plan
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow
+from vtrain.workload.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.workload import Workload
 
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}

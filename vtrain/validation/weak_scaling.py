@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Optional
 
-from vtrain.config.build import Workload
-from vtrain.config.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec, megatron_flops_per_iteration
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import ClusterSpec
+from vtrain.workload.workload import Workload
 
 
 @dataclass(frozen=True)

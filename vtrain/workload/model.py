@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vtrain.config.enums import NormType, PositionEmbedding
+from vtrain.workload.enums import NormType, PositionEmbedding
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,11 @@
 """A parallelization plan: how one model is spread over GPUs and how its batch is cut."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, Dict
 
-from vtrain.config.enums import Precision, Recompute, Schedule
+from vtrain.workload.enums import Precision, Recompute, Schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +43,13 @@ class ParallelPlan:
     @property
     def dtype_bytes(self) -> int:
         return 4 if self.precision == Precision.FP32 else 2
+
+    def as_dict(self) -> Dict[str, Any]:
+        """Plain values (enums as their strings), with the derived micro-batch count: JSON, CSV, labels."""
+        out: Dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in out.items():
+            if isinstance(v, Enum):
+                out[k] = v.value
+        out["virtual_stages"] = self.chunks
+        out["num_microbatches"] = self.num_microbatches
+        return out

@@ -1,0 +1,18 @@
+"""The typed input of one simulation: model, plan, cluster and what a run of it costs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.system import ClusterSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    model: ModelSpec
+    plan: ParallelPlan
+    cluster: ClusterSpec
+    usd_per_gpu_hour: float
+    tokens_to_train: float
+    cost_model: str
