@@ -1,6 +1,7 @@
 """Predicted vs published TFLOP/s per GPU for the Megatron-LM weak-scaling table (SC'21, Table 1).
 
-    python bench/weak_scaling.py [gpu]      # gpu: a gpu/ config name (default: the cluster's, a100_80gb)
+    python bench/weak_scaling.py [gpu [stack]]   # gpu/, stack/ config names (default: a100_80gb,
+                                                 # megatron_deepspeed_2022)
 
 Assumptions for what the table leaves unstated: see vtrain/validation/weak_scaling.py.
 """
@@ -14,11 +15,12 @@ from vtrain.validation.weak_scaling import predict, read_weak_scaling, weak_scal
 
 def main() -> None:
     cluster = weak_scaling_cluster(sys.argv[1] if len(sys.argv) > 1 else None)
+    stack = sys.argv[2] if len(sys.argv) > 2 else None
     print("| model | GPUs | (t,p,d) | mb | chunks | published TFLOP/s | predicted | error |")
     print("|---|---|---|---|---|---|---|---|")
     errors = []
     for row in read_weak_scaling(data_path("megatron_2021_weak_scaling.csv")):
-        r = predict(row, cluster)
+        r = predict(row, cluster, stack)
         errors.append(abs(r.error_pct))
         dp = row.num_gpus // (row.tp * row.pp)
         print(f"| {row.model} | {row.num_gpus} | ({row.tp},{row.pp},{dp}) | {r.micro_batch} | {r.chunks} | "

@@ -15,10 +15,10 @@ CASES = [
     (["parallelism.tp=8", "parallelism.pp=2", "parallelism.dp=7"], "must divide global_batch_size=1536"),
     (["parallelism.tp=1", "parallelism.pp=2", "parallelism.dp=2", "parallelism.sequence_parallel=true"],
      "sequence_parallel=true needs tp>1"),
-    (["parallelism.tp=0"], "parallelism.tp=0 must be a positive number"),
-    (["parallelism.micro_batch_size=-1"], "micro_batch_size=-1 must be a positive number"),
-    (["model.hidden_size=0"], "model.hidden_size=0 must be a positive number"),
-    (["model.vocab_divisible_by=-1"], "model.vocab_divisible_by=-1 must be >= 0"),
+    (["parallelism.tp=0"], "parallelism.tp=0 must be an integer >= 1"),
+    (["parallelism.micro_batch_size=-1"], "parallelism.micro_batch_size=-1 must be an integer >= 1"),
+    (["model.hidden_size=0"], "model.hidden_size=0 must be an integer >= 1"),
+    (["model.vocab_divisible_by=-1"], "model.vocab_divisible_by=-1 must be an integer >= 0"),
     (["parallelism.schedule=zigzag"], "parallelism.schedule=zigzag is not one of"),
 ]
 

@@ -20,7 +20,8 @@ from vtrain.errors import ConfigError, VtrainError
 from vtrain.search import outputs
 from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
 from vtrain.search.run import prepare, run_search
-from vtrain.search.space import canonical, enumerate_plans, memory_lower_bound_bytes, plan_from_fields, plan_key
+from vtrain.search.space import canonical, enumerate_plans, plan_from_fields, plan_key
+from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.enums import Recompute, Schedule
 
@@ -73,7 +74,7 @@ def test_memory_lower_bound_never_exceeds_the_simulated_peak():
     w = ctx.workload
     for p in plans:
         report, _ = simulate_workload(dataclasses.replace(w, plan=p), ctx.cost)
-        assert memory_lower_bound_bytes(w.model, p, w.cluster) <= report.peak_memory_bytes * (1 + 1e-9)
+        assert memory_lower_bound_bytes(w, p) <= report.peak_memory_bytes * (1 + 1e-9)
 
 
 def test_five_trial_search_is_stored_in_optuna(tmp_path):
@@ -217,6 +218,6 @@ def test_refinement_neighbours_are_new_valid_fitting_and_reach_other_shapes():
     assert cands and len(set(keys)) == len(keys) and plan_key(start) not in keys
     for c in cands:
         assert check(space, c) is None
-        assert memory_lower_bound_bytes(ctx.workload.model, c, ctx.workload.cluster) <= cap
+        assert memory_lower_bound_bytes(ctx.workload, c) <= cap
     # the (4,8,32) move overflows at micro-batch 2 and is repaired, not dropped
     assert any((c.tp, c.pp, c.dp) == (4, 8, 32) for c in cands)

@@ -1,11 +1,8 @@
 """Validation task: CSV parsing (both header styles, BOM, skipped rows) and error on measured data."""
-import functools
-
 import numpy as np
 import pytest
 
 from vtrain import compose
-from vtrain.config.compose import load_gpu_config
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import read_measurements
 from vtrain.validation.datasets import data_path
@@ -21,7 +18,7 @@ def cfg():
 
 
 def run(cfg, path):
-    return validate_rows(read_measurements(path), cfg, functools.lru_cache(None)(load_gpu_config))
+    return validate_rows(read_measurements(path), cfg)
 
 
 def test_vtrain_headers_with_bom_and_params_column(tmp_path, cfg):
@@ -57,7 +54,7 @@ def test_missing_required_column(tmp_path):
 def test_single_node_error_within_recorded_bound(cfg):
     """A fixed 1-in-8 sample of the 1,440 A100 runs; bound recorded from the calibrated model."""
     rows = read_measurements(data_path("a100_single_node_iteration_times.csv"))[::8]
-    results = validate_rows(rows, cfg, functools.lru_cache(None)(load_gpu_config))
+    results = validate_rows(rows, cfg)
     s = summary_of(results)
     print(s.line())
     assert s.n == 180 and s.skipped == 0
@@ -66,7 +63,7 @@ def test_single_node_error_within_recorded_bound(cfg):
 
 def test_summary_line_format(cfg):
     rows = read_measurements(data_path("a100_single_node_iteration_times.csv"))[:10]
-    line = summary_of(validate_rows(rows, cfg, functools.lru_cache(None)(load_gpu_config))).line()
+    line = summary_of(validate_rows(rows, cfg)).line()
     import re
 
     assert re.fullmatch(r"MAPE: [\d.]+% \| median APE: [\d.]+% \| max APE: [\d.]+% \| within 10%: [\d.]+% \| "
@@ -81,9 +78,9 @@ def test_single_node_only_fit_trades_large_scale_accuracy():
 
     cfg_single = compose(["+cluster=vtrain_a100", "cluster.gpu=a100_80gb_single_node"], require=False)
     rows = read_measurements(data_path("a100_single_node_iteration_times.csv"))[::8]
-    s = summary_of(validate_rows(rows, cfg_single, functools.lru_cache(None)(load_gpu_config)))
+    s = summary_of(validate_rows(rows, cfg_single, stack="megatron_deepspeed_2022_single_node"))
     print(s.line())
     assert s.n == 180 and s.mape_pct < 6.5  # recorded 5.61% on this sample (7.33% with the default constants)
     cluster = weak_scaling_cluster("a100_80gb_single_node")
-    errors = [predict(r, cluster).error_pct for r in read_weak_scaling(data_path("megatron_2021_weak_scaling.csv"))]
+    errors = [predict(r, cluster, "megatron_deepspeed_2022_single_node").error_pct for r in read_weak_scaling(data_path("megatron_2021_weak_scaling.csv"))]
     assert min(errors) > 5.0  # recorded +9.8% .. +23.5% TFLOP/s/GPU

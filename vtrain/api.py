@@ -13,7 +13,7 @@ from vtrain.workload.workload import Workload
 
 def cost_model_for(w: Workload, profile: Any = None) -> CostModel:
     """The analytical model, or a profile-driven one when a loaded profile table is given."""
-    analytical = AnalyticalCostModel(w.cluster, w.plan.precision.value)
+    analytical = AnalyticalCostModel(w)
     if profile is None:
         return analytical
     from vtrain.cost.profiled import ProfiledCostModel  # no torch: plain tables

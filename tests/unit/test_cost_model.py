@@ -20,7 +20,7 @@ def _model():
     cfg = compose(["+model=gpt_1_7b", "+cluster=vtrain_a100", "parallelism.tp=1", "parallelism.pp=1",
                    "parallelism.sequence_parallel=false"])
     w = build_workload(cfg)
-    return w, AnalyticalCostModel(w.cluster, "fp16")
+    return w, AnalyticalCostModel(w)
 
 
 def test_misalignment_penalty_is_graded_by_load_width():

@@ -8,12 +8,15 @@ from vtrain.workload.enums import NormType, PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
-GPT = ModelSpec("gpt", 96, 12288, 96, 96, 4 * 12288, False, NormType.LAYERNORM, PositionEmbedding.LEARNED,
-                True, 0.1, 51200, True, 2048)
+GPT = ModelSpec(name="gpt", num_layers=96, hidden_size=12288, num_heads=96, num_kv_heads=96,
+                ffn_hidden_size=4 * 12288, gated_mlp=False, norm=NormType.LAYERNORM,
+                position_embedding=PositionEmbedding.LEARNED, use_bias=True, dropout=0.1, vocab_size=51200,
+                tied_embeddings=True, max_seq_len=2048)
 
 
 def plan(**kw):
-    base = ParallelPlan(tp=8, pp=8, dp=1, micro_batch_size=1, global_batch_size=64, seq_len=2048)
+    base = ParallelPlan(tp=8, pp=8, dp=1, micro_batch_size=1, global_batch_size=64, seq_len=2048,
+                        flash_attention=False)
     return replace(base, **kw)
 
 

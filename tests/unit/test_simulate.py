@@ -68,7 +68,7 @@ def test_recompute_costs_time_saves_memory():
 
 def test_overlap_hides_dp_communication(gpt175b_cfg):
     w = build_workload(gpt175b_cfg)
-    cm = AnalyticalCostModel(w.cluster, w.plan.precision.value)
+    cm = AnalyticalCostModel(w)
     on, _ = simulate_workload(replace(w, plan=replace(w.plan, overlap_grad_reduce=True)), cm)
     off, _ = simulate_workload(replace(w, plan=replace(w.plan, overlap_grad_reduce=False)), cm)
     assert on.iteration_time_s <= off.iteration_time_s
@@ -92,7 +92,7 @@ def test_trace_and_fast_path_agree(gpt175b_cfg, overlap):
     for plan in (replace(w.plan, overlap_grad_reduce=overlap),
                  replace(w.plan, overlap_grad_reduce=overlap, dp=16, pp=8, distributed_optimizer=False)):
         wi = replace(w, plan=plan)
-        cm = AnalyticalCostModel(wi.cluster, wi.plan.precision.value)
+        cm = AnalyticalCostModel(wi)
         fast, _ = simulate_workload(wi, cm)
         traced, trace = simulate_workload(wi, cm, keep_trace=True)
         assert trace is not None
@@ -120,8 +120,8 @@ def test_pipeline_p2p_uses_scatter_gather():
 
     w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
                                 "parallelism.dp=8", "parallelism.sequence_parallel=false"]))
-    cm = AnalyticalCostModel(w.cluster, w.plan.precision.value)
-    sc = build_stage_costs(w.model, w.plan, w.cluster, build_model_graph(w.model, w.plan), cm)
+    cm = AnalyticalCostModel(w)
+    sc = build_stage_costs(w, build_model_graph(w.model, w.plan), cm)
     act = float(w.plan.micro_batch_size * w.plan.seq_len * w.model.hidden_size * 2)
     full = cm.collective_time_s(Collective("p2p", CollectiveKind.P2P, act, Group.PP, 2), GroupPlacement(2, 1))
     assert 0 < sc.p2p_fwd_s[1] < full / 3  # 1/8 over the NICs plus the NVLink all-gather

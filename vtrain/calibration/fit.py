@@ -1,6 +1,7 @@
 """Fit the per-GPU cost-model constants to measured iteration times.
 
-The constants (see GpuConfig) each have a physical meaning and a plausible range (BOUNDS, from
+The constants (GPU-side ones of :class:`GpuSpec`, host-side ones of the software stack's
+:class:`StackSpec`) each have a physical meaning and a plausible range (BOUNDS, from
 datasheets and first principles: a large fp16 GEMM on A100 reaches at most ~88% of peak in cuBLAS;
 a host issues a kernel in microseconds to ~0.1 ms). They are searched in log space by Nelder-Mead
 (Nelder & Mead 1965, scipy.optimize) minimising the mean absolute percentage error over one or more
@@ -16,6 +17,7 @@ import numpy as np
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import GpuSpec
 from vtrain.workload.workload import Workload
 
@@ -50,11 +52,34 @@ class FitResult:
     evaluations: int
 
 
-def predict_s(workloads: Sequence[Workload], gpu: GpuSpec) -> np.ndarray:
+GPU_CONSTANTS = frozenset(GpuSpec.__dataclass_fields__) & frozenset(BOUNDS)
+STACK_CONSTANTS = frozenset(StackSpec.__dataclass_fields__) & frozenset(BOUNDS)
+
+
+@dataclass(frozen=True)
+class Constants:
+    """A candidate (GPU, stack) pair: the fitted constants applied to both specs."""
+
+    gpu: GpuSpec
+    stack: StackSpec
+
+    @classmethod
+    def of(cls, w: Workload) -> "Constants":
+        return cls(w.cluster.gpu, w.stack)
+
+    def with_values(self, values: Dict[str, float]) -> "Constants":
+        return Constants(replace(self.gpu, **{k: v for k, v in values.items() if k in GPU_CONSTANTS}),
+                         replace(self.stack, **{k: v for k, v in values.items() if k in STACK_CONSTANTS}))
+
+    def value(self, name: str) -> float:
+        return float(getattr(self.gpu if name in GPU_CONSTANTS else self.stack, name))
+
+
+def predict_s(workloads: Sequence[Workload], c: Constants) -> np.ndarray:
     out = np.empty(len(workloads))
     for i, w in enumerate(workloads):
-        wi = replace(w, cluster=replace(w.cluster, gpu=gpu))
-        report, _ = simulate_workload(wi, AnalyticalCostModel(wi.cluster, wi.plan.precision.value))
+        wi = replace(w, cluster=replace(w.cluster, gpu=c.gpu), stack=c.stack)
+        report, _ = simulate_workload(wi, AnalyticalCostModel(wi))
         out[i] = report.iteration_time_s
     return out
 
@@ -79,24 +104,24 @@ def _from_unit(name: str, x: float) -> float:
     return float(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo))))
 
 
-def _to_gpu(base: GpuSpec, names: Sequence[str], x: np.ndarray) -> GpuSpec:
-    return replace(base, **{n: _from_unit(n, xi) for n, xi in zip(names, x)})
+def _to_constants(base: Constants, names: Sequence[str], x: np.ndarray) -> Constants:
+    return base.with_values({n: _from_unit(n, xi) for n, xi in zip(names, x)})
 
 
-def fit_constants(datasets: Sequence[Dataset], base: GpuSpec, names: Sequence[str] = tuple(BOUNDS),
+def fit_constants(datasets: Sequence[Dataset], base: Constants, names: Sequence[str] = tuple(BOUNDS),
                   max_evals: int = 400, restarts: int = 2) -> FitResult:
     """Nelder-Mead from the base GPU's constants, restarted ``restarts`` times from its own optimum
     with a fresh simplex (a cheap guard against a collapsed simplex in 10 dimensions)."""
     from scipy.optimize import minimize
 
-    x = np.array([_to_unit(n, max(BOUNDS[n][0], min(BOUNDS[n][1], getattr(base, n)))) for n in names])
+    x = np.array([_to_unit(n, max(BOUNDS[n][0], min(BOUNDS[n][1], base.value(n)))) for n in names])
     evals = [0]
     total_w = sum(d.weight for d in datasets)
 
     def loss(x: np.ndarray) -> float:
         evals[0] += 1
-        gpu = _to_gpu(base, names, x)
-        return sum(d.weight * mape_pct(predict_s(d.workloads, gpu), d.measured_s) for d in datasets) / total_w
+        c = _to_constants(base, names, x)
+        return sum(d.weight * mape_pct(predict_s(d.workloads, c), d.measured_s) for d in datasets) / total_w
 
     fun = float("nan")
     for _ in range(1 + restarts):
@@ -104,12 +129,12 @@ def fit_constants(datasets: Sequence[Dataset], base: GpuSpec, names: Sequence[st
                        options={"maxfev": max(20, max_evals // (1 + restarts)), "xatol": 1e-3, "fatol": 1e-3,
                                 "adaptive": True})
         x, fun = res.x, float(res.fun)
-    gpu = _to_gpu(base, names, x)
-    per = {d.name: mape_pct(predict_s(d.workloads, gpu), d.measured_s) for d in datasets}
-    return FitResult({n: getattr(gpu, n) for n in names}, fun, per, evals[0])
+    c = _to_constants(base, names, x)
+    per = {d.name: mape_pct(predict_s(d.workloads, c), d.measured_s) for d in datasets}
+    return FitResult({n: c.value(n) for n in names}, fun, per, evals[0])
 
 
-def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequence[object], base: GpuSpec,
+def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequence[object], base: Constants,
                         names: Sequence[str] = tuple(BOUNDS), max_evals: int = 150
                         ) -> Tuple[np.ndarray, List[Tuple[str, float, int]]]:
     """Cross-validate on ``datasets[target]``: for each group, fit on everything else (the other
@@ -124,7 +149,6 @@ def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequen
         train_ds = [Dataset(d.name, [d.workloads[i] for i in train], d.measured_s[train], d.weight)]
         train_ds += [x for i, x in enumerate(datasets) if i != target]
         fit = fit_constants(train_ds, base, names, max_evals)
-        gpu = replace(base, **fit.constants)
-        pred[test] = predict_s([d.workloads[i] for i in test], gpu)
+        pred[test] = predict_s([d.workloads[i] for i in test], base.with_values(fit.constants))
         per_group.append((g, mape_pct(pred[test], d.measured_s[test]), len(test)))
     return pred, per_group

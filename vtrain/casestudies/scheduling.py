@@ -161,8 +161,8 @@ def make_jobs(cfg: DictConfig, w: Workload, prm: SchedulingParams) -> List[Job]:
         if seq > model.max_seq_len and model.position_embedding.value == "learned":
             raise ConfigError(f"case_study.params.jobs[{j.name}]: seq_len={seq} exceeds {model.name}'s "
                               f"max_seq_len={model.max_seq_len}")
-        jw = dataclasses.replace(w, model=model, tokens_to_train=float(j.tokens),
-                                 plan=dataclasses.replace(w.plan, global_batch_size=gbs, seq_len=seq))
+        jw = dataclasses.replace(w, model=model, plan=dataclasses.replace(
+            w.plan, global_batch_size=gbs, seq_len=seq, tokens_to_train=float(j.tokens)))
         jobs.append(Job(j.name, model.name, model.total_params() / 1e9, float(j.tokens), j.arrival_h * 3600.0, jw))
     return jobs
 

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from vtrain.calibration.fit import BOUNDS, Dataset, fit_constants, leave_one_group_out, mape_pct, predict_s
+from vtrain.calibration.fit import (
+    BOUNDS,
+    GPU_CONSTANTS,
+    STACK_CONSTANTS,
+    Constants,
+    Dataset,
+    fit_constants,
+    leave_one_group_out,
+    mape_pct,
+    predict_s,
+)
 from vtrain.config.compose import CONF_DIR, require_group
 from vtrain.errors import ConfigError
-from vtrain.validation.datasets import resolve_dataset, single_node_workloads, weak_scaling_workloads
+from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, single_node_workloads, weak_scaling_workloads
 from vtrain.validation.metrics import summarise
 from vtrain.validation.weak_scaling import weak_scaling_cluster
 
@@ -31,8 +40,9 @@ GROUPS = {
 }
 
 
-def write_constants(gpu_name: str, constants: dict) -> Path:
-    path = CONF_DIR / "gpu" / f"{gpu_name}.yaml"
+def write_constants(group: str, name: str, constants: dict) -> Path:
+    """Update ``conf/<group>/<name>.yaml`` in place (one ``key: value`` line per constant)."""
+    path = CONF_DIR / group / f"{name}.yaml"
     text = path.read_text()
     for key, value in constants.items():
         line = f"{key}: {value:.4g}"
@@ -54,23 +64,24 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if fit_on == "single_node" and folds == "weak_scaling":
         raise ConfigError("calibrate.folds=weak_scaling needs calibrate.fit_on=joint (it holds out weak-scaling rows)")
     path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
-    single, single_s, _ = single_node_workloads(cfg.cluster, path)
+    stack = cfg.validate.stack or SHIPPED_STACK["a100_single_node"]
+    single, single_s, _ = single_node_workloads(cfg.cluster, path, stack)
     weak, weak_s, _ = weak_scaling_workloads(weak_scaling_cluster(str(cfg.cluster.gpu)))
     joint = fit_on == "joint"  # else the weak-scaling rows are only reported, out of sample
     datasets = [Dataset("single_node", single, single_s)]
     if joint:
         datasets.append(Dataset("weak_scaling", weak, weak_s))
-    base = single[0].cluster.gpu
+    base = Constants.of(single[0])  # predict_s runs the weak-scaling rows on these constants too
     max_evals = int(cfg.extra.get("max_evals", 300))
     on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if joint else "")
-    print(f"fitting {len(BOUNDS)} constants of gpu={base.name} on {on} "
+    print(f"fitting {len(BOUNDS)} constants of gpu={base.gpu.name} and stack={base.stack.name} on {on} "
           f"(Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
     fit = fit_constants(datasets, base, max_evals=max_evals)
-    gpu = replace(base, **fit.constants)
-    pred = predict_s(single, gpu)
-    weak_mape = mape_pct(predict_s(weak, gpu), weak_s)
+    fitted = base.with_values(fit.constants)
+    pred = predict_s(single, fitted)
+    weak_mape = mape_pct(predict_s(weak, fitted), weak_s)
     weak_key = "in_sample" if joint else "out_of_sample"
-    result = {"gpu": base.name, "fit_on": fit_on, "constants": fit.constants, "evaluations": fit.evaluations,
+    result = {"gpu": base.gpu.name, "stack": base.stack.name, "fit_on": fit_on, "constants": fit.constants, "evaluations": fit.evaluations,
               "in_sample": {"single_node": summarise(pred, single_s).line()}}
     result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
     for k, v in fit.constants.items():
@@ -99,6 +110,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "calibration.json").write_text(json.dumps(result, indent=2, default=str))
     if cfg.calibrate.write:
-        print(f"updated {write_constants(base.name, fit.constants)}")
+        gpu_part = {k: v for k, v in fit.constants.items() if k in GPU_CONSTANTS}
+        stack_part = {k: v for k, v in fit.constants.items() if k in STACK_CONSTANTS}
+        print(f"updated {write_constants('gpu', base.gpu.name, gpu_part)} and "
+              f"{write_constants('stack', base.stack.name, stack_part)}")
     print(f"wrote {out_dir / 'calibration.json'}")
     return 0

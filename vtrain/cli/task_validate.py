@@ -3,16 +3,15 @@ validation.csv and a predicted-vs-measured scatter plot. Reports; does not judge
 from __future__ import annotations
 
 import csv
-import functools
 from pathlib import Path
 from typing import List, Sequence
 
 from omegaconf import DictConfig
 
-from vtrain.config.compose import load_gpu_config, require_group
+from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
-from vtrain.validation.datasets import resolve_dataset
+from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset
 from vtrain.validation.run import RowResult, summary_of, validate_rows
 
 
@@ -62,7 +61,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                           "(a100_single_node)")
     path = resolve_dataset(str(cfg.validate.data))
     rows = read_measurements(path)
-    results = validate_rows(rows, cfg, functools.lru_cache(maxsize=None)(load_gpu_config))
+    stack = cfg.validate.stack or SHIPPED_STACK.get(str(cfg.validate.data)) or str(cfg.stack.name)
+    results = validate_rows(rows, cfg, stack=stack)
     summary = summary_of(results)
     show = int(cfg.validate.show_rows)
     ok = [r for r in results if r.predicted_ms is not None]

@@ -1,18 +1,28 @@
-"""Compose the config (Hydra's compose API or the CLI), then resolve the cluster's GPU by name."""
+"""Compose the config (Hydra's compose API or the CLI), then resolve the cluster's GPU by name.
+
+The configs ship as package data (``vtrain/conf``), found through :mod:`importlib.resources` so that a
+wheel install works like a source checkout. A group config may inherit from others in its group through
+a Hydra defaults list (``defaults: [a100_80gb, _self_]``); :func:`load_group_config` follows the same
+rule when it loads a single group config by name (the cluster's GPU).
+"""
 from __future__ import annotations
 
+import re
+from importlib import resources
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from vtrain.errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(str(resources.files("vtrain") / "conf"))
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # a config name, never a path
 
 
 def group_options(group: str) -> List[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    """The selectable configs of a group (files starting with ``_`` are shared bases, not options)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 def require_group(cfg: DictConfig, group: str) -> None:
@@ -20,16 +30,56 @@ def require_group(cfg: DictConfig, group: str) -> None:
         raise ConfigError(f"{group} is not set: add +{group}=<name>, one of: {', '.join(group_options(group))}")
 
 
-def load_group_config(group: str, name: str, schema: type) -> DictConfig:
-    """The ``group/name.yaml`` config merged over its schema dataclass (typed, checked), without
-    composing a whole run config."""
+def check_config_name(group: str, name: str) -> Path:
+    """The file of config ``group/name``; the name must be a plain config name (no path parts)."""
+    if not _NAME.match(name) or ".." in name:
+        raise ConfigError(f"{group}={name} is not a config name; one of: {', '.join(group_options(group))}")
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"{group}={name} is unknown; one of: {', '.join(group_options(group))}")
+    return path
+
+
+def _load_raw(group: str, name: str, seen: tuple[str, ...] = ()) -> Any:
+    """``group/name.yaml`` with its in-group defaults list applied (Hydra's order: listed configs, then
+    ``_self_`` where it appears, at the end when it does not)."""
+    if name in seen:
+        raise ConfigError(f"{group}/{name}.yaml: its defaults list is circular ({' -> '.join((*seen, name))})")
     try:
-        return OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+        node = OmegaConf.load(check_config_name(group, name))
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(f"{group}/{name}.yaml: {str(exc).splitlines()[0]}") from None
+    defaults = node.pop("defaults", None) if isinstance(node, DictConfig) else None
+    if not defaults:
+        return node
+    parts: List[Any] = []
+    has_self = False
+    for entry in defaults:
+        if entry == "_self_":
+            parts.append(node)
+            has_self = True
+        elif isinstance(entry, str):
+            parts.append(_load_raw(group, entry, (*seen, name)))
+        else:
+            raise ConfigError(f"{group}/{name}.yaml: defaults entry {entry} must name a {group}/ config")
+    if not has_self:
+        parts.append(node)
+    return OmegaConf.merge(*parts)
+
+
+def load_group_config(group: str, name: str, schema: type) -> DictConfig:
+    """The ``group/name.yaml`` config merged over its schema dataclass (typed, checked), without
+    composing a whole run config."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), _load_raw(group, name))
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{group}/{name}.yaml: {str(exc).splitlines()[0]}") from None
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def load_gpu_config(name: str) -> DictConfig:
@@ -37,6 +87,13 @@ def load_gpu_config(name: str) -> DictConfig:
     from vtrain.config.schema import GpuConfig
 
     return load_group_config("gpu", name, GpuConfig)
+
+
+def load_stack_config(name: str) -> DictConfig:
+    """The stack/ config ``name`` merged over the StackConfig schema."""
+    from vtrain.config.schema import StackConfig
+
+    return load_group_config("stack", name, StackConfig)
 
 
 def resolve(cfg: DictConfig) -> DictConfig:

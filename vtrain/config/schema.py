@@ -10,98 +10,28 @@ Units are in the field names: ``_s`` seconds, ``_bytes``, ``_gib`` (2**30 bytes)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from vtrain.config.specs import schema_of
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import PAR, TRAIN, ParallelPlan
+from vtrain.workload.stack import StackSpec
+from vtrain.workload.system import ClusterSpec, GpuSpec, NetworkTier
 
-@dataclass
-class ModelConfig:
-    name: str = MISSING
-    num_layers: int = MISSING
-    hidden_size: int = MISSING
-    num_heads: int = MISSING
-    num_kv_heads: Optional[int] = None  # None: multi-head attention (= num_heads)
-    ffn_hidden_size: Optional[int] = None  # None: 4 * hidden_size
-    gated_mlp: bool = False  # SwiGLU: three FFN matrices instead of two
-    norm: str = "layernorm"  # layernorm | rmsnorm
-    position_embedding: str = "learned"  # learned | rope
-    use_bias: bool = True
-    dropout: float = 0.1  # hidden and attention dropout probability (0: no dropout kernels)
-    vocab_size: int = 50257
-    vocab_divisible_by: int = 128  # Megatron pads the vocab to a multiple of this x tp (0: no padding)
-    tied_embeddings: bool = True
-    max_seq_len: int = 2048
-
-
-@dataclass
-class GpuConfig:
-    """One accelerator: datasheet peaks plus the fitted efficiency constants of the cost model."""
-
-    name: str = MISSING
-    # datasheet peaks (dense, no sparsity), TFLOP/s = 1e12 FLOP/s
-    peak_tflops: Dict[str, float] = field(default_factory=dict)  # by precision name
-    hbm_capacity_gib: float = MISSING
-    hbm_bandwidth_gb_per_s: float = MISSING
-    num_sms: int = 108  # streaming multiprocessors (datasheet): GEMM wave quantization
-    # --- cost-model constants (each has a physical meaning; fitted by task=calibrate) ---
-    gemm_max_efficiency: float = 0.75  # fraction of peak reached by a large GEMM
-    gemm_half_efficiency_dim: float = 64.0  # GEMM dimension at which its efficiency factor is 1/2
-    gemm_misaligned_efficiency: float = 0.4  # factor when a dimension is not a multiple of 8 (no aligned TC path)
-    attention_efficiency: float = 0.5  # batched attention GEMMs (QK^T, AV) relative to gemm eff
-    memory_efficiency: float = 0.7  # fraction of HBM bandwidth reached by element-wise kernels
-    kernel_time_s: float = 4.0e-6  # minimum GPU time of one kernel (launch + tail)
-    host_time_per_kernel_s: float = 12.0e-6  # host (Python + launch) time to issue one kernel
-    host_time_per_collective_s: float = 0.0  # extra host time per TP collective (autograd op + NCCL enqueue)
-    optimizer_bytes_per_param: float = 40.0  # HBM traffic of the mixed-precision Adam step
-    iteration_overhead_s: float = 0.0  # fixed host time per iteration (logging, sync, loss scale)
-    microbatch_overhead_s: float = 0.0  # host time per micro-batch per model chunk (forward call, loss)
-    memory_reserved_gib: float = 2.0  # CUDA context, allocator fragmentation, workspaces
-
-
-@dataclass
-class NetworkConfig:
-    """A network tier. Bandwidths are unidirectional, per GPU (intra) or per node (inter)."""
-
-    bandwidth_gb_per_s: float = MISSING
-    latency_s: float = 30.0e-6  # fixed cost of one collective call (launch, handshake, sync)
-    step_latency_s: float = 2.0e-6  # per ring step (2(n-1) steps for an all-reduce)
-    efficiency: float = 0.75  # achieved fraction of the link bandwidth by NCCL rings
-
-
-@dataclass
-class ClusterConfig:
-    name: str = MISSING
-    gpu: str = MISSING  # name of a gpu/ config
-    gpus_per_node: int = 8
-    num_nodes: int = 1
-    intra_node: NetworkConfig = field(default_factory=NetworkConfig)  # per GPU (NVLink/NVSwitch)
-    inter_node: NetworkConfig = field(default_factory=NetworkConfig)  # per node (all NICs)
-
-
-@dataclass
-class ParallelismConfig:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 0  # 0: derive as cluster GPUs // (tp * pp)
-    micro_batch_size: int = 1
-    schedule: str = "1f1b"  # 1f1b | gpipe | interleaved
-    virtual_stages: int = 1  # model chunks per stage for the interleaved schedule
-    recompute: str = "none"  # none | selective | full
-    sequence_parallel: bool = False
-    distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over dp
-    overlap_grad_reduce: bool = True  # bucketed DP gradient reduction overlapped with backward
-    grad_bucket_mib: float = 40.0  # DP gradient bucket size (MiB)
-
-
-@dataclass
-class TrainingConfig:
-    global_batch_size: int = 1536  # sequences per iteration
-    seq_len: int = 2048
-    precision: str = "bf16"  # bf16 | fp16 | fp32
-    optimizer: str = "adam"  # Adam with fp32 master weights
-    flash_attention: bool = True  # fused attention kernel (no s^2 score tensors in HBM)
-    tokens_to_train: float = 300e9
+# --- schemas generated from the workload specs (one definition of each value: vtrain/workload)
+if TYPE_CHECKING:  # generated classes: plain Any for the type checker
+    ModelConfig = GpuConfig = StackConfig = NetworkConfig = ClusterConfig = Any
+    ParallelismConfig = TrainingConfig = Any
+else:
+    ModelConfig = schema_of(ModelSpec)
+    GpuConfig = schema_of(GpuSpec)
+    StackConfig = schema_of(StackSpec)
+    NetworkConfig = schema_of(NetworkTier, name="NetworkConfig")
+    ClusterConfig = schema_of(ClusterSpec, overrides={"gpu": (str, MISSING)})  # names its gpu/ config
+    ParallelismConfig = schema_of(ParallelPlan, group=PAR, name="ParallelismConfig")
+    TrainingConfig = schema_of(ParallelPlan, group=TRAIN, name="TrainingConfig")
 
 
 @dataclass
@@ -158,6 +88,7 @@ class TrackingConfig:
 @dataclass
 class ValidateConfig:
     data: Optional[str] = None
+    stack: Optional[str] = None  # stack/ config of rows without a stack column; None: the dataset's own
     show_rows: int = 20
 
 
@@ -204,6 +135,7 @@ class VtrainConfig:
     model: ModelConfig = MISSING
     cluster: ClusterConfig = MISSING
     gpu: Optional[GpuConfig] = None  # None: the gpu/ config named by cluster.gpu
+    stack: StackConfig = MISSING  # the software stack (framework host costs): a stack/ config
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     pricing: PricingConfig = MISSING

@@ -20,7 +20,7 @@ from typing import FrozenSet
 
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
-from vtrain.workload.system import ClusterSpec
+from vtrain.workload.workload import Workload
 
 TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS fp16 tensor-core tile
 
@@ -44,7 +44,8 @@ def wave_efficiency(m: int, n: int, batch: int, sms: int) -> float:
 class AnalyticalCostModel:
     name = "analytical"
 
-    def __init__(self, cluster: ClusterSpec, precision: str) -> None:
+    def __init__(self, w: Workload) -> None:
+        cluster, stack, precision = w.cluster, w.stack, w.plan.precision.value
         self.cluster = cluster
         gpu = cluster.gpu
         self.peak = gpu.peak_flops_per_s(precision)
@@ -63,9 +64,9 @@ class AnalyticalCostModel:
             a //= 2
         self.attn_eff = gpu.attention_efficiency
         self.kernel_s = gpu.kernel_time_s
-        self.host_s = gpu.host_time_per_kernel_s
-        self.host_coll_s = gpu.host_time_per_collective_s
-        self.opt_bytes = gpu.optimizer_bytes_per_param
+        self.host_s = stack.host_time_per_kernel_s
+        self.host_coll_s = stack.host_time_per_collective_s
+        self.opt_bytes = stack.optimizer_bytes_per_param
 
     def _g(self, d: float) -> float:
         return d / (d + self.d_half)

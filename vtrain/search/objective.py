@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
-from vtrain.search.space import PlanKey, PlanSpace, check, memory_lower_bound_bytes, plan_key
+from vtrain.search.space import PlanKey, PlanSpace, check, plan_key
+from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
@@ -87,7 +88,7 @@ class Evaluator:
         if reason is not None:
             return Outcome(plan, None, reason)
         cap = self.workload.cluster.gpu.hbm_capacity_bytes
-        bound = memory_lower_bound_bytes(self.workload.model, plan, self.workload.cluster)
+        bound = memory_lower_bound_bytes(self.workload, plan)
         if bound > cap:
             return Outcome(plan, None, f"does not fit memory: at least {bound / GIB:.1f} GiB per GPU > "
                                        f"{cap / GIB:.0f} GiB", {"peak_memory_gib": bound / GIB, "fits": 0.0,

@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict
 import optuna
 
 from vtrain.search.objective import Evaluator
-from vtrain.search.space import Infeasible, memory_lower_bound_bytes, plan_key, suggest_plan
+from vtrain.search.space import Infeasible, plan_key, suggest_plan
+from vtrain.sim.memory import memory_lower_bound_bytes
 
 
 def promising(ev: Evaluator) -> Callable[[Dict[str, Any]], bool]:
@@ -34,7 +35,7 @@ def promising(ev: Evaluator) -> Callable[[Dict[str, Any]], bool]:
             return True
         if plan_key(plan) in ev.cache:
             return False
-        return memory_lower_bound_bytes(w.model, plan, w.cluster) <= cap
+        return memory_lower_bound_bytes(w, plan) <= cap
 
     return accept
 

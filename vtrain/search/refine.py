@@ -18,7 +18,8 @@ from typing import Iterable, Iterator, List, Sequence
 
 from vtrain.search.objective import Evaluator
 from vtrain.search.pareto import pareto_front, to_minimise
-from vtrain.search.space import PlanSpace, canonical, check, memory_lower_bound_bytes, plan_key
+from vtrain.search.space import PlanSpace, canonical, check, plan_key
+from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.workload.enums import Schedule
 from vtrain.workload.plan import ParallelPlan
 
@@ -135,7 +136,7 @@ def candidates(ev: Evaluator, plans: Iterable[ParallelPlan], limit: int) -> List
             if key in seen or check(ev.space, fixed) is not None:
                 continue
             seen.add(key)
-            if memory_lower_bound_bytes(w.model, fixed, w.cluster) <= cap:
+            if memory_lower_bound_bytes(w, fixed) <= cap:
                 out.append(fixed)
                 break
         if len(out) >= limit:

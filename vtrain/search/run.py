@@ -21,11 +21,11 @@ from vtrain.search.space import (
     SEARCHED_FIELDS,
     PlanSpace,
     enumerate_plans,
-    memory_lower_bound_bytes,
     plan_fields,
     plan_space,
     trial_params,
 )
+from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
@@ -137,8 +137,7 @@ def initial_population(ctx: Context, size: int, seed: int) -> List[dict]:
     bound fits the GPU (:func:`memory_lower_bound_bytes`; no simulation). NSGA-II's first generation
     otherwise spends most trials on plans that cannot fit (~86% of GPT-3 175B x 1,024 A100)."""
     cap = ctx.workload.cluster.gpu.hbm_capacity_bytes
-    model, cluster = ctx.workload.model, ctx.workload.cluster
-    fitting = [p for p in enumerate_plans(ctx.space) if memory_lower_bound_bytes(model, p, cluster) <= cap]
+    fitting = [p for p in enumerate_plans(ctx.space) if memory_lower_bound_bytes(ctx.workload, p) <= cap]
     picks = random.Random(seed).sample(fitting, min(size, len(fitting)))
     return [trial_params(ctx.space, p) for p in picks]
 

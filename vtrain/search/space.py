@@ -16,7 +16,6 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError
-from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
 from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -138,23 +137,6 @@ def check(space: PlanSpace, plan: ParallelPlan) -> Optional[str]:
     except ConfigError as err:
         return str(err)
     return None
-
-
-def memory_lower_bound_bytes(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec) -> float:
-    """A lower bound of the simulated peak memory per GPU, without simulating.
-
-    Stage 0 holds at least its transformer layers' weights, gradients and optimizer states
-    (:func:`vtrain.sim.memory.state_bytes_per_param`), the activations of its in-flight micro-batches
-    (:func:`~vtrain.sim.memory.inflight_layers` x :func:`~vtrain.sim.memory.layer_activation_bytes`,
-    Korthikanti et al. 2022) and the reserved memory; the simulator adds the embedding, norms and
-    the full-recompute working set on top, so this never exceeds ``Report.peak_memory_bytes``
-    (``tests/test_search.py`` checks it). Used to skip plans that cannot fit before simulating them.
-    """
-    layers = model.num_layers // plan.pp
-    params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
-    w, g, o = state_bytes_per_param(plan)
-    acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan)
-    return params * (w + g + o) + acts + cluster.gpu.memory_reserved_bytes
 
 
 def _schedule_options(space: PlanSpace, pp: int, microbatches: int) -> Iterator[Tuple[Schedule, int]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from vtrain.workload.enums import Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.workload import Workload
 
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
@@ -64,3 +65,21 @@ def state_bytes_per_param(plan: ParallelPlan) -> tuple[float, float, float]:
     if plan.distributed_optimizer:
         opt /= plan.dp
     return weights, grads, opt
+
+
+def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
+    """A lower bound of the simulated peak memory per GPU, without simulating.
+
+    Stage 0 holds at least its transformer layers' weights, gradients and optimizer states
+    (:func:`state_bytes_per_param`), the activations of its in-flight micro-batches
+    (:func:`inflight_layers` x :func:`layer_activation_bytes`,
+    Korthikanti et al. 2022) and the reserved memory; the simulator adds the embedding, norms and
+    the full-recompute working set on top, so this never exceeds ``Report.peak_memory_bytes``
+    (``tests/test_search.py`` checks it). Used to skip plans that cannot fit before simulating them.
+    """
+    model = w.model
+    layers = model.num_layers // plan.pp
+    params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
+    wb, gb, ob = state_bytes_per_param(plan)
+    acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan)
+    return params * (wb + gb + ob) + acts + w.stack.memory_reserved_bytes

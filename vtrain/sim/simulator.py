@@ -92,7 +92,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
     model, plan, cluster = w.model, w.plan, w.cluster
     gpu = cluster.gpu
     graph = build_model_graph(model, plan)
-    sc = build_stage_costs(model, plan, cluster, graph, cost)
+    sc = build_stage_costs(w, graph, cost)
     m = plan.num_microbatches
     cs = compile_schedule(plan.schedule, plan.pp, plan.chunks, m)
     durations = sc.durations()
@@ -119,7 +119,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
         opt_times.append(t_opt)
         gather_times.append(t_ag)
         ends.append(barrier + t_opt + t_ag)
-    iteration = max(ends) + gpu.iteration_overhead_s
+    iteration = max(ends) + w.stack.iteration_overhead_s
 
     # memory
     layers_per_stage = model.num_layers // plan.pp
@@ -141,7 +141,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False) ->
         mem = MemoryBreakdown(
             weights_bytes=params * w_b, gradients_bytes=params * g_b, optimizer_bytes=params * o_b,
             activations_bytes=inflight_layers(plan, s, layers_per_stage) * act_layer + working,
-            other_bytes=gpu.memory_reserved_bytes + (logits_bytes if s == plan.pp - 1 else 0.0))
+            other_bytes=w.stack.memory_reserved_bytes + (logits_bytes if s == plan.pp - 1 else 0.0))
         mems.append(mem)
         stages.append(StageBreakdown(s, compute, host, exposed, bubble, opt_times[s], mem.total_bytes,
                                      layers_per_stage, params))

@@ -14,9 +14,9 @@ from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.graph.builder import ModelGraph, PassOps
 from vtrain.graph.ops import Collective, CollectiveKind, Group
-from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import ClusterSpec
+from vtrain.workload.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +174,12 @@ def p2p_crosses_node(plan: ParallelPlan, cluster: ClusterSpec, src_stage: int, d
     return (src_stage * stride) // g != (dst_stage * stride) // g
 
 
-def build_stage_costs(model: ModelSpec, plan: ParallelPlan, cluster: ClusterSpec, graph: ModelGraph,
-                      cost: CostModel) -> StageCosts:
+def build_stage_costs(w: Workload, graph: ModelGraph, cost: CostModel) -> StageCosts:
+    model, plan, cluster = w.model, w.plan, w.cluster
     p, v = plan.pp, plan.chunks
     tp_where = tp_placement(plan, cluster)
     layers_per_chunk = stage_of_layers(model.num_layers, plan)
-    overhead = cluster.gpu.microbatch_overhead_s
+    overhead = w.stack.microbatch_overhead_s
     layer_f = _timed(graph.layer.forward, cost, tp_where)
     layer_b = _timed(graph.layer.recompute, cost, tp_where) + _timed(graph.layer.backward, cost, tp_where)
     emb_f, emb_b = _timed(graph.embedding.forward, cost, tp_where), _timed(graph.embedding.backward, cost, tp_where)

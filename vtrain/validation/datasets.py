@@ -12,6 +12,8 @@ SHIPPED = {
     "a100_single_node": "a100_single_node_iteration_times.csv",
     "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
 }
+# the software stack each shipped measurement ran on (rows without a ``stack`` column)
+SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022"}
 
 
 def data_path(filename: str) -> Path:
@@ -25,29 +27,31 @@ def resolve_dataset(name_or_path: str) -> Path:
     return Path(name_or_path).expanduser()
 
 
-def single_node_workloads(cluster_cfg: Any, path: Path | None = None) -> Tuple[List[Any], np.ndarray, List[Any]]:
+def single_node_workloads(cluster_cfg: Any, path: Path | None = None, stack: str | None = None
+                          ) -> Tuple[List[Any], np.ndarray, List[Any]]:
     """(workloads, measured seconds, rows) of a measured-iteration CSV on the given cluster config."""
-    from vtrain.config.compose import load_gpu_config
+    from vtrain.config.compose import load_gpu_config, load_stack_config
     from vtrain.validation.csv_io import read_measurements
     from vtrain.validation.rows import row_workload
 
     rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]))
     load = functools.lru_cache(maxsize=None)(load_gpu_config)
-    ws = [row_workload(r, cluster_cfg, load) for r in rows]
+    load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
+    ws = [row_workload(r, cluster_cfg, load, load_stack, stack=stack) for r in rows]
     measured = np.array([float(r.get("iteration_time_ms")) for r in rows]) / 1e3
     return ws, measured, rows
 
 
 def weak_scaling_workloads(cluster: Any = None) -> Tuple[List[Any], np.ndarray, List[Any]]:
-    """(workloads, published iteration seconds, rows) of the Megatron-LM weak-scaling table, on
-    ``cluster`` (default: :func:`vtrain.validation.weak_scaling.weak_scaling_cluster`)."""
+    """(workloads, published iteration seconds, rows) of the Megatron-LM weak-scaling table, on the
+    ``cluster`` config (default: :func:`vtrain.validation.weak_scaling.weak_scaling_cluster`)."""
     from vtrain.validation.weak_scaling import read_weak_scaling, row_workload, weak_scaling_cluster
 
     cluster = cluster or weak_scaling_cluster()
     from vtrain.workload.model import megatron_flops_per_iteration
 
     rows = read_weak_scaling(data_path(SHIPPED["megatron_2021_weak_scaling"]))
-    ws = [row_workload(r, cluster) for r in rows]
+    ws = [row_workload(r, cluster, i + 1) for i, r in enumerate(rows)]
     measured = np.array([megatron_flops_per_iteration(r.global_batch, r.seq_len, r.layers, r.hidden, r.vocab, True)
                          / (r.published_tflops * 1e12 * r.num_gpus) for r in rows])
     return ws, measured, rows

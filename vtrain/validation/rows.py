@@ -1,17 +1,25 @@
-"""Turn one measured row into a Workload: the row's model, plan and a cluster sized to its GPUs.
+"""Turn one measured row into a Workload: the row's model, plan, GPU, stack and a cluster sized to its GPUs.
 
-Defaults are those of the vTrain measurements (Megatron-DeepSpeed, fp16, full recompute, 1F1B, GPT
-blocks with LayerNorm, GeLU, learned positions, tied embeddings, vocabulary 50257, no DP bucketing),
-and an unpadded vocabulary (``vocab_divisible_by=0``: each TP rank holds 50257 // t rows; the measured
-output-layer times follow that shard's alignment, see README "Accuracy"; a column overrides it).
-``schedule=interleaved`` without ``virtual_stages`` uses 2 model chunks per stage where layers divide.
+The one builder of measured rows (the shipped single-node CSV, the weak-scaling table, any user CSV).
+Columns carry spec field names (``hidden_size``, ``tp``, ``precision``, ...; ``micro_batch`` and
+``global_batch`` for the batch sizes); each cell is parsed to its field's type and checked against its
+domain by :func:`vtrain.config.specs.spec_from`, so a bad cell names its row and column. What a row does
+not say comes from its dataset's defaults (:class:`RowDefaults`): by default those of the vTrain
+measurements (Megatron-DeepSpeed, fp16, full recompute, 1F1B, GPT blocks with LayerNorm, GeLU, learned
+positions, tied embeddings, vocabulary 50257 unpadded — each TP rank holds 50257 // t rows, whose
+alignment the measured output-layer times follow, README "Accuracy" — no DP overlap, no flash attention).
+A gated MLP (``gated_mlp=true``) switches the model defaults to Llama's (RMSNorm, RoPE, no biases, no
+dropout, untied output). ``schedule=interleaved`` without ``virtual_stages`` uses 2 chunks where layers divide.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Callable
+import enum
+import typing
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Dict, Mapping, Optional
 
-from vtrain.config.build import cluster_spec, gpu_spec
+from vtrain.config.build import cluster_spec, gpu_spec, stack_spec
+from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_model, check_plan
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow
@@ -22,86 +30,100 @@ from vtrain.workload.workload import Workload
 
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}
+PLAN_ALIASES = {"micro_batch": "micro_batch_size", "global_batch": "global_batch_size"}
+_MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"name", "max_seq_len"}
+_PLAN_FIELDS = {f.name for f in fields(ParallelPlan)} - {"tokens_to_train", "optimizer"}
+LLAMA_MODEL = {"norm": NormType.RMSNORM, "position_embedding": PositionEmbedding.ROPE, "use_bias": False,
+               "dropout": 0.0, "tied_embeddings": False}
 
 
-def _int(row: MeasuredRow, key: str, default: int | None = None) -> int:
-    raw = row.get(key)
-    if raw is None:
-        if default is None:
-            raise ConfigError(f"row {row.index}: {key} is empty")
-        return default
+@dataclass(frozen=True)
+class RowDefaults:
+    """What rows of one dataset leave unsaid (spec field values) and the stack they ran on."""
+
+    model: Mapping[str, Any] = field(default_factory=lambda: {
+        "norm": NormType.LAYERNORM, "position_embedding": PositionEmbedding.LEARNED, "use_bias": True,
+        "dropout": 0.1, "vocab_size": 50257, "tied_embeddings": True, "vocab_divisible_by": 0})
+    plan: Mapping[str, Any] = field(default_factory=lambda: {
+        "schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.FULL, "sequence_parallel": False,
+        "distributed_optimizer": False, "overlap_grad_reduce": False, "precision": Precision.FP16,
+        "flash_attention": False})
+    stack: str = "megatron_deepspeed_2022"
+
+
+def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
+    """A CSV cell as a value of type ``tp`` (int, float, bool or an enum), or a one-line error."""
+    label = f"row {row.index}: {column}={raw}"
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(raw.lower())
+        except ValueError:
+            raise ConfigError(f"{label} is not supported (one of {', '.join(e.value for e in tp)})") from None
+    if tp is bool:
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ConfigError(f"{label} is not a boolean")
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"row {row.index}: {key}={raw} is not a number") from None
-    if value != int(value):
-        raise ConfigError(f"row {row.index}: {key}={raw} must be an integer")
-    return int(value)
+        raise ConfigError(f"{label} is not a number") from None
+    if tp is int:
+        if value != value or value in (float("inf"), -float("inf")) or value != int(value):
+            raise ConfigError(f"{label} must be an integer")
+        return int(value)
+    return value
 
 
-def _bool(row: MeasuredRow, key: str, default: bool) -> bool:
-    raw = row.get(key)
-    if raw is None:
-        return default
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise ConfigError(f"row {row.index}: {key}={raw} is not a boolean")
+def _columns(row: MeasuredRow, names: set[str], cls: type, aliases: Mapping[str, str]) -> Dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    out: Dict[str, Any] = {}
+    for column in row.values:
+        name = aliases.get(column, column)
+        raw = row.get(column)
+        if name in names and raw is not None:
+            out[name] = parse_cell(row, column, raw, hints[name])
+    return out
 
 
-def _enum(row: MeasuredRow, key: str, enum: Any, default: Any) -> Any:
-    raw = row.get(key)
-    if raw is None:
-        return default
-    try:
-        return enum(raw.lower())
-    except ValueError:
-        raise ConfigError(f"row {row.index}: {key}={raw} is not supported "
-                          f"(one of {', '.join(e.value for e in enum)})") from None
-
-
-def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any], base_usd: float = 0.0) -> Workload:
-    """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs). Raises
-    ConfigError (the skip reason) when unsupported."""
-    hidden = _int(row, "hidden_size")
-    heads = _int(row, "num_heads")
-    seq = _int(row, "seq_len")
-    model = ModelSpec(
-        name=row.get("name", f"gpt-h{hidden}-l{_int(row, 'num_layers')}") or "row",
-        num_layers=_int(row, "num_layers"), hidden_size=hidden, num_heads=heads,
-        num_kv_heads=_int(row, "num_kv_heads", heads), ffn_hidden_size=_int(row, "ffn_hidden_size", 4 * hidden),
-        gated_mlp=_bool(row, "gated_mlp", False), norm=NormType.LAYERNORM,
-        position_embedding=PositionEmbedding.LEARNED, use_bias=True, dropout=0.1,
-        vocab_size=_int(row, "vocab_size", 50257), tied_embeddings=True, max_seq_len=seq,
-        vocab_divisible_by=_int(row, "vocab_divisible_by", 0))
-    if model.gated_mlp:
-        model = replace(model, norm=NormType.RMSNORM, position_embedding=PositionEmbedding.ROPE,
-                        use_bias=False, dropout=0.0, tied_embeddings=False)
+def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
+                 load_stack: Callable[[str], Any], defaults: RowDefaults = RowDefaults(),
+                 stack: Optional[str] = None) -> Workload:
+    """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs): ``stack``
+    (validate.stack) overrides the dataset's stack for rows without a ``stack`` column. Raises
+    ConfigError (the skip reason) when the row cannot be simulated as measured."""
+    prefix = f"row {row.index}:"
+    m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
+    p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
+    for required in ("num_layers", "hidden_size", "num_heads"):
+        if required not in m:
+            raise ConfigError(f"{prefix} {required} is empty")
+    model_d = {**defaults.model, **(LLAMA_MODEL if m.get("gated_mlp") else {}), **m}
+    model_d.setdefault("num_kv_heads", model_d["num_heads"])
+    model_d.setdefault("ffn_hidden_size", 4 * model_d["hidden_size"])
+    model_d["max_seq_len"] = p.get("seq_len", 1)
+    model_d["name"] = row.get("name") or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}"
+    model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
-    tp, dp, pp = _int(row, "tp"), _int(row, "dp"), _int(row, "pp")
-    num_gpus = _int(row, "num_gpus")
-    if tp * dp * pp != num_gpus:
-        raise ConfigError(f"row {row.index}: tp*dp*pp={tp * dp * pp} differs from num_gpus={num_gpus}")
-    schedule = _enum(row, "schedule", Schedule, Schedule.ONE_F_ONE_B)
-    # interleaved without a chunk count: 2 chunks per stage where the layers allow (Megatron's usual)
-    layers = _int(row, "num_layers")
-    default_v = 2 if schedule == Schedule.INTERLEAVED and layers % (2 * pp) == 0 else 1
-    plan = ParallelPlan(
-        tp=tp, pp=pp, dp=dp, micro_batch_size=_int(row, "micro_batch"), global_batch_size=_int(row, "global_batch"),
-        seq_len=seq, schedule=schedule, virtual_stages=_int(row, "virtual_stages", default_v),
-        recompute=_enum(row, "recompute", Recompute, Recompute.FULL),
-        sequence_parallel=_bool(row, "sequence_parallel", False),
-        distributed_optimizer=_bool(row, "distributed_optimizer", False),
-        overlap_grad_reduce=_bool(row, "overlap_grad_reduce", False),
-        precision=_enum(row, "precision", Precision, Precision.FP16),
-        flash_attention=_bool(row, "flash_attention", False))
-    gpu_name = row.get("gpu") or str(cluster_cfg.gpu)
-    gpu = gpu_spec(load_gpu(gpu_name))
-    gpn = row.get("gpus_per_node")
+    plan_d = {**defaults.plan, **p}
+    if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
+        interleaved = plan_d.get("schedule") == Schedule.INTERLEAVED
+        plan_d["virtual_stages"] = 2 if interleaved and model.num_layers % (2 * plan_d.get("pp", 1)) == 0 else 1
+    for required in ("tp", "dp", "pp", "micro_batch_size", "global_batch_size", "seq_len"):
+        if required not in plan_d:
+            raise ConfigError(f"{prefix} {required} is empty")
+    plan = spec_from(ParallelPlan, plan_d, prefix)
+    num_gpus = parse_cell(row, "num_gpus", row.get("num_gpus") or "", int) if row.get("num_gpus") else plan.num_gpus
+    if plan.num_gpus != num_gpus:
+        raise ConfigError(f"{prefix} tp*dp*pp={plan.num_gpus} differs from num_gpus={num_gpus}")
+    gpu = gpu_spec(load_gpu(row.get("gpu") or str(cluster_cfg.gpu)))
     cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
-    if gpn is not None:
-        per_node = _int(row, "gpus_per_node")
+    if row.get("gpus_per_node") is not None:
+        per_node = parse_cell(row, "gpus_per_node", row.get("gpus_per_node") or "", int)
+        if per_node < 1:
+            raise ConfigError(f"{prefix} gpus_per_node={per_node} must be an integer >= 1")
         cluster = replace(cluster, gpus_per_node=per_node, num_nodes=-(-num_gpus // per_node))
     check_plan(model, plan, cluster)
-    return Workload(model, plan, cluster, base_usd, 1.0, "analytical")
+    stack_spec_ = stack_spec(load_stack(row.get("stack") or stack or defaults.stack))
+    return Workload(model=model, plan=plan, cluster=cluster, stack=stack_spec_, usd_per_gpu_hour=0.0)

@@ -1,15 +1,16 @@
 """Simulate every measured row and collect predicted vs measured times."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
 from vtrain.sim.simulator import simulate_workload
 from vtrain.validation.csv_io import MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise
-from vtrain.validation.rows import row_workload
+from vtrain.validation.rows import RowDefaults, row_workload
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,13 @@ class RowResult:
         return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
 
 
-def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, load_gpu: Callable[[str], Any],
-                  gpu_override: Optional[Callable[[Any], Any]] = None) -> List[RowResult]:
-    """``gpu_override`` maps a GpuSpec to another (calibration tries candidate constants)."""
+def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: RowDefaults = RowDefaults(),
+                  stack: Optional[str] = None) -> List[RowResult]:
+    """Simulate each row on ``cfg.cluster`` (``stack``: validate.stack, for rows without a stack column)."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+
+    load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
+    load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
     out: List[RowResult] = []
     for row in rows:
         try:
@@ -38,12 +43,8 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, load_gpu: Callable[[str
                                                           "is not a number"))
             continue
         try:
-            w = row_workload(row, cfg.cluster, load_gpu)
-            if gpu_override is not None:
-                from dataclasses import replace
-
-                w = replace(w, cluster=replace(w.cluster, gpu=gpu_override(w.cluster.gpu)))
-            report, _ = simulate_workload(w, AnalyticalCostModel(w.cluster, w.plan.precision.value))
+            w = row_workload(row, cfg.cluster, load_gpu, load_stack, defaults, stack)
+            report, _ = simulate_workload(w, AnalyticalCostModel(w))
         except ConfigError as err:
             out.append(RowResult(row, measured, None, str(err)))
             continue

@@ -14,16 +14,17 @@ What the table leaves unstated, and the assumptions made here (documented in the
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.sim.simulator import simulate_workload
-from vtrain.workload.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
-from vtrain.workload.model import ModelSpec, megatron_flops_per_iteration
-from vtrain.workload.plan import ParallelPlan
-from vtrain.workload.system import ClusterSpec
+from vtrain.validation import rows
+from vtrain.validation.csv_io import MeasuredRow
+from vtrain.validation.rows import RowDefaults
+from vtrain.workload.enums import Precision, Recompute
+from vtrain.workload.model import megatron_flops_per_iteration
 from vtrain.workload.workload import Workload
 
 
@@ -64,41 +65,59 @@ def read_weak_scaling(path: Path) -> List[WeakScalingRow]:
                 for r in csv.DictReader(fh)]
 
 
-def row_workload(row: WeakScalingRow, cluster: ClusterSpec, micro_batch: Optional[int] = None) -> Workload:
-    model = ModelSpec(row.model, row.layers, row.hidden, row.heads, row.heads, 4 * row.hidden, False,
-                      NormType.LAYERNORM, PositionEmbedding.LEARNED, True, 0.1, row.vocab, True, row.seq_len)
+# What the table leaves unsaid (see the module docstring); Megatron-LM pads the vocabulary to 128 x t.
+WEAK_SCALING_DEFAULTS = RowDefaults(
+    model={**RowDefaults().model, "vocab_divisible_by": 128},
+    plan={**RowDefaults().plan, "recompute": Recompute.FULL, "precision": Precision.FP16,
+          "overlap_grad_reduce": False, "flash_attention": False},
+    stack="megatron_deepspeed_2022")
+
+
+def measured_row(row: WeakScalingRow, index: int, micro_batch: Optional[int] = None) -> MeasuredRow:
+    """The table row in the measured-row schema, with the micro-batch and schedule assumed above."""
     dp = row.num_gpus // (row.tp * row.pp)
     per_replica = row.global_batch // dp
     if micro_batch is None:
         micro_batch = 1 if row.pp > 1 else next(b for b in (8, 4, 2, 1) if per_replica % b == 0)
     m = per_replica // micro_batch
     interleave = row.pp > 1 and row.layers % (2 * row.pp) == 0 and m % row.pp == 0
-    plan = ParallelPlan(tp=row.tp, pp=row.pp, dp=dp, micro_batch_size=micro_batch, global_batch_size=row.global_batch,
-                        seq_len=row.seq_len, schedule=Schedule.INTERLEAVED if interleave else Schedule.ONE_F_ONE_B,
-                        virtual_stages=2 if interleave else 1, recompute=Recompute.FULL, precision=Precision.FP16,
-                        overlap_grad_reduce=False, flash_attention=False)
-    nodes = -(-row.num_gpus // cluster.gpus_per_node)
-    return Workload(model, plan, replace(cluster, num_nodes=max(nodes, cluster.num_nodes)), 0.0, 1.0, "analytical")
+    values = {"name": row.model, "num_layers": row.layers, "hidden_size": row.hidden, "num_heads": row.heads,
+              "vocab_size": row.vocab, "seq_len": row.seq_len, "num_gpus": row.num_gpus, "tp": row.tp,
+              "pp": row.pp, "dp": dp, "micro_batch": micro_batch, "global_batch": row.global_batch,
+              "schedule": "interleaved" if interleave else "1f1b", "virtual_stages": 2 if interleave else 1}
+    return MeasuredRow(index, {k: str(v) for k, v in values.items()})
 
 
-def weak_scaling_cluster(gpu: str | None = None) -> ClusterSpec:
-    """The DGX A100 cluster of the table (``cluster/a100x3360``), optionally with another ``gpu/``."""
-    from vtrain.config.build import cluster_spec, gpu_spec
-    from vtrain.config.compose import load_gpu_config, load_group_config
+def row_workload(row: WeakScalingRow, cluster_cfg: Any, index: int = 0, micro_batch: Optional[int] = None,
+                 stack: Optional[str] = None) -> Workload:
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+
+    return rows.row_workload(measured_row(row, index, micro_batch), cluster_cfg, load_gpu_config,
+                             load_stack_config, WEAK_SCALING_DEFAULTS, stack)
+
+
+def weak_scaling_cluster(gpu: str | None = None) -> Any:
+    """The DGX A100 cluster config of the table (``cluster/a100x3360``), optionally with another ``gpu/``."""
+    from omegaconf import open_dict
+
+    from vtrain.config.compose import load_group_config
     from vtrain.config.schema import ClusterConfig
 
     cfg = load_group_config("cluster", "a100x3360", ClusterConfig)
-    return cluster_spec(cfg, gpu_spec(load_gpu_config(gpu or str(cfg.gpu))))
+    if gpu:
+        with open_dict(cfg):
+            cfg.gpu = gpu
+    return cfg
 
 
-def predict(row: WeakScalingRow, cluster: ClusterSpec) -> WeakScalingResult:
-    w = row_workload(row, cluster)
-    report, _ = simulate_workload(w, AnalyticalCostModel(w.cluster, "fp16"))
+def predict(row: WeakScalingRow, cluster_cfg: Any, stack: Optional[str] = None) -> WeakScalingResult:
+    w = row_workload(row, cluster_cfg, stack=stack)
+    report, _ = simulate_workload(w, AnalyticalCostModel(w))
     if not report.fits and row.pp == 1 and w.plan.micro_batch_size > 1:  # largest micro-batch that fits
         for mb in (4, 2, 1):
             if mb < w.plan.micro_batch_size and (row.global_batch // w.plan.dp) % mb == 0:
-                w = row_workload(row, cluster, mb)
-                report, _ = simulate_workload(w, AnalyticalCostModel(w.cluster, "fp16"))
+                w = row_workload(row, cluster_cfg, micro_batch=mb, stack=stack)
+                report, _ = simulate_workload(w, AnalyticalCostModel(w))
                 if report.fits:
                     break
     flops = megatron_flops_per_iteration(row.global_batch, row.seq_len, row.layers, row.hidden, row.vocab, True)

@@ -13,30 +13,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vtrain.workload.enums import NormType, PositionEmbedding
+from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE_INT, PROBABILITY, spec
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    ffn_hidden_size: int
-    gated_mlp: bool
-    norm: NormType
-    position_embedding: PositionEmbedding
-    use_bias: bool
-    dropout: float
-    vocab_size: int
-    tied_embeddings: bool
-    max_seq_len: int
+    name: str = spec(doc="model/ config name")
+    num_layers: int = spec(domain=POSITIVE_INT, doc="transformer layers")
+    hidden_size: int = spec(domain=POSITIVE_INT, doc="model width h")
+    num_heads: int = spec(domain=POSITIVE_INT, doc="attention (query) heads")
+    num_kv_heads: int = spec(domain=POSITIVE_INT, none_means="num_heads (multi-head attention)",
+                             doc="key/value heads (GQA)")
+    ffn_hidden_size: int = spec(domain=POSITIVE_INT, none_means="4 * hidden_size", doc="MLP width")
+    gated_mlp: bool = spec(False, doc="SwiGLU: three FFN matrices instead of two")
+    norm: NormType = spec(NormType.LAYERNORM, doc="layernorm | rmsnorm")
+    position_embedding: PositionEmbedding = spec(PositionEmbedding.LEARNED, doc="learned | rope")
+    use_bias: bool = spec(True, doc="biases in the linear layers")
+    dropout: float = spec(0.1, domain=PROBABILITY, doc="hidden and attention dropout (0: no dropout kernels)")
+    vocab_size: int = spec(50257, domain=POSITIVE_INT, doc="vocabulary")
     # Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128) times
     # the TP degree, so every rank's shard fills aligned tensor-core tiles (Megatron-LM,
     # _vocab_size_with_padding). 0: no padding, each rank holds vocab_size // tp rows (the sharded model
     # of vTrain's measurements, VIA-Research/vTrain ShardedGptModel); the shard's alignment then sets the
     # logits GEMM's efficiency (cost.analytical).
-    vocab_divisible_by: int = 128
+    vocab_divisible_by: int = spec(128, domain=NON_NEGATIVE_INT,
+                                   doc="pad the vocabulary to a multiple of this x tp (0: no padding)")
+    tied_embeddings: bool = spec(True, doc="output layer shares the word-embedding matrix")
+    max_seq_len: int = spec(2048, domain=POSITIVE_INT, doc="longest sequence (learned position table size)")
 
     def vocab_shard(self, tp: int) -> int:
         """Vocabulary rows held by one TP rank (see ``vocab_divisible_by``)."""

@@ -6,25 +6,41 @@ from enum import Enum
 from typing import Any, Dict
 
 from vtrain.workload.enums import Precision, Recompute, Schedule
+from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, spec
+
+PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelPlan:
-    tp: int
-    pp: int
-    dp: int
-    micro_batch_size: int
-    global_batch_size: int
-    seq_len: int
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    virtual_stages: int = 1
-    recompute: Recompute = Recompute.NONE
-    sequence_parallel: bool = False
-    distributed_optimizer: bool = False
-    overlap_grad_reduce: bool = True
-    grad_bucket_bytes: int = 40 * 2**20
-    precision: Precision = Precision.BF16
-    flash_attention: bool = False
+    """The plan's fields live in two config groups: ``parallelism/`` (how the model is split) and
+    ``training/`` (the batch, sequence, precision and length of the run)."""
+
+    tp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="tensor-parallel degree")
+    pp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="pipeline-parallel degree")
+    dp: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+                   doc="data-parallel degree (config: 0 derives it as cluster GPUs // (tp * pp))")
+    micro_batch_size: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="sequences per micro-batch")
+    schedule: Schedule = spec(Schedule.ONE_F_ONE_B, group=PAR, doc="pipeline schedule")
+    virtual_stages: int = spec(1, group=PAR, domain=POSITIVE_INT,
+                               doc="model chunks per stage of the interleaved schedule")
+    recompute: Recompute = spec(Recompute.NONE, group=PAR, doc="activation recomputation")
+    sequence_parallel: bool = spec(False, group=PAR, doc="Megatron sequence parallelism (needs tp > 1)")
+    distributed_optimizer: bool = spec(False, group=PAR, doc="ZeRO-1: optimizer states sharded over dp")
+    overlap_grad_reduce: bool = spec(True, group=PAR,
+                                     doc="bucketed DP gradient reduction overlapped with the backward pass")
+    grad_bucket_mib: float = spec(40.0, group=PAR, unit="MiB", domain=POSITIVE, doc="DP gradient bucket size")
+    global_batch_size: int = spec(1536, group=TRAIN, domain=POSITIVE_INT, doc="sequences per iteration")
+    seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
+    precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
+    optimizer: str = spec("adam", group=TRAIN, doc="Adam with fp32 master weights")
+    flash_attention: bool = spec(True, group=TRAIN, doc="fused attention kernel (no s^2 score tensors in HBM)")
+    tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=POSITIVE,
+                                  doc="tokens of the whole training run (time and cost to train)")
+
+    @property
+    def grad_bucket_bytes(self) -> float:
+        return self.grad_bucket_mib * 2**20
 
     @property
     def num_gpus(self) -> int:

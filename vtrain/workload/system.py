@@ -1,54 +1,77 @@
-"""The system: one GPU type and the two network tiers of a cluster (as data, after Calculon)."""
+"""The system: one GPU type and the network tiers of a cluster, as data (after Calculon).
+
+GPU specs hold datasheet values and GPU-side efficiency curves only; what the framework costs on the
+host (per kernel, per collective, per micro-batch) is the software stack's (:mod:`vtrain.workload.stack`).
+Binary prefixes for capacities (GiB = 2**30 bytes), SI prefixes for rates (GB/s = 1e9 bytes/s).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Dict
+
+from vtrain.workload.fields import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, spec
 
 GIB = 2**30  # binary gibibyte, for capacities
 GB = 10**9  # SI gigabyte, for bandwidths
 TFLOPS = 10**12
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
-    name: str
-    peak_tflops: Mapping[str, float]
-    hbm_capacity_bytes: float
-    hbm_bandwidth_bytes_per_s: float
-    num_sms: int
-    gemm_max_efficiency: float
-    gemm_half_efficiency_dim: float
-    gemm_misaligned_efficiency: float
-    attention_efficiency: float
-    memory_efficiency: float
-    kernel_time_s: float
-    host_time_per_kernel_s: float
-    host_time_per_collective_s: float
-    optimizer_bytes_per_param: float
-    iteration_overhead_s: float
-    microbatch_overhead_s: float
-    memory_reserved_bytes: float
+    name: str = spec(doc="gpu/ config name")
+    peak_tflops: Dict[str, float] = spec(factory=dict, unit="TFLOP/s", domain=POSITIVE,
+                                         doc="datasheet dense peak per precision (no sparsity)")
+    hbm_capacity_gib: float = spec(unit="GiB", domain=POSITIVE, doc="HBM capacity")
+    hbm_bandwidth_gb_per_s: float = spec(unit="GB/s", domain=POSITIVE, doc="HBM bandwidth (datasheet)")
+    num_sms: int = spec(108, domain=POSITIVE_INT, doc="streaming multiprocessors: GEMM wave quantization")
+    gemm_max_efficiency: float = spec(0.75, domain=FRACTION, doc="fraction of peak a large GEMM reaches")
+    gemm_half_efficiency_dim: float = spec(64.0, domain=POSITIVE,
+                                           doc="GEMM dimension at which its size factor d/(d+d_half) is 1/2")
+    gemm_misaligned_efficiency: float = spec(0.4, domain=FRACTION,
+                                             doc="GEMM factor when no dimension is 16-byte aligned")
+    attention_efficiency: float = spec(0.5, domain=FRACTION,
+                                       doc="batched attention GEMMs and fused attention, relative to GEMMs")
+    memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
+    kernel_time_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="minimum GPU time of one kernel")
+    provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'datasheet: ...', 'fitted: <data>' "
+                                                        "or 'transferred from: <gpu>'")
+
+    @property
+    def hbm_capacity_bytes(self) -> float:
+        return self.hbm_capacity_gib * GIB
+
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_gb_per_s * GB
 
     def peak_flops_per_s(self, precision: str) -> float:
         return self.peak_tflops[precision] * TFLOPS
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NetworkTier:
-    bandwidth_bytes_per_s: float  # unidirectional; per GPU (intra) or per node (inter)
-    latency_s: float  # fixed per collective call
-    step_latency_s: float  # per algorithm step
-    efficiency: float
+    """One network tier. Bandwidths are unidirectional, per GPU (intra-node) or per node (inter-node)."""
+
+    bandwidth_gb_per_s: float = spec(unit="GB/s", domain=POSITIVE, doc="link bandwidth per direction")
+    latency_s: float = spec(30.0e-6, unit="s", domain=NON_NEGATIVE, doc="fixed cost of one collective call")
+    step_latency_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="per algorithm step")
+    efficiency: float = spec(0.75, domain=FRACTION, doc="achieved fraction of the link bandwidth")
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_gb_per_s * GB
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSpec:
-    name: str
-    gpu: GpuSpec
-    gpus_per_node: int
-    num_nodes: int
-    intra_node: NetworkTier
-    inter_node: NetworkTier
+    name: str = spec(doc="cluster/ config name")
+    gpu: GpuSpec = spec(doc="the cluster's GPU (a gpu/ config name in the config)")
+    gpus_per_node: int = spec(8, domain=POSITIVE_INT, doc="GPUs per node (host)")
+    num_nodes: int = spec(1, domain=POSITIVE_INT, doc="nodes")
+    intra_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=300.0),
+                                   doc="NVLink/NVSwitch, per GPU")
+    inter_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=100.0),
+                                   doc="scale-out network, per node (all NICs)")
 
     @property
     def num_gpus(self) -> int:

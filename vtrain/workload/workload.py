@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec
 
 
@@ -13,6 +14,10 @@ class Workload:
     model: ModelSpec
     plan: ParallelPlan
     cluster: ClusterSpec
+    stack: StackSpec
     usd_per_gpu_hour: float
-    tokens_to_train: float
-    cost_model: str
+    cost_model: str = "analytical"
+
+    @property
+    def tokens_to_train(self) -> float:
+        return self.plan.tokens_to_train

@@ -1,0 +1,36 @@
+"""The software stack that runs the training: the host-side costs of its framework and what it reserves.
+
+These belong to the software (Megatron-DeepSpeed 2022, Megatron-Core + Transformer Engine, FSDP2 in
+torchtitan, DeepSpeed), not to the GPU: the same A100 issues a kernel in ~70 µs of Python in one stack
+and in a few µs in another (CUDA graphs, fused kernels). Configs in ``conf/stack/``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+from vtrain.workload.fields import NON_NEGATIVE, POSITIVE, spec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSpec:
+    name: str = spec(doc="stack/ config name")
+    description: str = spec("", doc="the framework and versions these constants describe")
+    host_time_per_kernel_s: float = spec(12.0e-6, unit="s", domain=NON_NEGATIVE,
+                                         doc="host time (Python, autograd, launch) to issue one modelled op")
+    host_time_per_collective_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+                                             doc="extra host time per TP collective (wrapper, NCCL enqueue)")
+    optimizer_bytes_per_param: float = spec(40.0, unit="B", domain=POSITIVE,
+                                            doc="HBM traffic of the mixed-precision Adam step per parameter")
+    iteration_overhead_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+                                       doc="fixed host time per iteration (logging, loss scale, sync)")
+    microbatch_overhead_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+                                        doc="host time per micro-batch per model chunk (forward call, loss)")
+    memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
+                                      doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
+    provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
+                                                        "<stack>' or the argument for its value")
+
+    @property
+    def memory_reserved_bytes(self) -> float:
+        return self.memory_reserved_gib * 2**30
