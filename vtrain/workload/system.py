@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-from vtrain.workload.fields import FRACTION, NON_NEGATIVE, POSITIVE, POSITIVE_INT, spec
+from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, spec
 
 GIB = 2**30  # binary gibibyte, for capacities
 GB = 10**9  # SI gigabyte, for bandwidths
@@ -33,6 +33,8 @@ class GpuSpec:
                                        doc="batched attention GEMMs and fused attention, relative to GEMMs")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="minimum GPU time of one kernel")
+    tdp_w: float = spec(400.0, unit="W", domain=POSITIVE, doc="board power limit (datasheet TDP)")
+    idle_w: float = spec(60.0, unit="W", domain=NON_NEGATIVE, doc="power drawn by an idle GPU")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'datasheet: ...', 'fitted: <data>' "
                                                         "or 'transferred from: <gpu>'")
 
@@ -68,6 +70,8 @@ class ClusterSpec:
     gpu: GpuSpec = spec(doc="the cluster's GPU (a gpu/ config name in the config)")
     gpus_per_node: int = spec(8, domain=POSITIVE_INT, doc="GPUs per node (host)")
     num_nodes: int = spec(1, domain=POSITIVE_INT, doc="nodes")
+    nvlink_domain: int = spec(0, domain=NON_NEGATIVE_INT,
+                              doc="GPUs sharing one NVLink/NVSwitch domain (0: one node; GB200 NVL72: 72)")
     intra_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=300.0),
                                    doc="NVLink/NVSwitch, per GPU")
     inter_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=100.0),
@@ -76,6 +80,11 @@ class ClusterSpec:
     @property
     def num_gpus(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs that reach each other over NVLink: the node, or a multi-node NVLink domain (NVL72)."""
+        return self.nvlink_domain or self.gpus_per_node
 
     @property
     def inter_node_bytes_per_s_per_gpu(self) -> float:
