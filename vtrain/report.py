@@ -9,18 +9,34 @@ from vtrain.workload.plan import ParallelPlan
 
 
 @dataclass(frozen=True, slots=True)
+class StreamUsage:
+    """One stream of a stage over the iteration: busy time by kind, and idle time (they add up to it)."""
+
+    stream: str  # compute | dp_comm | pp_p2p | host
+    busy_s: Dict[str, float]
+    idle_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class StageBreakdown:
-    """Where one pipeline stage's iteration time goes; the parts add up to the iteration time."""
+    """Where one pipeline stage's iteration time goes, as the engine measured its compute stream: the
+    parts are never negative and add up to the iteration time."""
 
     stage: int
     compute_s: float  # GPU kernel time of forward, recompute and backward
     host_overhead_s: float  # time the GPU waits for the framework to issue kernels
-    exposed_comm_s: float  # TP collectives, DP gradient sync and parameter gather not hidden
+    exposed_comm_s: float  # communication the compute stream waits for (sum of exposed_comm_by_group)
     bubble_s: float  # idle: pipeline fill/drain and waits for other stages
     optimizer_s: float
     peak_memory_bytes: float
     layers: int
     params: float
+    exposed_comm_by_group: Dict[str, float] = field(default_factory=dict)  # tp, pp, dp, embedding, ...
+    streams: Tuple[StreamUsage, ...] = ()
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.host_overhead_s + self.exposed_comm_s + self.bubble_s + self.optimizer_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +76,8 @@ class Report:
     usd_per_gpu_hour: float
     gpus_used: int
     cost_model: str
+    stack: str = ""
+    provenance: Dict[str, str] = field(default_factory=dict)  # "gpu.<constant>" / "stack.<constant>" -> source
     extrapolated_ops: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = field(default_factory=tuple)
 

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 from vtrain.sim.simulator import SimulationTrace
 
-_STREAM_TID = {"compute": 0, "comm": 1}
+_STREAM_TID = {"compute": 0, "dp_comm": 1, "pp_p2p": 2}
 
 
 def chrome_trace(trace: SimulationTrace) -> Dict[str, Any]:
@@ -51,16 +51,16 @@ def plot_timeline(trace: SimulationTrace, path: str, title: str = "") -> None:
         dur = trace.durations[key]
         bars[kind].append((run.end[i] - dur, dur))
         rows[kind].append(s)
-    colours = {"forward": "tab:blue", "backward": "tab:orange", "comm": "0.55", "compute": "tab:green"}
+    colours = {"forward": "tab:blue", "backward": "tab:orange", "dp_comm": "0.55", "compute": "tab:green"}
     for kind in ("forward", "backward"):
         for s in range(cs.p):
             spans = [b for b, r in zip(bars[kind], rows[kind]) if r == s]
             ax.broken_barh(spans, (s - 0.4, 0.55), facecolors=colours[kind], linewidth=0)
     for s, tail in enumerate(trace.tail):  # the comm stream as a thin bar under the compute stream
         for stream, _name, start, end in tail:
-            lane = (s + 0.15, 0.25) if stream == "comm" else (s - 0.4, 0.8)
-            ax.broken_barh([(start, end - start)], lane, facecolors=colours[stream], linewidth=0)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in ("forward", "backward", "comm", "compute")]
+            lane = (s + 0.15, 0.25) if stream != "compute" else (s - 0.4, 0.8)
+            ax.broken_barh([(start, end - start)], lane, facecolors=colours.get(stream, "0.55"), linewidth=0)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in ("forward", "backward", "dp_comm", "compute")]
     ax.legend(handles, ["forward", "recompute + backward", "gradient sync", "optimizer"], loc="upper right",
               fontsize=7, ncol=4)
     ax.set_yticks(range(cs.p))

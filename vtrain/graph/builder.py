@@ -1,22 +1,20 @@
 """Build the operator graph of one transformer layer, the embedding and the output head.
 
 Shapes follow Megatron-LM's tensor parallelism (Shoeybi et al. 2019, Fig. 3): column-parallel QKV and
-FC1, row-parallel projection and FC2, one all-reduce after each row-parallel GEMM in the forward pass
-and one per column-parallel input in the backward pass. With sequence parallelism (Korthikanti et al.
-2022, Sec. 4.2.2) each all-reduce becomes an all-gather before and a reduce-scatter after, and the
-norms, dropouts and residuals work on s/t tokens. Backward of a GEMM = activation-grad + weight-grad.
+FC1, row-parallel projection and FC2; with sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2) the
+norms, dropouts and residuals work on s/t tokens. The TP collectives come from the communication plan
+(:mod:`vtrain.comm.tp`) and are placed between the GEMMs they sit between. Backward of a GEMM =
+activation-grad + weight-grad.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import List, Tuple
 
+from vtrain.comm.tp import TpComms
 from vtrain.graph.ops import (
-    Collective,
-    CollectiveKind,
     FlashAttention,
     Gemm,
-    Group,
     MemoryOp,
     Op,
 )
@@ -59,39 +57,7 @@ def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int) -> Tuple[Gemm, Tup
     return fwd, (dgrad, wgrad)
 
 
-class _TpComm:
-    """The TP collectives of Megatron's f/g operators, with or without sequence parallelism."""
-
-    def __init__(self, plan: ParallelPlan, tokens: int, hidden: int) -> None:
-        self.tp = plan.tp
-        self.sp = plan.sequence_parallel
-        self.size = float(tokens * hidden * plan.dtype_bytes)
-
-    def _coll(self, name: str, kind: CollectiveKind) -> List[Op]:
-        if self.tp == 1:
-            return []
-        return [Collective(name, kind, self.size, Group.TP, self.tp)]
-
-    def enter(self, name: str) -> List[Op]:
-        """Forward, before a column-parallel GEMM: identity, or all-gather with SP."""
-        return self._coll(f"{name}.ag", CollectiveKind.ALL_GATHER) if self.sp else []
-
-    def exit(self, name: str) -> List[Op]:
-        """Forward, after a row-parallel GEMM: all-reduce, or reduce-scatter with SP."""
-        kind = CollectiveKind.REDUCE_SCATTER if self.sp else CollectiveKind.ALL_REDUCE
-        return self._coll(f"{name}.{'rs' if self.sp else 'ar'}", kind)
-
-    def enter_backward(self, name: str) -> List[Op]:
-        """Backward of ``enter``: all-reduce, or reduce-scatter with SP."""
-        kind = CollectiveKind.REDUCE_SCATTER if self.sp else CollectiveKind.ALL_REDUCE
-        return self._coll(f"{name}.bwd.{'rs' if self.sp else 'ar'}", kind)
-
-    def exit_backward(self, name: str) -> List[Op]:
-        """Backward of ``exit``: identity, or all-gather with SP."""
-        return self._coll(f"{name}.bwd.ag", CollectiveKind.ALL_GATHER) if self.sp else []
-
-
-def build_layer(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
+def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = b * s
@@ -100,7 +66,7 @@ def build_layer(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
     qkv_out = (h + 2 * model.kv_size) // t
     fc1_out = (2 * f if model.gated_mlp else f) // t
     has_dropout = model.dropout > 0
-    comm = _TpComm(plan, tokens, h)
+    att, mlp = tp.attention, tp.mlp
 
     act = float(local_tokens * h * dt)  # one [local_tokens, h] activation
     norm_kernels = 1
@@ -156,14 +122,14 @@ def build_layer(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
     act_fwd = MemoryOp(act_name, (3 if model.gated_mlp else 2) * mlp_act_elems)
     act_bwd = MemoryOp(f"{act_name}.bwd", (5 if model.gated_mlp else 3) * mlp_act_elems)
 
-    forward: List[Op] = [norm("norm1"), *comm.enter("qkv"), qkv, *rope, *attn_fwd, proj,
-                         *comm.exit("proj"), residual("residual1"), norm("norm2"), *comm.enter("fc1"),
-                         fc1, act_fwd, fc2, *comm.exit("fc2"), residual("residual2")]
-    backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *comm.exit_backward("fc2"), *fc2_b,
-                          act_bwd, *fc1_b, *comm.enter_backward("fc1"), MemoryOp("norm2.bwd", 3 * act),
-                          MemoryOp("residual1.bwd", 2 * act), *comm.exit_backward("proj"), *proj_b,
+    forward: List[Op] = [norm("norm1"), *att.enter, qkv, *rope, *attn_fwd, proj, *att.exit,
+                         residual("residual1"), norm("norm2"), *mlp.enter, fc1, act_fwd, fc2, *mlp.exit,
+                         residual("residual2")]
+    backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *mlp.exit_backward, *fc2_b,
+                          act_bwd, *fc1_b, *mlp.enter_backward, MemoryOp("norm2.bwd", 3 * act),
+                          MemoryOp("residual1.bwd", 2 * act), *att.exit_backward, *proj_b,
                           *attn_bwd, *([MemoryOp("rope.bwd", rope[0].bytes, 2)] if rope else []),
-                          *qkv_b, *comm.enter_backward("qkv"), MemoryOp("norm1.bwd", 3 * act)]
+                          *qkv_b, *att.enter_backward, MemoryOp("norm1.bwd", 3 * act)]
     if plan.recompute == Recompute.FULL:
         recompute = forward
     elif plan.recompute == Recompute.SELECTIVE and not plan.flash_attention:
@@ -173,7 +139,7 @@ def build_layer(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
     return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(tuple(recompute)))
 
 
-def build_embedding(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
+def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
     """Vocab-parallel word embedding (+ learned positions): gather rows, sum over TP ranks."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h = model.hidden_size
@@ -184,34 +150,30 @@ def build_embedding(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
         fwd.append(MemoryOp("embedding.position", 3 * act))
     if model.dropout > 0:
         fwd.append(MemoryOp("embedding.dropout", 3 * act / (t if plan.sequence_parallel else 1)))
-    comm = _TpComm(plan, tokens, h)
-    fwd += comm.exit("embedding")
+    fwd += tp.embedding.exit
     table = float(model.vocab_shard(t) * h * dt)
-    bwd: List[Op] = [*comm.exit_backward("embedding"), MemoryOp("embedding.grad", 2 * act + table, 2)]
+    bwd: List[Op] = [*tp.embedding.exit_backward, MemoryOp("embedding.grad", 2 * act + table, 2)]
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
 
-def build_head(model: ModelSpec, plan: ParallelPlan) -> ComponentGraph:
+def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
     """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy (Megatron's vocab-parallel CE)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h, v = model.hidden_size, model.vocab_shard(t)  # padded vocab shard
     tokens = b * s
     local = tokens // t if plan.sequence_parallel else tokens
     act = float(local * h * dt)
-    comm = _TpComm(plan, tokens, h)
     logits, logits_b = _gemm_fwd_bwd("logits", tokens, v, h, dt)
     logit_bytes = float(tokens * v)
-    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *comm.enter("logits"), logits,
-                     MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4)]
+    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *tp.logits.enter, logits,
+                     MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4), *tp.cross_entropy]
     bwd: List[Op] = [MemoryOp("cross_entropy.bwd", logit_bytes * (4 * 2 + dt), 2), *logits_b,
-                     *comm.enter_backward("logits"), MemoryOp("final_norm.bwd", 3 * act)]
-    if t > 1:  # max, sum-exp and target-logit all-reduces over the vocab shards (fp32, per token)
-        fwd += [Collective(f"cross_entropy.ar{i}", CollectiveKind.ALL_REDUCE, tokens * 4.0, Group.TP, t)
-                for i in range(3)]
+                     *tp.logits.enter_backward, MemoryOp("final_norm.bwd", 3 * act)]
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
 
-def build_model_graph(model: ModelSpec, plan: ParallelPlan) -> ModelGraph:
-    return ModelGraph(build_layer(model, plan), build_embedding(model, plan), build_head(model, plan))
+def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ModelGraph:
+    """The graphs with the TP collectives of the communication plan in place (``comm.tp``)."""
+    return ModelGraph(build_layer(model, plan, tp), build_embedding(model, plan, tp), build_head(model, plan, tp))
 
 

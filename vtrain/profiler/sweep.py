@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from vtrain.comm.tp import plan_tp_comms
 from vtrain.cost.profiled import ADAM, op_variant
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import Collective, FlashAttention, Gemm
@@ -102,7 +103,7 @@ def profile_ops(model: ModelSpec, sweep: Sweep, dev: torch.device, dtype_name: s
                         plan = ParallelPlan(tp=t, pp=1, dp=1, micro_batch_size=b, global_batch_size=b, seq_len=s,
                                             precision=Precision(dtype_name), flash_attention=(path == "flash"))
                         pt = Point(spec, plan, dev, dtype)
-                        graph = build_model_graph(spec, plan)
+                        graph = build_model_graph(spec, plan, plan_tp_comms(spec, plan))
                         n_before = len(rows)
                         for comp in (graph.embedding, graph.layer, graph.head):
                             for ops in (comp.forward, comp.backward):
@@ -171,7 +172,7 @@ def host_time_per_kernel(rows: Sequence[Dict[str, Any]], kernels: Dict[str, int]
 
 
 def op_kernels(model: ModelSpec, plan: ParallelPlan) -> Dict[str, int]:
-    graph = build_model_graph(model, plan)
+    graph = build_model_graph(model, plan, plan_tp_comms(model, plan))
     out: Dict[str, int] = {}
     for comp in (graph.embedding, graph.layer, graph.head):
         for ops in (comp.forward, comp.backward):

@@ -1,56 +1,84 @@
-"""Discrete-event evaluation of a compiled schedule with two resources per stage: the host that
-issues a pass's kernels and the GPU stream that runs them.
+"""Discrete-event evaluation of a compiled schedule: per stage a host that issues a pass's kernels and a
+compute stream that runs them; pipeline transfers on the DAG's edges.
 
 A pass on stage s starts issuing (h0) when the host finished issuing the stage's previous pass and its
-cross-stage input has arrived (producer end + p2p lag: Megatron's p2p receive waits on the host); its
-kernels run once the GPU is free and the input is there (g0). It ends on the GPU at
-max(g0 + gpu_s, h0 + latency_s) (see stage_costs.PassCost), so within a stage the host may run ahead
-of a busy GPU (e.g. issue the next forward while the previous backward still runs). A longest-path
-pass over the DAG in topological order (the order within a stage is fixed by the schedule): exact for
-the model, O(tasks).
+cross-stage input has arrived (producer end + p2p time: Megatron's p2p receive waits on the host); its
+kernels run once the compute stream is free and the input is there (g0). It ends at
+max(g0 + gpu_s, h0 + latency_s) (see :class:`vtrain.sim.stage_costs.PassCost`), so within a stage the
+host may run ahead of a busy GPU. A longest-path pass over the DAG in topological order (the order
+within a stage is fixed by the schedule): exact for the model, O(tasks).
+
+The engine accounts for every instant of each compute stream: between the end of its previous pass
+(``prev``) and the end of this one (``e``) the stream is either waiting for the producer stage
+(``bubble``: pipeline fill, drain and imbalance), waiting for the transfer after the producer finished
+(``p2p``: exposed pipeline communication), running the pass (``gpu_s``: kernels and in-stream
+collectives) or waiting for the host to issue kernels (``host``). The four parts add up to e - prev, so
+the per-stage sums add up to the stage's end time exactly and none is negative.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from vtrain.sim.schedule import CompiledSchedule
 
 
 @dataclass(frozen=True)
 class PipelineRun:
-    end: List[float]  # GPU end time of each task, by topological index
-    stage_end: List[float]  # when each stage's GPU stream finished its last task
+    """Per task (topological index): end on the compute stream, host free time after issuing it, and the
+    waits of its compute stream before and during it (its start is end - gpu_s - host wait). Per stage:
+    when its compute stream finished, and the sums of the waits."""
+
+    end: List[float]
+    host_free: List[float]
+    bubble: List[float]
+    p2p: List[float]
+    host: List[float]
+    stage_end: List[float]
+    stage_bubble: List[float]  # per stage: sums of the per-task waits
+    stage_p2p: List[float]
+    stage_host: List[float]
 
 
 def run_pipeline(cs: CompiledSchedule, gpu_s: Sequence[float], lags: Sequence[float],
-                 latency_s: Optional[Sequence[float]] = None, host_s: Optional[Sequence[float]] = None) -> PipelineRun:
-    """Per pass (indexed by ``dur_key``): GPU time, host-bound latency and host issue time, seconds.
-    Without ``latency_s``/``host_s`` a pass simply occupies its stage for ``gpu_s``."""
+                 latency_s: Sequence[float], host_s: Sequence[float]) -> PipelineRun:
+    """Per pass (indexed by ``dur_key``): stream time, host-bound latency and host issue time (seconds);
+    per boundary (``lag_key``): p2p transfer time."""
     n = len(cs.stage)
     end = [0.0] * n
+    hfree = [0.0] * n
+    bubble = [0.0] * n
+    p2p = [0.0] * n
+    host = [0.0] * n
     gpu_free = [0.0] * cs.p
     host_free = [0.0] * cs.p
-    latency = latency_s if latency_s is not None else gpu_s
-    host = host_s if host_s is not None else [0.0] * len(gpu_s)
-    stage, dur_key, dep, lag_key = cs.stage, cs.dur_key, cs.dep, cs.lag_key
-    for i in range(n):
-        s = stage[i]
-        k = dur_key[i]
-        g0 = gpu_free[s]
+    sb, sq, sh = [0.0] * cs.p, [0.0] * cs.p, [0.0] * cs.p
+    lag = [*lags, 0.0]  # lag_key -1 (no transfer) reads the trailing 0
+    i = 0
+    for s, k, d, lk in zip(cs.stage, cs.dur_key, cs.dep, cs.lag_key):
+        prev = g0 = gpu_free[s]
         h0 = host_free[s]
-        d = dep[i]
         if d >= 0:
-            r = end[d] + lags[lag_key[i]] if lag_key[i] >= 0 else end[d]
+            pe = end[d]
+            r = pe + lag[lk]
             if r > g0:
+                if pe > prev:
+                    bubble[i] = x = pe - prev
+                    sb[s] += x
+                    p2p[i] = x = r - pe
+                else:
+                    p2p[i] = x = r - prev
+                sq[s] += x
                 g0 = r
             if r > h0:  # Megatron's p2p receive blocks the host until the tensor arrived
                 h0 = r
         e = g0 + gpu_s[k]
-        e2 = h0 + latency[k]
+        e2 = h0 + latency_s[k]
         if e2 > e:
+            host[i] = x = e2 - e
+            sh[s] += x
             e = e2
-        end[i] = e
-        gpu_free[s] = e
-        host_free[s] = h0 + host[k]
-    return PipelineRun(end, gpu_free)
+        end[i] = gpu_free[s] = e
+        host_free[s] = hfree[i] = h0 + host_s[k]
+        i += 1
+    return PipelineRun(end, hfree, bubble, p2p, host, gpu_free, sb, sq, sh)

@@ -10,17 +10,33 @@
 Dependencies: the forward of pipeline position q = c·p + s needs the forward of q-1 (after a p2p
 transfer); the backward of q needs the backward of q+1 (after a p2p transfer), the last position's
 backward needs its own forward. Within a stage, tasks run in the schedule's order on one stream.
-The compiled DAG depends only on (schedule, p, v, m) and is cached, so a search re-uses it.
+
+1F1B and interleaved orders are warm-up + steady pairs (one forward, one backward) + cool-down, and the
+pairs repeat with a period of ``period_mbs`` micro-batches (1, or p when interleaved): the engine
+simulates a few periods and extrapolates the rest exactly (:mod:`vtrain.sim.pipeline`). For that the
+compiled DAG records each task's steady-pair index and whether a cool-down task reaches it (``tainted``:
+such tasks are not part of the repeating pattern). The compiled DAG depends only on (schedule, p, v, m)
+and is cached, so a search re-uses it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from vtrain.workload.enums import Schedule
 
 Task = Tuple[int, int, int]  # (is_backward, chunk, microbatch)
+
+
+@dataclass(frozen=True)
+class StageOrder:
+    warmup: Tuple[Task, ...]
+    steady: Tuple[Tuple[Task, Task], ...]  # (forward, backward) pairs
+    cooldown: Tuple[Task, ...]
+
+    def tasks(self) -> List[Task]:
+        return [*self.warmup, *(t for pair in self.steady for t in pair), *self.cooldown]
 
 
 def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> Tuple[int, int]:
@@ -32,26 +48,28 @@ def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> Tuple[int, int]:
     return chunk, group * p + k % p
 
 
-def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int) -> List[Task]:
+def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int) -> StageOrder:
     if schedule == Schedule.GPIPE:
-        return [(0, 0, i) for i in range(m)] + [(1, 0, i) for i in range(m)]
+        return StageOrder(tuple((0, 0, i) for i in range(m)), (), tuple((1, 0, i) for i in range(m)))
     if schedule == Schedule.ONE_F_ONE_B or v == 1:
         w = min(p - s - 1, m)
-        order: List[Task] = [(0, 0, i) for i in range(w)]
-        for i in range(m - w):
-            order += [(0, 0, w + i), (1, 0, i)]
-        order += [(1, 0, i) for i in range(m - w, m)]
-        return order
+        return StageOrder(tuple((0, 0, i) for i in range(w)),
+                          tuple(((0, 0, w + i), (1, 0, i)) for i in range(m - w)),
+                          tuple((1, 0, i) for i in range(m - w, m)))
     total = m * v
     w = min((p - s - 1) * 2 + (v - 1) * p, total)
     fwd = [_interleaved_ids(k, p, v, False) for k in range(total)]
     bwd = [_interleaved_ids(k, p, v, True) for k in range(total)]
-    order = [(0, c, i) for c, i in fwd[:w]]
-    for k in range(total - w):
-        order.append((0, *fwd[w + k]))
-        order.append((1, *bwd[k]))
-    order += [(1, c, i) for c, i in bwd[total - w:]]
-    return order
+    return StageOrder(tuple((0, c, i) for c, i in fwd[:w]),
+                      tuple(((0, *fwd[w + k]), (1, *bwd[k])) for k in range(total - w)),
+                      tuple((1, c, i) for c, i in bwd[total - w:]))
+
+
+def period_mbs(schedule: Schedule, p: int, v: int) -> Optional[int]:
+    """Micro-batches per repeating period of the steady state (None: the schedule does not repeat)."""
+    if schedule == Schedule.GPIPE:
+        return None
+    return p if schedule == Schedule.INTERLEAVED and v > 1 else 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,8 @@ class CompiledSchedule:
     the cross-stage dependency, -1 if none), ``lag_key[i]`` (index into the per-boundary p2p times:
     forward boundary q-1→q at 2q, backward boundary q+1→q at 2q+1; -1 for none).
     ``last_bwd[s][c]`` is the topological index of the last backward of chunk c on stage s.
+    ``pairs[s][k]`` = topological indices of steady pair k's (forward, backward) on stage s;
+    ``tainted[i]``: a cool-down task reaches task i (through dependencies or its stage's order).
     """
 
     p: int
@@ -73,6 +93,9 @@ class CompiledSchedule:
     lag_key: Tuple[int, ...]
     last_bwd: Tuple[Tuple[int, ...], ...]
     microbatch: Tuple[int, ...]
+    pairs: Tuple[Tuple[Tuple[int, int], ...], ...]
+    tainted: Tuple[bool, ...]
+    period_mbs: Optional[int]
 
 
 @lru_cache(maxsize=512)
@@ -80,21 +103,26 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int) -> CompiledSche
     chunks = v if schedule == Schedule.INTERLEAVED else 1
     positions = p * chunks
     orders = [stage_order(schedule, p, chunks, m, s) for s in range(p)]
-    done: dict = {}  # (is_bwd, q, mb) -> topological index
+    seqs = [o.tasks() for o in orders]
+    cool_start = [len(o.warmup) + 2 * len(o.steady) for o in orders]
+    done: Dict[Task, int] = {}  # (is_bwd, q, mb) -> topological index
     ptr = [0] * p
     stage: List[int] = []
     dur_key: List[int] = []
     dep: List[int] = []
     lag_key: List[int] = []
     mbs: List[int] = []
-    remaining = sum(len(o) for o in orders)
+    tainted: List[bool] = []
+    pos_of: List[List[int]] = [[0] * len(seq) for seq in seqs]  # stage-order position -> topological index
+    remaining = sum(len(o) for o in seqs)
     while remaining:
         progressed = False
         for s in range(p):
-            order = orders[s]
+            order = seqs[s]
             while ptr[s] < len(order):
                 bwd, c, i = order[ptr[s]]
                 q = c * p + s
+                key: Optional[Task]
                 if bwd:
                     key = (1, q + 1, i) if q < positions - 1 else (0, q, i)
                     lag = 2 * q + 1 if q < positions - 1 else -1
@@ -103,10 +131,15 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int) -> CompiledSche
                     lag = 2 * q if q > 0 else -1
                 if key is not None and key not in done:
                     break
-                done[(bwd, q, i)] = len(stage)
+                idx = len(stage)
+                done[(bwd, q, i)] = idx
+                d = done[key] if key is not None else -1
+                prev_tainted = ptr[s] > 0 and tainted[pos_of[s][ptr[s] - 1]]
+                tainted.append(ptr[s] >= cool_start[s] or prev_tainted or (d >= 0 and tainted[d]))
+                pos_of[s][ptr[s]] = idx
                 stage.append(s)
                 dur_key.append(s * 2 * chunks + bwd * chunks + c)
-                dep.append(done[key] if key is not None else -1)
+                dep.append(d)
                 lag_key.append(lag)
                 mbs.append(i)
                 ptr[s] += 1
@@ -115,5 +148,7 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int) -> CompiledSche
         if not progressed:  # pragma: no cover - would be a bug in stage_order
             raise RuntimeError(f"schedule {schedule} deadlocks for p={p} v={v} m={m}")
     last_bwd = tuple(tuple(done[(1, c * p + s, m - 1)] for c in range(chunks)) for s in range(p))
+    pairs = tuple(tuple((pos_of[s][len(orders[s].warmup) + 2 * k], pos_of[s][len(orders[s].warmup) + 2 * k + 1])
+                        for k in range(len(orders[s].steady))) for s in range(p))
     return CompiledSchedule(p, chunks, m, tuple(stage), tuple(dur_key), tuple(dep), tuple(lag_key),
-                            last_bwd, tuple(mbs))
+                            last_bwd, tuple(mbs), pairs, tuple(tainted), period_mbs(schedule, p, chunks))

@@ -8,15 +8,16 @@ ms per layer in Megatron), large ones GPU-bound, with the soft transition real r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
+from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
-from vtrain.cost.collectives import GroupPlacement, placement
+from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.builder import ModelGraph, PassOps
-from vtrain.graph.ops import Collective, CollectiveKind, Group
-from vtrain.workload.plan import ParallelPlan
-from vtrain.workload.system import ClusterSpec
-from vtrain.workload.workload import Workload
+from vtrain.graph.ops import Collective
+from vtrain.workload.partition import StagePartition
+
+Timed = Tuple[float, float, bool, float]  # (GPU time, host issue time, is a collective, FLOPs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class PassCost:
     """
 
     gpu_compute_s: float  # sum of kernel times
-    comm_s: float  # TP collectives on the stream
+    comm_s: float  # TP collectives on the compute stream (exposed: the next kernel waits for them)
     latency_s: float  # host start to GPU end when the GPU is idle (host-bound path)
     host_s: float  # host time to issue the whole pass
     flops: float
@@ -66,24 +67,25 @@ class _LaunchQueue:
         self.gpu = _IDLE
         self.compute = self.comm = self.flops = 0.0
 
-    def run(self, timed: Sequence[Tuple[float, float, bool, float]]) -> None:
+    def run(self, timed: Sequence[Timed]) -> None:
         host, gpu = self.host, self.gpu
-        compute = comm = 0.0
-        for t, h, is_comm, flops in timed:
+        compute = comm = flops = 0.0
+        for t, h, is_comm, f in timed:
             host += h
             gpu = (host if host > gpu else gpu) + t
             if is_comm:
                 comm += t
             else:
                 compute += t
+            flops += f
         self.compute += compute
         self.comm += comm
-        self.flops += sum(x[3] for x in timed)
+        self.flops += flops
         self.host, self.gpu = host, gpu
 
 
-def _timed(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> List[Tuple[float, float, bool, float]]:
-    out = []
+def _timed(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> List[Timed]:
+    out: List[Timed] = []
     for op in ops.ops:
         if isinstance(op, Collective):
             out.append((cost.collective_time_s(op, tp_where), cost.collective_host_time_s(op), True, 0.0))
@@ -92,7 +94,7 @@ def _timed(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> List[Tupl
     return out
 
 
-def price_chunk(parts: Sequence[Tuple[List[Tuple[float, float, bool, float]], int]], host_start_s: float) -> PassCost:
+def price_chunk(parts: Sequence[Tuple[List[Timed], int]], host_start_s: float) -> PassCost:
     """Run the launch queue over (ops, repeat) parts. A repeated part (the transformer layers) reaches a
     periodic state after a few repeats; the rest is extrapolated exactly from the last period.
 
@@ -128,8 +130,6 @@ class StageCosts:
     backward: Tuple[Tuple[PassCost, ...], ...]
     p2p_fwd_s: Tuple[float, ...]  # boundary into position q (q = 0..P-1; 0 unused)
     p2p_bwd_s: Tuple[float, ...]  # boundary out of position q+1 into q
-    params: Tuple[Tuple[float, ...], ...]  # parameters per GPU [stage][chunk]
-    embedding_params: float  # word-embedding parameters per GPU (tied-embedding sync)
 
     def _flat(self, attr: str) -> List[float]:
         """Flat list indexed like CompiledSchedule.dur_key: stage·2v + is_bwd·v + chunk."""
@@ -139,7 +139,7 @@ class StageCosts:
         return out
 
     def durations(self) -> List[float]:
-        """GPU time of each pass (the engine's ``gpu_s``)."""
+        """Compute-stream time of each pass (the engine's ``gpu_s``)."""
         return self._flat("gpu_s")
 
     def latencies(self) -> List[float]:
@@ -155,78 +155,37 @@ class StageCosts:
         return out
 
 
-def stage_of_layers(num_layers: int, plan: ParallelPlan) -> int:
-    return num_layers // (plan.pp * plan.chunks)
-
-
-def tp_placement(plan: ParallelPlan, cluster: ClusterSpec) -> GroupPlacement:
-    return placement(plan.tp, 1, cluster.gpus_per_node)
-
-
-def dp_placement(plan: ParallelPlan, cluster: ClusterSpec) -> GroupPlacement:
-    return placement(plan.dp, plan.tp, cluster.gpus_per_node)
-
-
-def p2p_crosses_node(plan: ParallelPlan, cluster: ClusterSpec, src_stage: int, dst_stage: int) -> bool:
-    """Megatron rank order (tp fastest, then dp, then pp): stage s starts at rank s·t·d."""
-    stride = plan.tp * plan.dp
-    g = cluster.gpus_per_node
-    return (src_stage * stride) // g != (dst_stage * stride) // g
-
-
-def build_stage_costs(w: Workload, graph: ModelGraph, cost: CostModel) -> StageCosts:
-    model, plan, cluster = w.model, w.plan, w.cluster
-    p, v = plan.pp, plan.chunks
-    tp_where = tp_placement(plan, cluster)
-    layers_per_chunk = stage_of_layers(model.num_layers, plan)
-    overhead = w.stack.microbatch_overhead_s
+def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
+                      microbatch_overhead_s: float) -> StageCosts:
+    p, v = part.p, part.v
+    tp_where = comm.tp_where
     layer_f = _timed(graph.layer.forward, cost, tp_where)
     layer_b = _timed(graph.layer.recompute, cost, tp_where) + _timed(graph.layer.backward, cost, tp_where)
     emb_f, emb_b = _timed(graph.embedding.forward, cost, tp_where), _timed(graph.embedding.backward, cost, tp_where)
     head_f, head_b = _timed(graph.head.forward, cost, tp_where), _timed(graph.head.backward, cost, tp_where)
-    priced: dict = {}
-
-    t = plan.tp
-    layer_params = (model.attention_params() + model.mlp_params()) / t + 2 * model.norm_params()
-    word_emb = model.vocab_shard(t) * model.hidden_size
-    emb_params = model.embedding_params() - model.vocab_shard(1) * model.hidden_size + word_emb
-    head_params = model.norm_params() + (word_emb if (not model.tied_embeddings or p > 1) else 0.0)
-
-    last = p * v - 1
-    forward, backward, params = [], [], []
+    priced: Dict[Tuple[bool, bool, int], Tuple[PassCost, PassCost]] = {}
+    last = part.positions - 1
+    forward, backward = [], []
     for s in range(p):
-        f_row, b_row, p_row = [], [], []
+        f_row, b_row = [], []
         for c in range(v):
-            q = c * p + s
-            first, is_last = q == 0, q == last
-            if (first, is_last) not in priced:
-                layers_f, layers_b = [(layer_f, layers_per_chunk)], [(layer_b, layers_per_chunk)]
-                fparts = ([(emb_f, 1)] if first else []) + layers_f + ([(head_f, 1)] if is_last else [])
-                bparts = ([(head_b, 1)] if is_last else []) + layers_b + ([(emb_b, 1)] if first else [])
-                priced[(first, is_last)] = (price_chunk(fparts, overhead), price_chunk(bparts, 0.0))
-            f, b = priced[(first, is_last)]
-            n = layer_params * layers_per_chunk + (emb_params if first else 0.0) + (head_params if is_last else 0.0)
+            q = part.position(s, c)
+            key = (q == 0, q == last, part.layers[q])
+            if key not in priced:
+                first, is_last, n = key
+                fparts = ([(emb_f, 1)] if first else []) + [(layer_f, n)] + ([(head_f, 1)] if is_last else [])
+                bparts = ([(head_b, 1)] if is_last else []) + [(layer_b, n)] + ([(emb_b, 1)] if first else [])
+                priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0))
+            f, b = priced[key]
             f_row.append(f)
             b_row.append(b)
-            p_row.append(n)
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
-        params.append(tuple(p_row))
-
-    # Each TP rank sends only its 1/t slice of the activation and the receiving stage all-gathers it over
-    # NVLink (Megatron's scatter/gather optimisation, Narayanan et al. SC'21, Sec. 4.1); with sequence
-    # parallelism the activation is already sharded and needs no gather.
-    act_bytes = float(plan.micro_batch_size * plan.seq_len * model.hidden_size * plan.dtype_bytes)
-    gather_s = 0.0
-    if t > 1 and not plan.sequence_parallel:
-        gather_s = cost.collective_time_s(Collective("p2p.gather", CollectiveKind.ALL_GATHER, act_bytes, Group.TP, t),
-                                          tp_where)
-    msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
-    p2p_f: List[float] = [0.0] * (p * v)
-    p2p_b: List[float] = [0.0] * (p * v)
-    for q in range(1, p * v):
-        src, dst = (q - 1) % p, q % p
-        where = GroupPlacement(2, 1 if p2p_crosses_node(plan, cluster, src, dst) else 2)
-        p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, where) + gather_s
-    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b), tuple(params),
-                      word_emb if (model.tied_embeddings and p > 1) else 0.0)
+    gather_s = cost.collective_time_s(comm.p2p_gather, tp_where) if comm.p2p_gather is not None else 0.0
+    p2p_f = [0.0] * part.positions
+    p2p_b = [0.0] * part.positions
+    for q in range(1, part.positions):
+        msg = comm.boundary[q]
+        assert msg is not None
+        p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, comm.boundary_where[q]) + gather_s
+    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b))

@@ -1,0 +1,43 @@
+"""The engine's breakdown: every part >= 0 and the parts add up to the iteration time, per stage."""
+import random
+from dataclasses import replace
+
+import pytest
+
+from vtrain import compose
+from vtrain.api import cost_model_for
+from vtrain.config.build import build_workload
+from vtrain.search.space import enumerate_plans, plan_space
+from vtrain.sim.simulator import simulate_workload
+from vtrain.validation.datasets import single_node_workloads, weak_scaling_workloads
+
+
+def check(report):
+    for st in report.stages:
+        parts = (st.compute_s, st.host_overhead_s, st.exposed_comm_s, st.bubble_s, st.optimizer_s)
+        assert min(parts) >= -1e-12 * report.iteration_time_s, (st, report.plan)
+        assert sum(parts) == pytest.approx(report.iteration_time_s, rel=1e-9), (st, report.plan)
+        assert sum(st.exposed_comm_by_group.values()) == pytest.approx(st.exposed_comm_s, rel=1e-9, abs=1e-15)
+        for su in st.streams:
+            assert su.idle_s >= 0 and min(su.busy_s.values()) >= 0
+
+
+def test_breakdown_adds_up_on_the_shipped_single_node_runs():
+    cfg = compose(["+cluster=vtrain_a100"], require=False)
+    ws, _, _ = single_node_workloads(cfg.cluster)
+    for w in ws[::3]:
+        check(simulate_workload(w, cost_model_for(w))[0])
+
+
+def test_breakdown_adds_up_on_the_weak_scaling_rows():
+    ws, _, _ = weak_scaling_workloads()
+    for w in ws:
+        check(simulate_workload(w, cost_model_for(w))[0])
+
+
+def test_breakdown_adds_up_on_a_sample_of_the_search_space():
+    cfg = compose(["+model=llama3_70b", "+cluster=h100x1024"])
+    w = build_workload(cfg)
+    space = plan_space(w.model, w.cluster, replace(w.plan, tp=1, pp=1, dp=1), cfg.search)
+    for plan in random.Random(1).sample(list(enumerate_plans(space)), 60):
+        check(simulate_workload(replace(w, plan=plan), cost_model_for(w))[0])

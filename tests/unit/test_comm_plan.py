@@ -1,0 +1,50 @@
+"""The communication plan lists every communication of an iteration in one place."""
+from collections import Counter
+
+from vtrain import compose
+from vtrain.comm.plan import Stream, build_comm_plan
+from vtrain.config.build import build_workload
+from vtrain.graph.builder import build_model_graph
+from vtrain.graph.ops import Collective
+from vtrain.workload.partition import partition
+
+
+def plan_of(*overrides):
+    w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", *overrides]))
+    part = partition(w.model, w.plan)
+    return w, part, build_comm_plan(w, part)
+
+
+def test_megatron_plan_has_every_kind_of_communication():
+    w, part, comm = plan_of("parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8",
+                            "parallelism.sequence_parallel=false", "parallelism.distributed_optimizer=true",
+                            "parallelism.recompute=full")
+    entries = comm.entries()
+    kinds = Counter((e.op.group.value, e.op.kind.value, e.stream.value) for e in entries)
+    assert kinds[("tp", "all_reduce", "compute")] > 0
+    assert kinds[("pp", "p2p", "pp_p2p")] == 15  # one per pipeline boundary
+    assert kinds[("dp", "reduce_scatter", "dp_comm")] == 16  # one per stage (one chunk each)
+    assert kinds[("dp", "all_gather", "dp_comm")] == 16  # parameter gather after the step
+    assert kinds[("embedding", "all_reduce", "dp_comm")] == 1  # tied embeddings, pp > 1
+    # per layer: 2 forward all-reduces (run again by the full recompute) and 2 backward ones
+    m = w.plan.num_microbatches
+    stage1 = [e for e in entries if e.stages == (1,) and e.op.group.value == "tp"]
+    assert sum(e.count for e in stage1) == part.stage_layers(1) * m * (2 * 2 + 2)
+
+
+def test_graph_places_the_plans_tp_collectives():
+    w, part, comm = plan_of("parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8",
+                            "parallelism.sequence_parallel=true")
+    graph = build_model_graph(w.model, w.plan, comm.tp)
+    in_graph = [op for op in graph.layer.forward.ops + graph.layer.backward.ops if isinstance(op, Collective)]
+    assert tuple(in_graph) == comm.tp.attention.enter + comm.tp.attention.exit + comm.tp.mlp.enter + comm.tp.mlp.exit \
+        + comm.tp.mlp.exit_backward + comm.tp.mlp.enter_backward + comm.tp.attention.exit_backward \
+        + comm.tp.attention.enter_backward
+    assert {op.kind.value for op in in_graph} == {"all_gather", "reduce_scatter"}
+
+
+def test_no_tp_no_dp_means_only_pipeline_transfers():
+    _, _, comm = plan_of("parallelism.tp=1", "parallelism.pp=4", "parallelism.dp=1", "parallelism.sequence_parallel=false",
+                         "model.tied_embeddings=false")
+    streams = {e.stream for e in comm.entries()}
+    assert streams == {Stream.PIPELINE}

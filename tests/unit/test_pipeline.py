@@ -1,0 +1,91 @@
+"""The pipeline phase runs in O(pp): a few simulated periods extrapolated exactly (vtrain.sim.pipeline)."""
+import random
+from dataclasses import replace
+
+import pytest
+
+from vtrain import compose
+from vtrain.api import cost_model_for
+from vtrain.config.build import build_workload
+from vtrain.errors import ConfigError
+from vtrain.search.space import enumerate_plans, plan_space
+from vtrain.sim import simulator
+from vtrain.sim.pipeline import simulate_pipeline
+from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.enums import Schedule
+
+
+def _both(w):
+    """(extrapolated, full) reports of one workload."""
+    cm = cost_model_for(w)
+    fast, _ = simulate_workload(w, cm)
+    orig = simulator.simulate_pipeline
+    try:
+        simulator.simulate_pipeline = lambda *a, **k: orig(*a, **{**k, "full": True})
+        full, _ = simulate_workload(w, cm)
+    finally:
+        simulator.simulate_pipeline = orig
+    return fast, full
+
+
+def _close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(1e-9, abs(b))
+
+
+def test_extrapolated_and_full_runs_agree_on_a_sample_of_the_gpt3_grid():
+    cfg = compose(["+model=gpt175b", "+cluster=a100x1024"])
+    w = build_workload(cfg)
+    space = plan_space(w.model, w.cluster, replace(w.plan, tp=1, pp=1, dp=1), cfg.search)
+    plans = [p for p in enumerate_plans(space) if p.pp > 1]
+    sample = random.Random(0).sample(plans, 40)
+    for plan in sample:
+        fast, full = _both(replace(w, plan=plan))
+        assert _close(fast.iteration_time_s, full.iteration_time_s), plan
+        for a, b in zip(fast.stages, full.stages):
+            for f in ("compute_s", "host_overhead_s", "exposed_comm_s", "bubble_s", "optimizer_s"):
+                assert _close(getattr(a, f), getattr(b, f), 1e-8) or abs(getattr(a, f) - getattr(b, f)) < 1e-12, (plan, f)
+
+
+@pytest.mark.parametrize("schedule,v", [(Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2)])
+def test_simulated_micro_batches_do_not_grow_with_the_batch(schedule, v):
+    """The simulated schedule stays a few periods long from global batch 256 to 65,536."""
+    sizes = []
+    for gbs in (256, 4096, 65536):
+        cfg = compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
+                       "parallelism.dp=1", f"training.global_batch_size={gbs}", f"parallelism.schedule={schedule.value}",
+                       f"parallelism.virtual_stages={v}"])
+        w = build_workload(cfg)
+        seen = []
+        orig = simulator.simulate_pipeline
+
+        def spy(*a, **k):
+            r = orig(*a, **k)
+            seen.append(r)
+            return r
+        simulator.simulate_pipeline = spy
+        try:
+            fast, _ = simulate_workload(w, cost_model_for(w))
+        finally:
+            simulator.simulate_pipeline = orig
+        res = seen[0]
+        assert res.schedule.m + res.periods_added * (16 if v > 1 else 1) == w.plan.num_microbatches
+        sizes.append(res.schedule.m)
+        if gbs == 4096:
+            full = _both(w)[1]
+            assert _close(fast.iteration_time_s, full.iteration_time_s)
+    assert max(sizes) <= 16 * 10 and len(set(sizes)) <= 2
+
+
+def test_gpipe_runs_in_full_and_refuses_unbounded_work():
+    durations = [1.0, 2.0] * 4
+    res = simulate_pipeline(Schedule.GPIPE, 4, 1, 8, durations, [0.0] * 8, durations, [0.0] * 8)
+    assert res.periods_added == 0 and max(res.stage_end) == pytest.approx((8 + 3) * 3.0)
+    with pytest.raises(ConfigError, match="above the simulation limit"):
+        simulate_pipeline(Schedule.GPIPE, 4, 1, 10**6, durations, [0.0] * 8, durations, [0.0] * 8)
+
+
+def test_a_hundred_million_sequences_on_one_replica_stay_cheap():
+    cfg = compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
+                   "parallelism.dp=1", "training.global_batch_size=100000000"])
+    r = simulator.simulate_workload(build_workload(cfg), cost_model_for(build_workload(cfg)))[0]
+    assert r.plan.num_microbatches == 10**8 and r.iteration_time_s > 0

@@ -1,0 +1,182 @@
+"""Every communication of one training iteration, with its group, placement, bytes, stream and overlap.
+
+Megatron-LM rank order (tp fastest, then dp, then pp: ``initialize_model_parallel``): a TP group is
+``tp`` consecutive ranks, a DP group strides by ``tp``, stage s starts at rank s·tp·dp. A group's
+placement counts its ranks per NVLink domain (the node, or a multi-node NVLink domain such as NVL72);
+groups that span domains run hierarchically and share the node's NICs (:mod:`vtrain.cost.collectives`).
+
+Entries, per GPU of a stage:
+- TP/SP (:mod:`vtrain.comm.tp`): on the compute stream, in order with the GEMMs (blocking).
+- Pipeline p2p: one activation per micro-batch and boundary each way. Each TP rank sends its 1/t slice
+  and the receiver all-gathers it over NVLink (Megatron's scatter/gather, Narayanan et al. SC'21,
+  Sec. 4.1); with sequence parallelism the activation is already sharded and needs no gather.
+- DP gradient sync: per model chunk, all-reduce (or reduce-scatter with the distributed optimizer) of
+  its gradients, in buckets of ``grad_bucket_mib`` on the DP stream, overlapped with the backward pass
+  of the last micro-batch when ``overlap_grad_reduce`` (Megatron's DistributedDataParallel).
+- Tied embeddings with pp > 1: all-reduce of the word-embedding gradient between first and last stage.
+- Distributed optimizer: all-gather of the updated parameters after the optimizer step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from vtrain.comm.tp import TpComms, plan_tp_comms
+from vtrain.cost.collectives import GroupPlacement, placement
+from vtrain.graph.ops import Collective, CollectiveKind, Group
+from vtrain.workload.enums import Precision, StrEnum
+from vtrain.workload.partition import StagePartition
+from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.workload import Workload
+
+
+class Stream(StrEnum):
+    COMPUTE = "compute"  # in order with the kernels of the compute stream (the GPU waits for it)
+    PIPELINE = "pp_p2p"  # stage-to-stage send/recv
+    DATA_PARALLEL = "dp_comm"  # gradient reduction and parameter gather over the data-parallel group
+
+
+class Cadence(StrEnum):
+    LAYER = "per layer and micro-batch"
+    EMBEDDING = "per micro-batch on the first position"
+    HEAD = "per micro-batch on the last position"
+    BOUNDARY = "per micro-batch and pipeline boundary, each way"
+    ITERATION = "per iteration"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comm:
+    """One communication of the plan; ``count`` times per iteration on each GPU of ``stages``."""
+
+    op: Collective
+    where: GroupPlacement
+    stream: Stream
+    cadence: Cadence
+    stages: Tuple[int, ...]
+    count: int
+    overlaps: str  # what it may overlap with
+
+
+def grad_bytes_per_param(precision: Precision) -> float:
+    """DP reduces fp32 main gradients with bf16 (Megatron-LM accumulates them in fp32), else the dtype."""
+    return 2.0 if precision == Precision.FP16 else 4.0
+
+
+def tp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
+    return placement(plan.tp, 1, domain)
+
+
+def dp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
+    return placement(plan.dp, plan.tp, domain)
+
+
+def stages_share_domain(plan: ParallelPlan, domain: int, a: int, b: int) -> bool:
+    """Whether stages ``a`` and ``b`` (same TP/DP index) sit in one NVLink domain (stage s: rank s·t·d)."""
+    stride = plan.tp * plan.dp
+    return (a * stride) // domain == (b * stride) // domain
+
+
+@dataclass(frozen=True, slots=True)
+class CommPlan:
+    tp: TpComms
+    tp_where: GroupPlacement
+    boundary: Tuple[Optional[Collective], ...]  # per position q: the activation p2p into q (None at q=0)
+    boundary_where: Tuple[GroupPlacement, ...]
+    p2p_gather: Optional[Collective]  # the receiver's TP all-gather of the scattered activation
+    grad_reduce: Tuple[Tuple[Collective, ...], ...]  # [stage][chunk]: the chunk's whole gradient
+    dp_where: GroupPlacement
+    bucket_bytes: float
+    overlap_grad_reduce: bool
+    embedding_sync: Optional[Collective]
+    embedding_where: GroupPlacement
+    param_gather: Tuple[Optional[Collective], ...]  # [stage]
+    # what the counts of :meth:`entries` need
+    stage_layers: Tuple[int, ...]
+    microbatches: int
+    layer_forwards: int  # forward passes of a layer per micro-batch (2 with full recompute)
+
+    def entries(self) -> Tuple[Comm, ...]:
+        """Every communication of the iteration, with its stream, cadence and count per GPU."""
+        p, m = len(self.stage_layers), self.microbatches
+        out = []
+        fwd_ops = self.tp.attention.enter + self.tp.attention.exit + self.tp.mlp.enter + self.tp.mlp.exit
+        for op in self.tp.per_layer():
+            passes = self.layer_forwards if op in fwd_ops else 1
+            for s in range(p):
+                out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER,
+                                stages=(s,), count=self.stage_layers[s] * m * passes,
+                                overlaps="nothing: the next GEMM waits for it"))
+        positions = len(self.boundary)
+        last = (positions - 1) % p
+        for op in self.tp.embedding.all():
+            out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.EMBEDDING,
+                            stages=(0,), count=m, overlaps="nothing"))
+        for op in self.tp.head():
+            out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.HEAD, stages=(last,),
+                            count=m, overlaps="nothing"))
+        for q in range(1, positions):
+            msg = self.boundary[q]
+            assert msg is not None
+            src, dst = (q - 1) % p, q % p
+            out.append(Comm(op=msg, where=self.boundary_where[q], stream=Stream.PIPELINE, cadence=Cadence.BOUNDARY,
+                            stages=(src, dst), count=2 * m,
+                            overlaps="the sender's next pass; the receiver waits for it"))
+            if self.p2p_gather is not None:
+                out.append(Comm(op=self.p2p_gather, where=self.tp_where, stream=Stream.PIPELINE,
+                                cadence=Cadence.BOUNDARY, stages=(src, dst), count=2 * m,
+                                overlaps="nothing: the receiver waits for it"))
+        for s in range(p):
+            if self.dp_where.size > 1:
+                for op in self.grad_reduce[s]:
+                    out.append(Comm(op=op, where=self.dp_where, stream=Stream.DATA_PARALLEL,
+                                    cadence=Cadence.ITERATION, stages=(s,), count=1,
+                                    overlaps="the last micro-batch's backward" if self.overlap_grad_reduce
+                                    else "nothing: after the last backward"))
+            ag = self.param_gather[s]
+            if ag is not None:
+                out.append(Comm(op=ag, where=self.dp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
+                                stages=(s,), count=1, overlaps="nothing: after the optimizer step"))
+        if self.embedding_sync is not None:
+            out.append(Comm(op=self.embedding_sync, where=self.embedding_where, stream=Stream.DATA_PARALLEL,
+                            cadence=Cadence.ITERATION, stages=(0, p - 1), count=1,
+                            overlaps="nothing: before the optimizer step"))
+        return tuple(out)
+
+
+def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
+    model, plan, cluster = w.model, w.plan, w.cluster
+    domain = cluster.domain_size
+    p, v, t = plan.pp, plan.chunks, plan.tp
+    tokens = plan.micro_batch_size * plan.seq_len
+    act_bytes = float(tokens * model.hidden_size * plan.dtype_bytes)
+    gather = None
+    if t > 1 and not plan.sequence_parallel:
+        gather = Collective("p2p.gather", CollectiveKind.ALL_GATHER, act_bytes, Group.TP, t)
+    msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
+    boundary: list[Optional[Collective]] = [None]
+    boundary_where = [GroupPlacement(1, 1)]
+    for q in range(1, part.positions):
+        src, dst = (q - 1) % p, q % p
+        boundary.append(msg)
+        boundary_where.append(GroupPlacement(2, 2 if stages_share_domain(plan, domain, src, dst) else 1))
+    gbytes = grad_bytes_per_param(plan.precision)
+    kind = CollectiveKind.REDUCE_SCATTER if plan.distributed_optimizer else CollectiveKind.ALL_REDUCE
+    grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, part.chunk_params(s, c) * gbytes, Group.DP, plan.dp)
+                        for c in range(v)) for s in range(p))
+    gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, part.stage_params(s) * plan.dtype_bytes,
+                               Group.DP, plan.dp) if plan.distributed_optimizer and plan.dp > 1 else None
+                    for s in range(p))
+    emb = None
+    emb_where = GroupPlacement(1, 1)
+    if part.tied_sync_params > 0:
+        emb = Collective("embedding.grad_sync", CollectiveKind.ALL_REDUCE, part.tied_sync_params * gbytes,
+                         Group.EMBEDDING, 2)
+        emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, p - 1) else 1)
+    return CommPlan(tp=plan_tp_comms(model, plan),
+                    tp_where=tp_placement(plan, domain), boundary=tuple(boundary),
+                    boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
+                    dp_where=dp_placement(plan, domain), bucket_bytes=plan.grad_bucket_bytes,
+                    overlap_grad_reduce=plan.overlap_grad_reduce, embedding_sync=emb, embedding_where=emb_where,
+                    param_gather=gathers, stage_layers=tuple(part.stage_layers(s) for s in range(p)),
+                    microbatches=plan.num_microbatches,
+                    layer_forwards=2 if plan.recompute.value == "full" else 1)

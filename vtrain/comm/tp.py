@@ -1,0 +1,83 @@
+"""Tensor-parallel collectives of Megatron's f/g operators (Shoeybi et al. 2019, Fig. 3; with sequence
+parallelism, Korthikanti et al. 2022, Sec. 4.2.2).
+
+Per transformer layer, forward: identity before each column-parallel GEMM (QKV, FC1) and an all-reduce
+after each row-parallel GEMM (projection, FC2); backward: an all-reduce of each column-parallel GEMM's
+input gradient. With sequence parallelism each forward all-reduce becomes a reduce-scatter, each
+identity an all-gather (and the backward mirrors them). Every message is the full activation
+[tokens, h] of one micro-batch (the buffer an all-reduce reduces; an all-gather's output).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+from vtrain.graph.ops import Collective, CollectiveKind, Group
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.plan import ParallelPlan
+
+NONE: Tuple[Collective, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TpOperator:
+    """The collectives of one f/g operator pair around a block: forward enter/exit, backward enter/exit."""
+
+    enter: Tuple[Collective, ...] = NONE  # forward, before the column-parallel GEMM
+    exit: Tuple[Collective, ...] = NONE  # forward, after the row-parallel GEMM
+    enter_backward: Tuple[Collective, ...] = NONE  # backward of ``enter``
+    exit_backward: Tuple[Collective, ...] = NONE  # backward of ``exit``
+
+    def all(self) -> Tuple[Collective, ...]:
+        return self.enter + self.exit + self.enter_backward + self.exit_backward
+
+
+@dataclass(frozen=True, slots=True)
+class TpComms:
+    """The TP collectives of the model's components, per micro-batch, for one GPU of a TP group."""
+
+    attention: TpOperator  # QKV ... projection
+    mlp: TpOperator  # FC1 ... FC2
+    embedding: TpOperator  # vocab-parallel embedding: its output is summed over the TP ranks
+    logits: TpOperator  # the output layer's input (column-parallel over the vocabulary)
+    cross_entropy: Tuple[Collective, ...]  # max, sum-exp and target-logit all-reduces (fp32, per token)
+
+    def per_layer(self) -> Tuple[Collective, ...]:
+        return self.attention.all() + self.mlp.all()
+
+    def head(self) -> Tuple[Collective, ...]:
+        return self.logits.all() + self.cross_entropy
+
+
+def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float) -> TpOperator:
+    """The f/g pair around a block entered at GEMM ``enter`` and left at GEMM ``exit_`` ("" for none)."""
+    if tp == 1:
+        return TpOperator()
+
+    def coll(name: str, suffix: str, kind: CollectiveKind) -> Tuple[Collective, ...]:
+        return (Collective(f"{name}.{suffix}", kind, nbytes, Group.TP, tp),) if name else NONE
+
+    ag, rs, ar = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
+    return TpOperator(
+        enter=coll(enter, "ag", ag) if sp else NONE,
+        exit=coll(exit_, "rs", rs) if sp else coll(exit_, "ar", ar),
+        enter_backward=coll(enter, "bwd.rs", rs) if sp else coll(enter, "bwd.ar", ar),
+        exit_backward=coll(exit_, "bwd.ag", ag) if sp else NONE)
+
+
+def tp_comms(tp: int, sequence_parallel: bool, tokens: int, hidden: int, dtype_bytes: int) -> TpComms:
+    size = float(tokens * hidden * dtype_bytes)
+    sp = sequence_parallel
+    ce: Tuple[Collective, ...] = ()
+    if tp > 1:
+        ce = tuple(Collective(f"cross_entropy.ar{i}", CollectiveKind.ALL_REDUCE, tokens * 4.0, Group.TP, tp)
+                   for i in range(3))
+    return TpComms(attention=_operator("qkv", "proj", tp, sp, size), mlp=_operator("fc1", "fc2", tp, sp, size),
+                   embedding=_operator("", "embedding", tp, sp, size), logits=_operator("logits", "", tp, sp, size),
+                   cross_entropy=ce)
+
+
+def plan_tp_comms(model: ModelSpec, plan: ParallelPlan) -> TpComms:
+    """The TP collectives of ``plan`` for ``model`` (one micro-batch of ``plan.micro_batch_size``)."""
+    return tp_comms(plan.tp, plan.sequence_parallel, plan.micro_batch_size * plan.seq_len, model.hidden_size,
+                    plan.dtype_bytes)

@@ -1,0 +1,137 @@
+"""The end of an iteration after the last backward pass: gradient sync over DP (bucketed, overlapped with
+the last micro-batch's backward when enabled), the tied-embedding sync, a global barrier (grad-norm
+clipping and inf checks all-reduce over all ranks), the optimizer step and, with the distributed
+optimizer, the parameter all-gather. Per stage, every instant from the stage's last pass to the end of
+the iteration is accounted for (:class:`StageTail`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+from vtrain.comm.plan import CommPlan, Stream
+from vtrain.cost.base import CostModel
+from vtrain.graph.ops import Collective
+from vtrain.sim.pipeline import PipelineResult
+from vtrain.workload.partition import StagePartition
+
+Event = Tuple[str, str, float, float]  # (stream, name, start, end)
+_MAX_BUCKET_EVENTS = 32  # timeline: consecutive buckets drawn as one bar beyond this many per chunk
+
+
+@dataclass(frozen=True, slots=True)
+class StageTail:
+    """Compute-stream time of one stage after its last pass, by what it waits for (all >= 0)."""
+
+    dp_exposed_s: float  # waiting for the gradient reduction
+    embedding_s: float  # the tied-embedding all-reduce
+    sync_wait_s: float  # waiting for the other stages (embedding partner, global barrier, last stage done)
+    optimizer_s: float
+    param_gather_s: float  # distributed optimizer's parameter all-gather
+    dp_busy_s: float  # DP stream busy (gradient reduction, embedding sync, parameter gather)
+    events: Tuple[Event, ...]
+
+
+def _bucketed_ready(coll: Collective, chunk: int, start_s: float, dur_s: float, cur: float, bucket_bytes: float,
+                    bucket_time_s: float, n_b: int, keep_events: bool, events: List[Event]) -> float:
+    """Buckets of the chunk's gradient become ready evenly over its last backward pass [start, start+dur]
+    and go out one after another on the DP stream: bucket k starts at max(previous end, start + (k+1)·step).
+    The recurrence has a closed form: its maximum is reached at the first or the last bucket."""
+    step = dur_s / n_b
+    end = max(cur + n_b * bucket_time_s, start_s + step + n_b * bucket_time_s, start_s + n_b * step + bucket_time_s)
+    if keep_events:
+        group = max(1, math.ceil(n_b / _MAX_BUCKET_EVENTS))  # bars of `group` consecutive buckets
+        t = cur
+        for k0 in range(0, n_b, group):
+            k1 = min(n_b, k0 + group)
+            first = max(t, start_s + (k0 + 1) * step)
+            t = first + bucket_time_s
+            for k in range(k0 + 1, k1):
+                t = max(t, start_s + (k + 1) * step) + bucket_time_s
+            label = f"bucket {k0}" if k1 == k0 + 1 else f"buckets {k0}-{k1 - 1}"
+            events.append((Stream.DATA_PARALLEL.value, f"dp {coll.kind.value} chunk{chunk} {label}", first, t))
+    return end
+
+
+def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StagePartition, comm: CommPlan,
+                  cost: CostModel, dp: int, sharded_optimizer: bool, keep_events: bool
+                  ) -> Tuple[float, List[StageTail]]:
+    """(end of the iteration, per-stage tail). ``durations`` are the passes' compute-stream times;
+    ``sharded_optimizer``: optimizer states sharded over DP (each rank steps 1/dp of the parameters)."""
+    p, cs = part.p, pipe.schedule
+    priced: Dict[Tuple[str, float], float] = {}  # middle stages hold identical chunks: price each size once
+
+    def dp_time(kind: Collective, nbytes: float) -> float:
+        key = (kind.kind.value, nbytes)
+        if key not in priced:
+            priced[key] = cost.collective_time_s(
+                Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), comm.dp_where)
+        return priced[key]
+
+    ready: List[float] = []
+    dp_busy = [0.0] * p
+    events: List[List[Event]] = [[] for _ in range(p)]
+    for s in range(p):
+        end_s = pipe.stage_end[s]
+        cur = end_s
+        if dp > 1:
+            cur = 0.0
+            chunks = sorted((pipe.last_bwd_end[s][c], c) for c in range(part.v))
+            for last_end, c in chunks:
+                coll = comm.grad_reduce[s][c]
+                dur = durations[cs.dur_key[cs.last_bwd[s][c]]]
+                if comm.overlap_grad_reduce:
+                    n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes))
+                    t_b = dp_time(coll, coll.bytes / n_b)
+                    cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
+                                          keep_events, events[s])
+                    dp_busy[s] += n_b * t_b
+                else:
+                    t = dp_time(coll, coll.bytes)
+                    start = max(cur, end_s)
+                    cur = start + t
+                    dp_busy[s] += t
+                    if keep_events:
+                        events[s].append((Stream.DATA_PARALLEL.value, f"dp {coll.kind.value} chunk{c}", start, cur))
+            cur = max(cur, end_s)
+        ready.append(cur)
+    dp_ready = list(ready)
+    emb_wait = [0.0] * p
+    emb_t = 0.0
+    if comm.embedding_sync is not None:  # first and last stage all-reduce the tied word-embedding grad
+        emb_t = cost.collective_time_s(comm.embedding_sync, comm.embedding_where)
+        first, last = 0, p - 1
+        start = max(ready[first], ready[last])
+        for s in (first, last):
+            emb_wait[s] = start - ready[s]
+            ready[s] = start + emb_t
+            dp_busy[s] += emb_t
+            if keep_events:
+                events[s].append((Stream.DATA_PARALLEL.value, "embedding grad all-reduce", start, start + emb_t))
+    barrier = max(ready)
+    ends, opt, ag = [], [], []
+    for s in range(p):
+        params = part.stage_params(s)
+        shard = params / dp if sharded_optimizer else params
+        t_opt = cost.optimizer_time_s(shard)
+        gather = comm.param_gather[s]
+        t_ag = dp_time(gather, gather.bytes) if gather is not None else 0.0
+        dp_busy[s] += t_ag
+        if keep_events:
+            events[s].append((Stream.COMPUTE.value, "optimizer step", barrier, barrier + t_opt))
+            if t_ag:
+                events[s].append((Stream.DATA_PARALLEL.value, "dp param all-gather", barrier + t_opt,
+                                  barrier + t_opt + t_ag))
+        opt.append(t_opt)
+        ag.append(t_ag)
+        ends.append(barrier + t_opt + t_ag)
+    end = max(ends)
+    tails = []
+    for s in range(p):
+        embedding = (ready[s] - dp_ready[s] - emb_wait[s]) if comm.embedding_sync is not None else 0.0
+        sync = emb_wait[s] + (barrier - ready[s]) + (end - ends[s])
+        tails.append(StageTail(dp_exposed_s=dp_ready[s] - pipe.stage_end[s], embedding_s=embedding, sync_wait_s=sync,
+                               optimizer_s=opt[s], param_gather_s=ag[s], dp_busy_s=dp_busy[s],
+                               events=tuple(events[s])))
+    return end, tails
+
