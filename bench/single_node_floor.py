@@ -94,7 +94,8 @@ def main() -> None:
             print(f"  t={int(tt)} hidden={int(k[0])} micro-batch={int(k[2])}: {cost[k]:.2f} -> {x[j]:.2f}{flag}")
     n_rows = len(d)
     outside = sum(len(v) for v in rows_of.values()) - within
-    print(f"\nlower bound, any model monotone in work (everything else exact): MAPE >= {total_ape / n_rows * 100:.2f}%, "
+    print("\nlower bound, any model monotone in work (everything else exact): "
+          f"MAPE >= {total_ape / n_rows * 100:.2f}%, "
           f"within 10% <= {(n_rows - outside) / n_rows * 100:.1f}% of {n_rows} rows")
 
 

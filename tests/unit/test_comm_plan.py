@@ -44,7 +44,7 @@ def test_graph_places_the_plans_tp_collectives():
 
 
 def test_no_tp_no_dp_means_only_pipeline_transfers():
-    _, _, comm = plan_of("parallelism.tp=1", "parallelism.pp=4", "parallelism.dp=1", "parallelism.sequence_parallel=false",
-                         "model.tied_embeddings=false")
+    _, _, comm = plan_of("parallelism.tp=1", "parallelism.pp=4", "parallelism.dp=1",
+                         "parallelism.sequence_parallel=false", "model.tied_embeddings=false")
     streams = {e.stream for e in comm.entries()}
     assert streams == {Stream.PIPELINE}

@@ -43,7 +43,8 @@ def test_extrapolated_and_full_runs_agree_on_a_sample_of_the_gpt3_grid():
         assert _close(fast.iteration_time_s, full.iteration_time_s), plan
         for a, b in zip(fast.stages, full.stages):
             for f in ("compute_s", "host_overhead_s", "exposed_comm_s", "bubble_s", "optimizer_s"):
-                assert _close(getattr(a, f), getattr(b, f), 1e-8) or abs(getattr(a, f) - getattr(b, f)) < 1e-12, (plan, f)
+                x, y = getattr(a, f), getattr(b, f)
+                assert _close(x, y, 1e-8) or abs(x - y) < 1e-12, (plan, f)
 
 
 @pytest.mark.parametrize("schedule,v", [(Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2)])
@@ -52,8 +53,8 @@ def test_simulated_micro_batches_do_not_grow_with_the_batch(schedule, v):
     sizes = []
     for gbs in (256, 4096, 65536):
         cfg = compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
-                       "parallelism.dp=1", f"training.global_batch_size={gbs}", f"parallelism.schedule={schedule.value}",
-                       f"parallelism.virtual_stages={v}"])
+                       "parallelism.dp=1", f"training.global_batch_size={gbs}",
+                       f"parallelism.schedule={schedule.value}", f"parallelism.virtual_stages={v}"])
         w = build_workload(cfg)
         seen = []
         orig = simulator.simulate_pipeline

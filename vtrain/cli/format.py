@@ -48,6 +48,10 @@ def render_report(r: Report) -> str:
         f"time to train: {fmt_duration(r.time_to_train_s)} ({r.iterations:,.0f} iterations), "
         f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at ${r.usd_per_gpu_hour:.2f}/GPU-hour",
     ]
+    fitted = sorted({v.split(",")[0] for v in r.provenance.values() if v.startswith("fitted")})
+    lines.append(f"stack: {r.stack}; constants: " + (("; ".join(fitted)) if fitted else "none fitted") +
+                 f" ({sum(v.startswith('transferred') for v in r.provenance.values())} transferred)")
+    lines.extend(r.notes)
     if r.extrapolated_ops:
         lines.append(f"extrapolated outside the profile: {', '.join(r.extrapolated_ops)}")
     return "\n".join(lines)

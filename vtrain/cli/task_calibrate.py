@@ -81,7 +81,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     pred = predict_s(single, fitted)
     weak_mape = mape_pct(predict_s(weak, fitted), weak_s)
     weak_key = "in_sample" if joint else "out_of_sample"
-    result = {"gpu": base.gpu.name, "stack": base.stack.name, "fit_on": fit_on, "constants": fit.constants, "evaluations": fit.evaluations,
+    result = {"gpu": base.gpu.name, "stack": base.stack.name, "fit_on": fit_on, "constants": fit.constants,
+              "evaluations": fit.evaluations,
               "in_sample": {"single_node": summarise(pred, single_s).line()}}
     result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
     for k, v in fit.constants.items():

@@ -10,7 +10,7 @@ Units are in the field names: ``_s`` seconds, ``_bytes``, ``_gib`` (2**30 bytes)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypeAlias
 
 from omegaconf import MISSING
 
@@ -22,8 +22,13 @@ from vtrain.workload.system import ClusterSpec, GpuSpec, NetworkTier
 
 # --- schemas generated from the workload specs (one definition of each value: vtrain/workload)
 if TYPE_CHECKING:  # generated classes: plain Any for the type checker
-    ModelConfig = GpuConfig = StackConfig = NetworkConfig = ClusterConfig = Any
-    ParallelismConfig = TrainingConfig = Any
+    ModelConfig: TypeAlias = Any
+    GpuConfig: TypeAlias = Any
+    StackConfig: TypeAlias = Any
+    NetworkConfig: TypeAlias = Any
+    ClusterConfig: TypeAlias = Any
+    ParallelismConfig: TypeAlias = Any
+    TrainingConfig: TypeAlias = Any
 else:
     ModelConfig = schema_of(ModelSpec)
     GpuConfig = schema_of(GpuSpec)
@@ -95,8 +100,9 @@ class ValidateConfig:
 @dataclass
 class CalibrateConfig:
     data: Optional[str] = None
-    folds: str = "hidden_size"  # leave-one-group-out grouping: hidden_size|num_layers|shape|micro_batch|weak_scaling|none
-    fit_on: str = "joint"  # joint: single-node runs + weak-scaling rows, equally weighted | single_node: those runs only
+    # leave-one-group-out grouping: hidden_size | num_layers | shape | micro_batch | weak_scaling | none
+    folds: str = "hidden_size"
+    fit_on: str = "joint"  # joint: single-node runs + weak-scaling rows, equally weighted | single_node: those alone
     write: bool = False
 
 

@@ -119,7 +119,7 @@ def spec_from(cls: Type[T], data: Mapping[str, Any], prefix: str, group: str = "
     """An instance of spec ``cls`` from a plain mapping: each value coerced to its field's type and
     checked against its domain; absent keys take the spec's default; ``given`` fields are taken as they
     are (e.g. an already built nested spec). Errors name ``prefix.field``."""
-    hints = _hints(cls)
+    hints = _hints(typing.cast(type, cls))
     kwargs: Dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name in given:

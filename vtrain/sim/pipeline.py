@@ -39,8 +39,11 @@ class PipelineResult:
     shift_s: float  # time one period adds
 
 
+Waits = Tuple[List[float], List[float], List[float]]  # per stage: bubble, p2p, host
+
+
 def _result(cs: CompiledSchedule, run: PipelineRun, k: int = 0, shift: float = 0.0,
-            extra: Optional[Tuple[List[float], List[float], List[float]]] = None) -> PipelineResult:
+            extra: Optional[Waits] = None) -> PipelineResult:
     b, q, h = run.stage_bubble, run.stage_p2p, run.stage_host
     if extra is not None:
         b = [x + k * y for x, y in zip(b, extra[0])]
@@ -51,7 +54,7 @@ def _result(cs: CompiledSchedule, run: PipelineRun, k: int = 0, shift: float = 0
                           tuple(b), tuple(q), tuple(h), cs, run, k, shift)
 
 
-def _periodic_window(cs: CompiledSchedule, run: PipelineRun) -> Optional[Tuple[float, Tuple[List[float], ...]]]:
+def _periodic_window(cs: CompiledSchedule, run: PipelineRun) -> Optional[Tuple[float, Waits]]:
     """(shift per period, per-stage waits of one period) when the last two clean periods repeat."""
     assert cs.period_mbs is not None
     q = cs.period_mbs * cs.v  # steady pairs per period
@@ -63,7 +66,7 @@ def _periodic_window(cs: CompiledSchedule, run: PipelineRun) -> Optional[Tuple[f
         return None
     tol = _TOL * (1.0 + max(run.stage_end))
     shift: Optional[float] = None
-    waits = ([0.0] * cs.p, [0.0] * cs.p, [0.0] * cs.p)
+    waits: Waits = ([0.0] * cs.p, [0.0] * cs.p, [0.0] * cs.p)
     for s, pairs in enumerate(cs.pairs):
         for k in range(lo, lo + q):
             for a, b in zip(pairs[k], pairs[k + q]):
@@ -107,8 +110,8 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
                 return _result(cs, run, (m - ms) // period, shift, waits)
     tasks = 2 * p * chunks * m
     if tasks > MAX_TASKS:
-        raise ConfigError(f"{schedule.value} with pp={p}, {chunks} chunk(s) and {m} micro-batches is {tasks:,} pipeline "
-                          f"tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
+        raise ConfigError(f"{schedule.value} with pp={p}, {chunks} chunk(s) and {m} micro-batches is {tasks:,} "
+                          f"pipeline tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
                           "(a larger micro_batch_size or dp) or a 1f1b/interleaved schedule")
     cs = compile_schedule(schedule, p, chunks, m)
     return _result(cs, run_pipeline(cs, gpu_s, lags, latency_s, host_s))

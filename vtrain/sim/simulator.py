@@ -96,8 +96,9 @@ def _notes(prov: Dict[str, str]) -> Tuple[str, ...]:
     transferred = sorted(k for k, v in prov.items() if v.startswith("transferred"))
     if not transferred:
         return ()
-    return (f"caution: {len(transferred)} constant(s) are transferred, not fitted to this GPU/stack "
-            f"({', '.join(transferred)}): treat this prediction as a first-principles estimate",)
+    gpu = sum(k.startswith("gpu.") for k in transferred)
+    return (f"caution: {len(transferred)} constants are transferred, not fitted to this GPU and stack ({gpu} gpu, "
+            f"{len(transferred) - gpu} stack; report.json lists their sources): a first-principles estimate",)
 
 
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False

@@ -15,7 +15,8 @@ from vtrain.errors import ConfigError
 
 REQUIRED = ("num_gpus", "global_batch", "micro_batch", "hidden_size", "num_heads", "num_layers", "seq_len",
             "tp", "dp", "pp", "iteration_time_ms")
-OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node", "recompute",
+OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
+            "recompute",
             "sequence_parallel", "schedule", "virtual_stages", "distributed_optimizer", "precision",
             "overlap_grad_reduce", "flash_attention", "params_billion", "name")
 VTRAIN_HEADERS = {
