@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # real torch profiling and training steps (seconds each)
 
 from vtrain.cost.profile_io import read_profile  # noqa: E402
 

@@ -9,7 +9,7 @@ activation-grad + weight-grad.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from vtrain.comm.tp import TpComms
 from vtrain.graph.ops import (
@@ -57,34 +57,28 @@ def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int) -> Tuple[Gemm, Tup
     return fwd, (dgrad, wgrad)
 
 
-def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
+@dataclass(frozen=True, slots=True)
+class Block:
+    """The ops of one residual block's branch (attention or MLP) between its norm and its residual add:
+    forward, backward (in backward order) and what selective recompute runs again."""
+
+    forward: Tuple[Op, ...]
+    backward: Tuple[Op, ...]
+    selective_recompute: Tuple[Op, ...] = ()
+
+
+def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
+    """QKV (column-parallel), RoPE, the attention core (flash, or unfused QK^T / softmax / dropout / AV),
+    projection (row-parallel), with the TP collectives of the f/g pair around them."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
-    h, f = model.hidden_size, model.ffn_hidden_size
+    h = model.hidden_size
     tokens = b * s
-    local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
     heads = model.num_heads // t
     qkv_out = (h + 2 * model.kv_size) // t
-    fc1_out = (2 * f if model.gated_mlp else f) // t
     has_dropout = model.dropout > 0
-    att, mlp = tp.attention, tp.mlp
-
-    act = float(local_tokens * h * dt)  # one [local_tokens, h] activation
-    norm_kernels = 1
-    norm_bytes = 2 * act
-
-    def norm(name: str) -> MemoryOp:
-        return MemoryOp(name, norm_bytes, norm_kernels)
-
-    def residual(name: str) -> MemoryOp:
-        # bias + dropout + residual add: read x, residual (and mask), write out
-        return MemoryOp(name, (4 if has_dropout else 3) * act, 1)
-
+    att = tp.attention
     qkv, qkv_b = _gemm_fwd_bwd("qkv", tokens, qkv_out, h, dt)
     proj, proj_b = _gemm_fwd_bwd("proj", tokens, h, h // t, dt)
-    fc1, fc1_b = _gemm_fwd_bwd("fc1", tokens, fc1_out, h, dt)
-    fc2, fc2_b = _gemm_fwd_bwd("fc2", tokens, h, f // t, dt)
-
-    # --- attention core
     attn_fwd: List[Op]
     attn_bwd: List[Op]
     rope: List[Op] = []
@@ -101,7 +95,6 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentG
         ctx = Gemm("attn.av", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True)
         softmax = MemoryOp("attn.softmax", 2 * scores)  # fused scale-mask-softmax: read + write
         attn_fwd = [score, softmax]
-        attn_bwd = []
         if has_dropout:
             attn_fwd.append(MemoryOp("attn.dropout", 3 * scores))  # read, write, mask
         attn_fwd.append(ctx)
@@ -116,27 +109,59 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentG
             Gemm("attn.qk.dgrad_q", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
             Gemm("attn.qk.dgrad_k", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
         ]
+    selective = () if plan.flash_attention else tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
+    forward = (*att.enter, qkv, *rope, *attn_fwd, proj, *att.exit)
+    backward = (*att.exit_backward, *proj_b, *attn_bwd, *([MemoryOp("rope.bwd", rope[0].bytes, 2)] if rope else []),
+                *qkv_b, *att.enter_backward)
+    return Block(forward, backward, selective)
 
+
+def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
+    """FC1 (column-parallel; gate and up together with SwiGLU), the activation, FC2 (row-parallel)."""
+    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    h, f = model.hidden_size, model.ffn_hidden_size
+    tokens = b * s
+    fc1_out = (2 * f if model.gated_mlp else f) // t
+    mlp = tp.mlp
+    fc1, fc1_b = _gemm_fwd_bwd("fc1", tokens, fc1_out, h, dt)
+    fc2, fc2_b = _gemm_fwd_bwd("fc2", tokens, h, f // t, dt)
     act_name = "swiglu" if model.gated_mlp else "gelu"
     mlp_act_elems = float(tokens * (f // t) * dt)
     act_fwd = MemoryOp(act_name, (3 if model.gated_mlp else 2) * mlp_act_elems)
     act_bwd = MemoryOp(f"{act_name}.bwd", (5 if model.gated_mlp else 3) * mlp_act_elems)
+    return Block((*mlp.enter, fc1, act_fwd, fc2, *mlp.exit), (*mlp.exit_backward, *fc2_b, act_bwd, *fc1_b,
+                                                            *mlp.enter_backward))
 
-    forward: List[Op] = [norm("norm1"), *att.enter, qkv, *rope, *attn_fwd, proj, *att.exit,
-                         residual("residual1"), norm("norm2"), *mlp.enter, fc1, act_fwd, fc2, *mlp.exit,
+
+def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, mlp: Optional[Block] = None) -> ComponentGraph:
+    """One transformer layer: norm, attention block, residual, norm, MLP block (``mlp``: another MLP
+    branch, e.g. a mixture of experts), residual; backward in reverse; recompute per ``plan.recompute``."""
+    t, dt = plan.tp, plan.dtype_bytes
+    tokens = plan.micro_batch_size * plan.seq_len
+    local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
+    act = float(local_tokens * model.hidden_size * dt)  # one [local_tokens, h] activation
+    has_dropout = model.dropout > 0
+
+    def norm(name: str) -> MemoryOp:
+        return MemoryOp(name, 2 * act, 1)
+
+    def residual(name: str) -> MemoryOp:
+        # bias + dropout + residual add: read x, residual (and mask), write out
+        return MemoryOp(name, (4 if has_dropout else 3) * act, 1)
+
+    att = attention_block(model, plan, tp)
+    ffn = mlp if mlp is not None else mlp_block(model, plan, tp)
+    forward: List[Op] = [norm("norm1"), *att.forward, residual("residual1"), norm("norm2"), *ffn.forward,
                          residual("residual2")]
-    backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *mlp.exit_backward, *fc2_b,
-                          act_bwd, *fc1_b, *mlp.enter_backward, MemoryOp("norm2.bwd", 3 * act),
-                          MemoryOp("residual1.bwd", 2 * act), *att.exit_backward, *proj_b,
-                          *attn_bwd, *([MemoryOp("rope.bwd", rope[0].bytes, 2)] if rope else []),
-                          *qkv_b, *att.enter_backward, MemoryOp("norm1.bwd", 3 * act)]
+    backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *ffn.backward, MemoryOp("norm2.bwd", 3 * act),
+                          MemoryOp("residual1.bwd", 2 * act), *att.backward, MemoryOp("norm1.bwd", 3 * act)]
     if plan.recompute == Recompute.FULL:
-        recompute = forward
-    elif plan.recompute == Recompute.SELECTIVE and not plan.flash_attention:
-        recompute = [op for op in attn_fwd if not isinstance(op, Gemm) or op.attention]
+        recompute: Tuple[Op, ...] = tuple(forward)
+    elif plan.recompute == Recompute.SELECTIVE:
+        recompute = att.selective_recompute + ffn.selective_recompute
     else:
-        recompute = []
-    return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(tuple(recompute)))
+        recompute = ()
+    return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(recompute))
 
 
 def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
