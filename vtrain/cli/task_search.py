@@ -18,10 +18,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     result = run_search(cfg, out_dir, profile=profile_for(cfg))
     paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
     if not result.front:
-        reasons = "; ".join(f"{k} ({v} like it)" for k, v in list(result.pruned_reasons().items())[:3])
-        raise VtrainError(f"search: no feasible plan for {result.model} on {result.cluster} among "
-                          f"{len(result.records):,} {'plans' if result.sampler == 'grid' else 'trials'}: "
-                          f"{reasons or 'empty plan space'} (details in {out_dir / 'trials.csv'})")
+        from vtrain.search.summary import no_plan_message
+
+        raise VtrainError(no_plan_message(result, out_dir / "trials.csv"))
     print(render(result))
     print(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
     print(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
@@ -31,7 +30,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.tracking.mlflow_logger import log_search
 
     tracked = log_search(result, cfg, out_dir, paths)
-    print(f"MLflow: {tracked.child_runs} child runs logged, {tracked.seconds_per_child * 1e3:.1f} ms per trial "
+    print(f"MLflow: {tracked.child_runs} child runs logged in {tracked.seconds:.2f} s "
           f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
     if tracked.note:
         print(f"  {tracked.note}")
