@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -74,7 +75,9 @@ def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
         db = sqlite_wal.sqlite_path(spec.target)
         if db is not None:
             db.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(db.with_name(db.name + ".schema.lock") if db is not None else None):
+        with file_lock(db.with_name(db.name + ".schema.lock") if db is not None else None), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: "experimental"
             return optuna.storages.RDBStorage(spec.target, heartbeat_interval=spec.heartbeat_s,
                                               grace_period=6 * spec.heartbeat_s)
     except ConfigError:
@@ -121,6 +124,8 @@ def fail_stale_trials(study: optuna.Study, spec: StorageSpec, stale_s: float) ->
     if spec.kind == "journal":
         return fail_stale_journal_trials(study, stale_s)
     before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    optuna.storages.fail_stale_trials(study)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
     after = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     return len(before - after)

@@ -144,15 +144,24 @@ def _log_table(client: Any, exp_id: str, pid: str, result: SearchResult, resumed
     front = {r.number for r in result.front}
     done: Set[int] = set()
     if resumed:
-        try:
-            old = client.load_table(exp_id, TABLE, run_ids=[pid])
-            done = {int(x) for x in old["trial"]}
-        except Exception:  # no table yet
-            done = set()
+        done = {int(r["trial"]) for r in read_table(client, pid)}
     rows = [row(r, r.number in front) for r in result.records if r.number not in done][:20000]
     if rows:
         cols = list(rows[0])
         client.log_table(pid, data={c: [r.get(c) for r in rows] for c in cols}, artifact_file=TABLE)
+
+
+def read_table(client: Any, run_id: str) -> List[Dict[str, Any]]:
+    """The rows of a run's trials table (``client.load_table`` reads through the global tracking URI, so
+    the artifact is read directly). Empty if the run has none."""
+    import json
+    import tempfile
+
+    if TABLE not in {a.path for a in client.list_artifacts(run_id)}:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = json.loads(Path(client.download_artifacts(run_id, TABLE, tmp)).read_text())
+    return [dict(zip(data["columns"], values)) for values in data["data"]]
 
 
 def log_search(result: SearchResult, cfg: Any, out_dir: Path, artifacts: Iterable[Path]) -> Tracked:
