@@ -138,7 +138,7 @@ def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[
         return dirs
     for name in list(result.best)[:top_k]:
         rec = result.best[name]
-        report, trace = ctx.evaluator.simulate(plan_from_fields(ctx.space.base, rec.plan), keep_trace=True)
+        report, trace = ctx.evaluator.simulate(plan_from_fields(ctx.space.base, rec.plan or {}), keep_trace=True)
         d = out_dir / f"best_{name}"
         d.mkdir(parents=True, exist_ok=True)
         (d / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))

@@ -44,7 +44,8 @@ def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectiv
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # no per-trial lines, no Ctrl-C traceback
     storage = make_storage(spec)
-    study = optuna.create_study(study_name=name, storage=storage, directions=list(directions), load_if_exists=True)
+    study = optuna.create_study(study_name=name, storage=storage, directions=[str(d) for d in directions],  # type: ignore[misc]
+                                load_if_exists=True)
     have = [d.name.lower() for d in study.directions]
     if have != list(directions):
         raise ConfigError(f"search.study_name={name}: the study exists with directions {have}, not "

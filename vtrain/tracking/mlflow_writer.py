@@ -163,9 +163,9 @@ def sync_children(client: Any, exp_id: str, parent_id: str, key_tag: str, group:
         client.set_terminated(run.info.run_id, spec.status)
         created += 1
     for key, tags in (retag or {}).items():
-        runs = existing.get(key)
-        if runs:
-            run = _oldest(runs)
+        found = existing.get(key)
+        if found:
+            run = _oldest(found)
             changed = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
             if changed:
                 log_batch(client, run.info.run_id, tags=changed)
