@@ -11,37 +11,49 @@ from mlflow.tracking import MlflowClient
 from vtrain.cli.task_search import run
 from vtrain.config.compose import compose
 from vtrain.search.space import SEARCHED_FIELDS
-from vtrain.tracking.mlflow_logger import TrackingError
+from vtrain.tracking.mlflow_logger import TrackingError, read_table
 
 SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",
          "search.n_trials=5", "search.population_size=4", "search.study_name=tracked"]
 
 
 def _cfg(tmp_path: Path, uri: str, *extra: str):
-    return compose(SMALL + [f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", f"tracking.uri={uri}",
+    return compose(SMALL + [f"search.storage={tmp_path / 'optuna.db'}", f"tracking.uri={uri}",
                             "tracking.experiment_name=vtrain-test", *extra])
+
+
+def _runs(client, exp):
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    return ([r for r in runs if "mlflow.parentRunId" not in r.data.tags],
+            [r for r in runs if "mlflow.parentRunId" in r.data.tags])
 
 
 def test_search_logs_parent_and_child_runs(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert run(_cfg(tmp_path, uri), tmp_path / "run1") == 0
+    assert run(_cfg(tmp_path, uri, "tracking.child_runs=all"), tmp_path / "run1") == 0
     out = capsys.readouterr().out
     assert f"mlflow ui --backend-store-uri {uri}" in out
-    assert "ms per trial" in out and "/#/experiments/" in out and "/runs" in out
+    assert "child runs logged in" in out and "/#/experiments/" in out and "/runs" in out
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("vtrain-test")
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    parents, children = _runs(client, exp)
     assert len(parents) == 1 and len(children) == 5
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    assert parent.info.run_name.startswith("gpt_1_7b h200x8 nsgaii ")
+    tags = parent.data.tags
+    assert tags["mlflow.user"] and tags["mlflow.source.name"].startswith("python -m vtrain")
+    assert tags["vtrain.version"] and "gpt_1_7b on h200x8" in tags["mlflow.note.content"]
     assert parent.data.params["model.name"] == "gpt_1_7b" and parent.data.params["search.n_trials"] == "5"
     assert parent.data.metrics["trials"] == 5
+    assert parent.data.metrics["best_cost.cost_musd"] == pytest.approx(parent.data.metrics["best_cost.cost_usd"] / 1e6,
+                                                                       rel=1e-3)
     arts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"config.yaml", "trials.csv", "pareto.csv", "pareto.png", "pareto.html", "best_time.yaml",
-            "best_cost.yaml", "best_time", "best_cost"} <= arts
+            "best_cost.yaml", "best_time", "best_cost", "trials_table.json"} <= arts
+    table = read_table(client, parent.info.run_id)
+    assert sorted(r["trial"] for r in table) == [0, 1, 2, 3, 4] and "days_to_train" in table[0]
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "best_time")} == {
         "best_time/report.json", "best_time/timeline.json"}
     local = Path(client.download_artifacts(parent.info.run_id, "pareto.csv", str(tmp_path / "dl")))
@@ -53,18 +65,45 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
         assert c.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert set(SEARCHED_FIELDS) <= set(c.data.params) or c.data.tags["vtrain.state"] == "PRUNED"
     for c in complete:
-        assert {"iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits"} <= set(
-            c.data.metrics)
+        assert {"iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits",
+                "days_to_train", "cost_musd", "mfu_pct"} <= set(c.data.metrics)
         assert c.data.metrics["fits"] == 1.0
+        assert c.info.run_name.endswith(f"trial {c.data.tags['vtrain.trial']}") and "(" in c.info.run_name
     pareto = [c for c in children if c.data.tags["pareto"] == "true"]
     n_front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
     assert len(pareto) == n_front >= 1
 
-    # resume: the same study continues its parent run and adds only the new trials
-    assert run(_cfg(tmp_path, uri, "search.n_trials=8"), tmp_path / "run2") == 0
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
-    assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == 8
+    # resume: the same study continues its parent run and adds only the new trials (one run each)
+    assert run(_cfg(tmp_path, uri, "search.n_trials=8", "tracking.child_runs=all"), tmp_path / "run2") == 0
+    parents, children = _runs(client, exp)
+    assert len(parents) == 1 and len(children) == 8
+    assert sorted(int(c.data.tags["vtrain.trial"]) for c in children) == list(range(8))
+    table = read_table(client, parents[0].info.run_id)
+    assert sorted(r["trial"] for r in table) == list(range(8)), "each trial once in the table"
+
+
+def test_default_child_runs_are_the_front_and_top_plans_and_an_orphan_is_healed(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = _cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1")
+    assert run(cfg, tmp_path / "run1") == 0
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("vtrain-test")
+    parents, children = _runs(client, exp)
+    front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
+    assert front <= len(children) <= front + 2 < 12
+    assert {c.data.tags["vtrain.role"] for c in children} <= {"front", "top"}
+    # a kill -9 between create_run and its log_batch leaves a bare RUNNING child: the next logging heals it
+    victim = children[0]
+    trial = victim.data.tags["vtrain.trial"]
+    client.delete_run(victim.info.run_id)
+    bare = client.create_run(exp.experiment_id, run_name="half-written", tags={
+        "mlflow.parentRunId": parents[0].info.run_id, "vtrain.trial": trial,
+        "vtrain.study": "tracked", "vtrain.storage": str(tmp_path / "optuna.db")})
+    assert run(_cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1"), tmp_path / "run2") == 0
+    _, again = _runs(client, exp)
+    mine = [c for c in again if c.data.tags["vtrain.trial"] == trial]
+    assert len(mine) == 1 and mine[0].info.run_id != bare.info.run_id and mine[0].data.tags["vtrain.logged"] == "true"
+    assert len(again) == len(children)
 
 
 def _closed_port() -> int:
@@ -85,7 +124,7 @@ def test_unreachable_server_fails_in_one_line_after_results_exist(tmp_path):
 
 
 def test_tracking_off_writes_results_only(tmp_path, capsys):
-    cfg = compose(SMALL + [f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", "tracking=off"])
+    cfg = compose(SMALL + [f"search.storage={tmp_path / 'optuna.journal'}", "tracking=off"])
     assert run(cfg, tmp_path / "run") == 0
     assert "MLflow" not in capsys.readouterr().out
     assert (tmp_path / "run" / "pareto.csv").is_file() and not (tmp_path / "run" / "config.yaml").exists()

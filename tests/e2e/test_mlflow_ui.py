@@ -1,9 +1,11 @@
 """End to end: a real ``mlflow server`` on a free port, a small search logged to it over HTTP, and
-headless-Chromium screenshots of the experiment's runs page and of its child runs (compare view).
+headless-Chromium screenshots of the experiment's runs page (readable parent and Pareto child run names),
+of the child runs (compare view) and of ``pareto.html`` as the server serves it to the artifact preview.
 
 Needs the Debian package ``chromium`` (`.ci/setup_chromium.sh`); skips with that reason otherwise.
 The MLflow runs table nests child runs under their (collapsed) parent, so the child runs are checked
 in the rendered DOM of the compare view, which lists each run by name with its params and metrics.
+Set ``VTRAIN_E2E_SCREENSHOTS=<dir>`` to keep the screenshots.
 """
 from __future__ import annotations
 
@@ -94,26 +96,36 @@ def test_search_against_mlflow_server_and_screenshot_runs(tmp_path, mlflow_serve
     runs_url = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs"
     assert runs_url in out
 
-    children = client.search_runs([exp.experiment_id], filter_string="attributes.run_name LIKE 'trial-%'")
-    assert sorted(r.info.run_name for r in children) == [f"trial-{i}" for i in range(5)]
-    parent_name = client.get_run(children[0].data.tags["mlflow.parentRunId"]).info.run_name
+    children = client.search_runs([exp.experiment_id], filter_string="tags.pareto = 'true'")
+    front = (tmp_path / "run" / "pareto.csv").read_text().strip().splitlines()[1:]
+    assert len(children) == len(front) >= 1, "a child run per Pareto plan"
+    names = sorted(r.info.run_name for r in children)
+    assert all(n.startswith("front (") and " trial " in n for n in names), names
+    parent = client.get_run(children[0].data.tags["mlflow.parentRunId"])
+    parent_name = parent.info.run_name
+    assert parent_name.startswith("gpt_1_7b h200x8 nsgaii ")
 
     profile = tmp_path / "chromium-profile"
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    # 1) the experiment's runs page: the parent run (children nested under it)
+    # 1) the experiment's runs page: the parent run, readable name (children nested under it)
     dom = _chromium(runs_url, profile, "--dump-dom").stdout
     assert parent_name in dom, "the runs page did not render the parent run"
     _chromium(runs_url, profile, f"--screenshot={shots / 'runs.png'}")
-    # 2) the child runs side by side
+    # 2) the Pareto child runs side by side, by name, with their plan params and human metrics
     ids = urllib.parse.quote(json.dumps([r.info.run_id for r in children]))
     compare = f"{mlflow_server}/#/compare-runs?runs={ids}&experiments=%5B%22{exp.experiment_id}%22%5D"
     dom = _chromium(compare, profile, "--dump-dom").stdout
-    for i in range(5):
-        assert f"trial-{i}" in dom, f"child run trial-{i} missing from the rendered page"
-    assert "time_to_train_s" in dom
+    for n in names:
+        assert n in dom, f"child run {n} missing from the rendered page"
+    assert "days_to_train" in dom and "cost_musd" in dom
     _chromium(compare, profile, f"--screenshot={shots / 'child_runs.png'}")
-    for png in ("runs.png", "child_runs.png"):
+    # 3) the parent's artifact view previewing pareto.html (an inline SVG: renders without scripts)
+    art = f"{mlflow_server}/#/experiments/{exp.experiment_id}/runs/{parent.info.run_id}/artifacts/pareto.html"
+    dom = _chromium(art, profile, "--dump-dom").stdout
+    assert "pareto.html" in dom and ("svg" in dom or "iframe" in dom), "no HTML preview of pareto.html"
+    _chromium(art, profile, f"--screenshot={shots / 'pareto_html.png'}")
+    for png in ("runs.png", "child_runs.png", "pareto_html.png"):
         data = (shots / png).read_bytes()
         assert data[:4] == b"\x89PNG" and len(data) > 20_000, f"{png} looks empty"
     keep = os.environ.get("VTRAIN_E2E_SCREENSHOTS")

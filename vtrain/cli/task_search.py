@@ -14,24 +14,30 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.search import outputs
     from vtrain.search.run import run_search
     from vtrain.search.summary import render
+    from vtrain.tracking.background import Logger
 
-    result = run_search(cfg, out_dir, profile=profile_for(cfg))
-    paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
+    tracker = Logger(cfg) if bool(cfg.tracking.enabled) else None  # mlflow set up on the other core meanwhile
+    try:
+        result = run_search(cfg, out_dir, profile=profile_for(cfg))
+        paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
+    except BaseException:
+        if tracker is not None:
+            tracker.close()
+        raise
     if not result.front:
-        reasons = "; ".join(f"{k} ({v} like it)" for k, v in list(result.pruned_reasons().items())[:3])
-        raise VtrainError(f"search: no feasible plan for {result.model} on {result.cluster} among "
-                          f"{len(result.records):,} {'plans' if result.sampler == 'grid' else 'trials'}: "
-                          f"{reasons or 'empty plan space'} (details in {out_dir / 'trials.csv'})")
+        from vtrain.search.summary import no_plan_message
+
+        if tracker is not None:
+            tracker.close()
+        raise VtrainError(no_plan_message(result, out_dir / "trials.csv"))
     print(render(result))
     print(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
     print(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
           f"$(cat {out_dir / 'best_time.yaml'})")
-    if not bool(cfg.tracking.enabled):
+    if tracker is None:
         return 0
-    from vtrain.tracking.mlflow_logger import log_search
-
-    tracked = log_search(result, cfg, out_dir, paths)
-    print(f"MLflow: {tracked.child_runs} child runs logged, {tracked.seconds_per_child * 1e3:.1f} ms per trial "
+    tracked = tracker.log(result, out_dir, paths)
+    print(f"MLflow: {tracked.child_runs} child runs logged in {tracked.seconds:.2f} s "
           f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
     if tracked.note:
         print(f"  {tracked.note}")

@@ -54,12 +54,14 @@ class CostConfig:
 
 @dataclass
 class SearchConfig:
+    """The plan search (vtrain/search). Every field's domain is checked by vtrain.search.settings."""
+
     sampler: str = "nsgaii"  # nsgaii | tpe | random | grid
-    n_trials: int = 200
+    n_trials: int = 200  # COMPLETE + PRUNED trials of the study, over all its workers
     seed: int = 0
     objectives: List[str] = field(default_factory=lambda: ["time_to_train_s", "cost_usd"])
     study_name: Optional[str] = None
-    storage: Optional[str] = None  # None: sqlite in the run directory
+    storage: Optional[str] = None  # None: journal file in the run directory; a path (journal) or an RDB URL
     max_tp: int = 0  # 0: GPUs per node
     allow_cross_node_tp: bool = False
     micro_batch_sizes: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
@@ -68,7 +70,14 @@ class SearchConfig:
     recompute: List[str] = field(default_factory=lambda: ["none", "selective", "full"])
     sequence_parallel: List[bool] = field(default_factory=lambda: [False, True])
     distributed_optimizer: List[bool] = field(default_factory=lambda: [False, True])
+    # constraints: GPU counts bound the plan space; the others are Optuna constraints (near-misses guide NSGA-II)
+    gpus: int = 0  # exactly this many GPUs (0: any)
     min_gpus: int = 1
+    max_gpus: int = 0  # 0: the cluster's GPUs
+    max_days: Optional[float] = None  # time to train the configured tokens, days
+    max_cost_usd: Optional[float] = None
+    max_memory_fraction: float = 1.0  # peak memory per GPU <= this share of its HBM
+    min_mfu: Optional[float] = None  # model FLOPs utilisation, a fraction (0.4 = 40%)
     population_size: int = 20  # NSGA-II generation size (TPE: twice its random start-up trials); 20 measured best
     mutation_prob: Optional[float] = None  # NSGA-II per-parameter mutation; None: 1 / number of parameters
     crossover_prob: float = 0.9  # NSGA-II
@@ -76,6 +85,9 @@ class SearchConfig:
     local_search_fraction: float = 0.3  # NSGA-II/TPE: share of n_trials spent on neighbours of the front
     local_search_rounds: int = 3  # ... in this many rounds (0: pure evolutionary search)
     filter_offspring: bool = True  # NSGA-II: re-draw children that are invalid, cannot fit or were seen
+    heartbeat_s: int = 10  # RDB storages: Optuna heartbeat interval (a trial silent for 6x this is stale)
+    stale_trial_s: float = 600.0  # journal storages: a RUNNING trial older than this is stale (trials take ms)
+    worker_index: int = -1  # several workers on one study: -1 derives one (SLURM, Hydra job, process)
     workers: int = 0  # grid: simulation processes (0: one per CPU)
     progress_bar: bool = True
     top_k_artifacts: int = 2
@@ -85,9 +97,12 @@ class SearchConfig:
 class TrackingConfig:
     enabled: bool = True
     uri: Optional[str] = None  # None: sqlite:///<cwd>/outputs/mlflow.db
-    experiment_name: Optional[str] = None  # None: vtrain/<model>/<cluster>
-    max_child_runs: int = 2000  # grid: above this many plans only the Pareto plans get child runs
+    experiment_name: Optional[str] = None  # None: vtrain-<model>-<cluster>
+    child_runs: str = "front"  # front: the Pareto front and top plans | all: one per trial | none
+    top_k: int = 5  # child_runs=front: also the k best plans of each objective
+    max_child_runs: int = 2000  # child_runs=all: above this many trials only front and top plans get child runs
     http_timeout_s: int = 10  # remote tracking server: fail fast instead of MLflow's long retries
+    description: Optional[str] = None  # added to the parent run's description (mlflow.note.content)
 
 
 @dataclass

@@ -1,47 +1,29 @@
-"""NSGA-II offspring filtered by the cheap checks before the expensive simulation.
+"""NSGA-II offspring for plans: binary tournament, uniform crossover, uniform mutation, and a filter.
 
-Optuna's NSGA-II makes a child by crossover and mutation of two parents and only learns at
-evaluation that it breaks a divisibility rule or cannot fit memory; in the GPT-3 175B x 1,024 A100
-space ~7 of 8 valid plans exceed the memory lower bound, so most trials of a generation were
-wasted. :class:`FeasibleChildren` re-draws a child (up to ``attempts`` times) until it decodes to a
-valid plan whose memory lower bound fits and that has not been evaluated yet: rejection of
-infeasible offspring, the simplest constraint-handling scheme for evolutionary algorithms
-(Coello Coello 2002, "Theoretical and numerical constraint-handling techniques used with
-evolutionary algorithms", Sec. 3). Only checks, no simulation, happen here.
+Passed to Optuna through the public ``NSGAIISampler(child_generation_strategy=...)`` hook. It does what
+Optuna's default strategy does for categorical parameters — two parents by binary tournament under
+constrained domination (Deb et al. 2002, Sec. V, with the constraint values trials carry from
+``trial.set_constraint``), uniform crossover with ``crossover_prob``, each parameter mutated (re-drawn
+uniformly) with ``mutation_prob`` (default 1 / number of parameters) — and then re-draws a child (up to
+``attempts`` times) until it decodes to a valid plan whose memory lower bound fits and that no trial of
+the study has claimed yet: rejection of infeasible offspring, the simplest constraint-handling scheme
+for evolutionary algorithms (Coello Coello 2002, Sec. 3). In the GPT-3 175B x 1,024 A100 space ~7 of 8
+valid plans exceed the memory bound, so unfiltered generations were mostly wasted. Only checks, no
+simulation, happen here; the random generator is the trial's own (:mod:`vtrain.search.samplers`), so
+a resumed study draws the same children as an uninterrupted one.
 """
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import optuna
+from optuna.trial import FrozenTrial
 
-from vtrain.search.objective import Evaluator
-from vtrain.search.space import Infeasible, plan_key, suggest_plan
-from vtrain.sim.memory import memory_lower_bound_bytes
-
-
-def promising(ev: Evaluator) -> Callable[[Dict[str, Any]], bool]:
-    """``accept(params)``: the parameters decode to a new plan that may fit (True when unsure)."""
-    w = ev.workload
-    cap = w.cluster.gpu.hbm_capacity_bytes
-
-    def accept(params: Dict[str, Any]) -> bool:
-        try:
-            plan = suggest_plan(optuna.trial.FixedTrial(params), ev.space)
-        except Infeasible:
-            return False
-        except ValueError:  # a parameter the sampler leaves to independent sampling: cannot judge
-            return True
-        if plan_key(plan) in ev.cache:
-            return False
-        return memory_lower_bound_bytes(w, plan) <= cap
-
-    return accept
+Accept = Callable[[Dict[str, Any]], bool]
 
 
 def _uniform(rng: random.Random, dist: Any) -> Any:
-    """A uniform draw from an Optuna distribution (what NSGA-II's default mutation does)."""
     if isinstance(dist, optuna.distributions.CategoricalDistribution):
         return rng.choice(dist.choices)
     if isinstance(dist, optuna.distributions.IntDistribution):
@@ -49,44 +31,68 @@ def _uniform(rng: random.Random, dist: Any) -> Any:
     return rng.uniform(dist.low, dist.high)
 
 
+def _violation(t: FrozenTrial) -> float:
+    return sum(v for v in t.constraints.values() if v > 0)
+
+
+def constrained_dominates(a: FrozenTrial, b: FrozenTrial, directions: Sequence[Any]) -> bool:
+    """Deb's constrained domination: feasible beats infeasible, a smaller violation beats a larger one,
+    and among feasible trials Pareto domination decides."""
+    va, vb = _violation(a), _violation(b)
+    if va > 0 or vb > 0:
+        return va < vb
+    sign = [1.0 if d == optuna.study.StudyDirection.MINIMIZE else -1.0 for d in directions]
+    x = [s * v for s, v in zip(sign, a.values)]
+    y = [s * v for s, v in zip(sign, b.values)]
+    return all(p <= q for p, q in zip(x, y)) and any(p < q for p, q in zip(x, y))
+
+
 class FeasibleChildren:
-    """Wraps an NSGA-II child-generation strategy: re-draw children that ``accept`` rejects.
+    """``(study, search_space, parent_population) -> params`` for ``NSGAIISampler``."""
 
-    Optuna's default mutation drops a mutated parameter from the child, to be re-sampled uniformly
-    at random when the trial runs; the child cannot be checked before that, so the dropped
-    parameters are drawn here the same way (uniformly) and the child is returned complete.
-    """
-
-    def __init__(self, base: Callable[..., Dict[str, Any]], accept: Callable[[Dict[str, Any]], bool],
-                 seed: int | None = None, attempts: int = 200) -> None:
-        self.base = base
+    def __init__(self, accept: Accept, rng: random.Random, crossover_prob: float = 0.9,
+                 mutation_prob: Optional[float] = None, swapping_prob: float = 0.5, attempts: int = 200) -> None:
         self.accept = accept
+        self.rng = rng
+        self.crossover_prob = crossover_prob
+        self.mutation_prob = mutation_prob
+        self.swapping_prob = swapping_prob
         self.attempts = attempts
-        self.rng = random.Random(seed)
         self.redraws = 0
 
-    def _child(self, study: Any, search_space: Dict[str, Any], parents: Any) -> Dict[str, Any]:
-        params = dict(self.base(study, search_space, parents))
-        for name, dist in search_space.items():
-            if name not in params:
-                params[name] = _uniform(self.rng, dist)
-        return params
+    def _tournament(self, pool: List[FrozenTrial], directions: Sequence[Any]) -> FrozenTrial:
+        if len(pool) == 1:
+            return pool[0]
+        a, b = self.rng.sample(pool, 2)
+        if constrained_dominates(a, b, directions):
+            return a
+        if constrained_dominates(b, a, directions):
+            return b
+        return a if self.rng.random() < 0.5 else b
 
-    def __call__(self, study: Any, search_space: Dict[str, Any], parent_population: Any) -> Dict[str, Any]:
-        params = self._child(study, search_space, parent_population)
+    def _child(self, directions: Sequence[Any], space: Dict[str, Any], parents: List[FrozenTrial]) -> Dict[str, Any]:
+        p1 = self._tournament(parents, directions)
+        rest = [p for p in parents if p.number != p1.number] or parents
+        p2 = self._tournament(rest, directions)
+        cross = self.rng.random() < self.crossover_prob
+        mut = self.mutation_prob if self.mutation_prob is not None else 1.0 / max(1, len(space))
+        child: Dict[str, Any] = {}
+        for name, dist in space.items():
+            src = p2 if cross and self.rng.random() < self.swapping_prob else p1
+            value = src.params.get(name)
+            if value is None or self.rng.random() < mut:
+                value = _uniform(self.rng, dist)
+            child[name] = value
+        return child
+
+    def __call__(self, study: optuna.Study, search_space: Dict[str, Any],
+                 parent_population: List[FrozenTrial]) -> Dict[str, Any]:
+        parents = sorted(parent_population, key=lambda t: t.number)  # the draw must not depend on list order
+        directions = study.directions
+        child = self._child(directions, search_space, parents)
         for _ in range(self.attempts - 1):
-            if self.accept(params):
+            if self.accept(child):
                 break
             self.redraws += 1
-            params = self._child(study, search_space, parent_population)
-        return params
-
-
-def filter_offspring(sampler: optuna.samplers.BaseSampler, accept: Callable[[Dict[str, Any]], bool],
-                     seed: int | None = None) -> bool:
-    """Install :class:`FeasibleChildren` on an NSGA-II sampler; False if this Optuna lacks the hook."""
-    base = getattr(sampler, "_child_generation_strategy", None)
-    if not isinstance(sampler, optuna.samplers.NSGAIISampler) or base is None:
-        return False
-    sampler._child_generation_strategy = FeasibleChildren(base, accept, seed)
-    return True
+            child = self._child(directions, search_space, parents)
+        return child

@@ -1,8 +1,9 @@
 """Files a search leaves in its run directory (written before anything goes to MLflow):
 
-trials.csv, pareto.csv, pareto.png (matplotlib, Agg), pareto.html (plotly, plotly.js embedded so it
-renders offline), best_time.yaml / best_cost.yaml (overrides for ``task=simulate``), and
-best_time/ best_cost/ with report.json and timeline.json of those plans.
+trials.csv, pareto.csv, pareto.png (matplotlib, Agg), pareto.html (inline SVG, no JavaScript: small,
+renders offline and in MLflow's artifact preview; :mod:`vtrain.search.svg_view`), best_time.yaml /
+best_cost.yaml (overrides for ``task=simulate``), and best_time/ best_cost/ with report.json and
+timeline.json of those plans. With constraints, "best" means best within them.
 
 ``best_*.yaml`` holds one ``key=value`` override per line. YAML reads those lines as one folded
 string and the shell splits them into arguments, so both work::
@@ -11,13 +12,14 @@ string and the shell splits them into arguments, so both work::
 """
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from vtrain.search.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.space import SEARCHED_FIELDS
+from vtrain.tracking.tables import write_csv
 
 METRIC_COLUMNS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
 DAY_S = 86400.0
@@ -38,32 +40,41 @@ def simulate_command(result: SearchResult, rec: TrialRecord) -> str:
     return " ".join(["python -m vtrain task=simulate", *result.base_overrides, *plan_overrides(rec.plan or {})])
 
 
-def _write_csv(path: Path, rows: Sequence[Dict[str, Any]], columns: Sequence[str]) -> None:
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
+TRIAL_COLUMNS = ("trial", "state", "pareto", "within_constraints", "duplicate_of", "reason", *SEARCHED_FIELDS,
+                 *METRIC_COLUMNS, "days_to_train", "cost_musd", "mfu_pct")
 
 
-def _row(rec: TrialRecord, on_front: bool) -> Dict[str, Any]:
-    row: Dict[str, Any] = {"trial": rec.number, "state": rec.state, "pareto": on_front,
-                           "duplicate_of": "" if rec.duplicate_of is None else rec.duplicate_of,
+def row(rec: TrialRecord, on_front: bool) -> Dict[str, Any]:
+    """One trial as a flat row (CSV, the MLflow trials table): plan fields, SI and human metrics."""
+    out: Dict[str, Any] = {"trial": rec.number, "state": rec.state, "pareto": on_front,
+                           "within_constraints": rec.satisfies, "duplicate_of": rec.duplicate_of,
                            "reason": rec.reason or ""}
-    row.update(rec.plan or {})
-    row.update(rec.metrics)
-    return row
+    out.update(rec.plan or {})
+    out.update(rec.metrics)
+    out.update(human_metrics(rec.metrics))
+    return out
+
+
+def human_metrics(m: Dict[str, float]) -> Dict[str, float]:
+    """Days, million USD and percent beside the SI values."""
+    out = {}
+    if "time_to_train_s" in m:
+        out["days_to_train"] = round(m["time_to_train_s"] / DAY_S, 3)
+    if "cost_usd" in m:
+        out["cost_musd"] = round(m["cost_usd"] / 1e6, 4)
+    if "mfu" in m:
+        out["mfu_pct"] = round(100 * m["mfu"], 2)
+    return out
 
 
 def write_trials_csv(result: SearchResult, path: Path) -> None:
     front = {r.number for r in result.front}
-    _write_csv(path, [_row(r, r.number in front) for r in result.records],
-               ["trial", "state", "pareto", "duplicate_of", "reason", *SEARCHED_FIELDS, *METRIC_COLUMNS])
+    write_csv(path, [row(r, r.number in front) for r in result.records], TRIAL_COLUMNS)
 
 
 def write_pareto_csv(result: SearchResult, path: Path) -> None:
-    _write_csv(path, [_row(r, True) for r in result.front],
-               ["trial", *SEARCHED_FIELDS, *METRIC_COLUMNS])
+    write_csv(path, [row(r, True) for r in result.front],
+              ["trial", *SEARCHED_FIELDS, *METRIC_COLUMNS, "days_to_train", "cost_musd", "mfu_pct"])
 
 
 def write_best_yaml(result: SearchResult, out_dir: Path) -> Dict[str, Path]:
@@ -88,11 +99,13 @@ def plot_png(result: SearchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vtrain.cli.format import plan_label
-
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
     x, y, lx, ly = _xy(result, result.feasible)
     ax.scatter(x, y, s=8, c="0.7", label=f"feasible plans ({len(x)})")
+    out = [r for r in result.feasible if not r.satisfies]
+    if out:
+        ox_, oy_, _, _ = _xy(result, out)
+        ax.scatter(ox_, oy_, s=8, c="tab:orange", alpha=0.5, label=f"outside the constraints ({len(out)})")
     fx, fy, _, _ = _xy(result, result.front)
     ax.plot(fx, fy, "o-", c="tab:red", ms=5, label=f"Pareto front ({len(fx)})")
     for name, marker, style in (("time", "fastest", "*"), ("cost", "cheapest", "D")):
@@ -105,31 +118,13 @@ def plot_png(result: SearchResult, path: Path) -> None:
         ax.set_xscale("log")
     ax.set_xlabel(lx)
     ax.set_ylabel(ly)
-    ax.set_title(f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans")
+    extra = f"; {result.constraints.text()}" if result.constraints and result.constraints.active else ""
+    ax.set_title(f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans{extra}")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def plot_html(result: SearchResult, path: Path) -> None:
-    import plotly.graph_objects as go
-
-    from vtrain.cli.format import plan_label
-
-    fig = go.Figure()
-    for recs, name, style in ((result.feasible, "feasible plans", {"color": "lightgray", "size": 5}),
-                              (result.front, "Pareto front", {"color": "crimson", "size": 9})):
-        x, y, lx, ly = _xy(result, recs)
-        text = [f"trial {r.number}: {plan_label(r.plan or {})}<br>GPUs {r.metrics.get('gpus_used', 0):.0f}, "
-                f"MFU {100 * r.metrics.get('mfu', 0):.1f}%, {r.metrics.get('peak_memory_gib', 0):.1f} GiB/GPU"
-                for r in recs]
-        fig.add_trace(go.Scattergl(x=x, y=y, mode="markers+lines" if name == "Pareto front" else "markers",
-                                   name=name, text=text, hoverinfo="text+x+y", marker=style))
-    fig.update_layout(title=f"{result.model} on {result.cluster}: {result.sampler}, {len(result.records)} plans",
-                      xaxis_title=lx, yaxis_title=ly, template="plotly_white")
-    fig.write_html(str(path), include_plotlyjs=True, full_html=True)
 
 
 def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[str, Path]:
@@ -143,7 +138,7 @@ def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[
         return dirs
     for name in list(result.best)[:top_k]:
         rec = result.best[name]
-        report, trace = ctx.evaluator.simulate(plan_from_fields(ctx.space.base, rec.plan), keep_trace=True)
+        report, trace = ctx.evaluator.simulate(plan_from_fields(ctx.space.base, rec.plan or {}), keep_trace=True)
         d = out_dir / f"best_{name}"
         d.mkdir(parents=True, exist_ok=True)
         (d / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
@@ -162,7 +157,9 @@ def write_all(result: SearchResult, out_dir: Path, top_k: int = 2) -> List[Path]
         return paths
     write_pareto_csv(result, out_dir / "pareto.csv")
     plot_png(result, out_dir / "pareto.png")
-    plot_html(result, out_dir / "pareto.html")
+    from vtrain.search.svg_view import write_html
+
+    write_html(result, out_dir / "pareto.html")
     paths += [out_dir / "pareto.csv", out_dir / "pareto.png", out_dir / "pareto.html"]
     paths += list(write_best_yaml(result, out_dir).values())
     paths += list(write_best_reports(result, out_dir, top_k).values())

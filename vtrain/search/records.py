@@ -18,10 +18,16 @@ class TrialRecord:
     metrics: Dict[str, float] = field(default_factory=dict)
     reason: Optional[str] = None  # why it was pruned
     duplicate_of: Optional[int] = None
+    violations: Dict[str, float] = field(default_factory=dict)  # search.max_days etc.: > 0 violated (relative)
 
     @property
     def feasible(self) -> bool:
         return self.state == "COMPLETE" and self.values is not None
+
+    @property
+    def satisfies(self) -> bool:
+        """Feasible and within every constraint."""
+        return self.feasible and all(v <= 0 for v in self.violations.values())
 
     @property
     def plan_key(self) -> Tuple[Any, ...]:
@@ -36,20 +42,26 @@ class SearchResult:
     objectives: List[str]
     directions: List[str]
     records: List[TrialRecord]
-    front: List[TrialRecord]  # Pareto front, de-duplicated, sorted by the first objective
-    best: Dict[str, TrialRecord]  # "time" (fastest: least time to train) and "cost" (cheapest)
+    front: List[TrialRecord]  # Pareto front of the plans within the constraints, de-duplicated, by 1st objective
+    best: Dict[str, TrialRecord]  # "time" (fastest) and "cost" (cheapest) within the constraints
     wall_s: float
     simulations: int
     study_name: Optional[str] = None
     storage: Optional[str] = None
     resumed_trials: int = 0  # finished trials found in the storage at start-up
     stale_failed: int = 0  # RUNNING trials of a killed process marked FAIL
+    constraints: Any = None  # vtrain.search.constraints.Constraints
+    unconstrained_best: Dict[str, TrialRecord] = field(default_factory=dict)  # best plans ignoring constraints
     base_overrides: List[str] = field(default_factory=list)  # to reproduce a plan with task=simulate
     context: Any = None  # the search's vtrain.search.run.Context (evaluator for the best plans' traces)
 
     @property
     def feasible(self) -> List[TrialRecord]:
         return [r for r in self.records if r.feasible]
+
+    @property
+    def satisfying(self) -> List[TrialRecord]:
+        return [r for r in self.records if r.satisfies]
 
     def pruned_reasons(self) -> Dict[str, int]:
         """Pruned counts by kind of reason (numbers ignored), keyed by the first reason of each kind."""

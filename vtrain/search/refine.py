@@ -14,7 +14,7 @@ already evaluated); the neighbours are then enqueued as ordinary trials of the s
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator, List, Sequence
+from typing import Any, Iterable, Iterator, List, Sequence
 
 from vtrain.search.objective import Evaluator
 from vtrain.search.pareto import pareto_front, to_minimise
@@ -79,9 +79,12 @@ def neighbours(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
         yield r(plan, distributed_optimizer=not plan.distributed_optimizer)
 
 
-def front_plans(ev: Evaluator, directions: Sequence[str]) -> List[ParallelPlan]:
-    """The evaluated plans on the current Pareto front, extremes first (fastest, cheapest, rest)."""
+def front_plans(ev: Evaluator, directions: Sequence[str], constraints: Any = None) -> List[ParallelPlan]:
+    """The evaluated plans on the current Pareto front, extremes first (fastest, cheapest, rest); with
+    ``constraints``, the front of the plans that satisfy them (all plans while none does)."""
     done = [o for o in ev.cache.values() if o.feasible]
+    if constraints is not None and constraints.active:
+        done = [o for o in done if constraints.satisfied(o.metrics)] or done
     if not done:
         return []
     front = pareto_front(done, [to_minimise(o.values, directions) for o in done],  # type: ignore[arg-type]

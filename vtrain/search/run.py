@@ -4,28 +4,22 @@ No file output and no MLflow here (:mod:`vtrain.search.outputs`, :mod:`vtrain.tr
 """
 from __future__ import annotations
 
-import random
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
+from vtrain.search import constraints as cons
 from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
-from vtrain.search.space import (
-    SEARCHED_FIELDS,
-    PlanSpace,
-    enumerate_plans,
-    plan_fields,
-    plan_space,
-    trial_params,
-)
-from vtrain.sim.memory import memory_lower_bound_bytes
+from vtrain.search.settings import check_all
+from vtrain.search.space import SEARCHED_FIELDS, PlanSpace, enumerate_plans, plan_fields, plan_space
 from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
@@ -40,6 +34,7 @@ class Context:
     evaluator: Evaluator
     objectives: List[str]
     directions: List[str]
+    constraints: cons.Constraints
 
 
 def prepare(cfg: Any, profile: Any = None) -> Context:
@@ -47,15 +42,20 @@ def prepare(cfg: Any, profile: Any = None) -> Context:
 
     The searched fields of ``cfg.parallelism`` are replaced by a one-GPU plan first, so that a
     default plan that does not suit this cluster (e.g. tp*pp > GPUs) does not stop the search."""
+    check_all(cfg)
     w = build_workload(_one_gpu_plan(cfg))
     cost = cost_model_for(w, profile)
     space = plan_space(w.model, w.cluster, w.plan, cfg.search)
     if not space.tp or not space.pp:
         raise ConfigError(f"search: no tensor-parallel size divides heads={w.model.num_heads} and kv heads="
                           f"{w.model.num_kv_heads} within search.max_tp")
+    if space.min_gpus > w.cluster.num_gpus:
+        raise ConfigError(f"search.{'gpus' if int(cfg.search.gpus) else 'min_gpus'}={space.min_gpus}: exceeds the "
+                          f"{w.cluster.num_gpus} GPUs of cluster {w.cluster.name}")
     objectives = [str(o) for o in cfg.search.objectives]
     ev = Evaluator(w, cost, space, objectives)
-    return Context(w, cost, space, ev, objectives, directions(objectives))
+    limits = cons.from_search(cfg.search, w.cluster.gpu.hbm_capacity_bytes)
+    return Context(w, cost, space, ev, objectives, directions(objectives), limits)
 
 
 def _one_gpu_plan(cfg: Any) -> Any:
@@ -90,21 +90,29 @@ def base_overrides(cfg: Any) -> List[str]:
     return lead + kept
 
 
-def _best(feasible: Sequence[TrialRecord]) -> Dict[str, TrialRecord]:
-    uniq = {r.plan_key: r for r in reversed(feasible)}.values()  # first trial of each plan
+def _metric(r: TrialRecord, k: str) -> float:
+    return r.metrics.get(k, float("inf"))
+
+
+def _best(recs: Sequence[TrialRecord]) -> Dict[str, TrialRecord]:
+    uniq = list({r.plan_key: r for r in sorted(recs, key=lambda r: -r.number)}.values())  # first trial of each plan
     if not uniq:
         return {}
-    m = lambda r, k: r.metrics.get(k, float("inf"))  # noqa: E731
-    return {"time": min(uniq, key=lambda r: (m(r, "time_to_train_s"), m(r, "cost_usd"), r.number)),
-            "cost": min(uniq, key=lambda r: (m(r, "cost_usd"), m(r, "time_to_train_s"), r.number))}
+    return {"time": min(uniq, key=lambda r: (_metric(r, "time_to_train_s"), _metric(r, "cost_usd"), r.number)),
+            "cost": min(uniq, key=lambda r: (_metric(r, "cost_usd"), _metric(r, "time_to_train_s"), r.number))}
 
 
 def finish(result: SearchResult) -> SearchResult:
-    """Fill the Pareto front (de-duplicated by plan and by values) and the fastest/cheapest plans."""
-    feas = sorted(result.feasible, key=lambda r: r.number)
-    pts = [to_minimise(r.values or (), result.directions) for r in feas]
-    result.front = pareto_front(feas, pts, [r.plan_key for r in feas])
-    result.best = _best(feas)
+    """Constraint violations of every record, then the Pareto front (de-duplicated by plan and by values)
+    and the fastest/cheapest plans among the plans within the constraints."""
+    limits = result.constraints or cons.Constraints()
+    result.records = [dataclasses.replace(r, violations=limits.violations(r.metrics)) if r.feasible else r
+                      for r in result.records]
+    pool = sorted(result.satisfying, key=lambda r: r.number)
+    pts = [to_minimise(r.values or (), result.directions) for r in pool]
+    result.front = pareto_front(pool, pts, [r.plan_key for r in pool])
+    result.best = _best(pool)
+    result.unconstrained_best = _best(result.feasible) if limits.active else dict(result.best)
     return result
 
 
@@ -132,64 +140,28 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
     return tqdm(total=total, unit="plan", desc=desc, file=sys.stderr)
 
 
-def initial_population(ctx: Context, size: int, seed: int) -> List[dict]:
-    """Trial parameters of ``size`` plans drawn uniformly from the valid plans whose memory lower
-    bound fits the GPU (:func:`memory_lower_bound_bytes`; no simulation). NSGA-II's first generation
-    otherwise spends most trials on plans that cannot fit (~86% of GPT-3 175B x 1,024 A100)."""
-    cap = ctx.workload.cluster.gpu.hbm_capacity_bytes
-    fitting = [p for p in enumerate_plans(ctx.space) if memory_lower_bound_bytes(ctx.workload, p) <= cap]
-    picks = random.Random(seed).sample(fitting, min(size, len(fitting)))
-    return [trial_params(ctx.space, p) for p in picks]
+def study_name(ctx: Context, search: Any) -> str:
+    return str(search.study_name or f"vtrain-{ctx.workload.model.name}-{ctx.workload.cluster.name}-{search.sampler}")
 
 
-def run_optuna(ctx: Context, search: Any, out_dir: Path) -> tuple:
-    import optuna
-    from optuna.trial import TrialState
-
+def run_optuna(ctx: Context, search: Any, out_dir: Path) -> Tuple[List[TrialRecord], str, str, int, int]:
     from vtrain.search import study as st
+    from vtrain.search.ledger import FINISHED
+    from vtrain.search.storage import storage_spec
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = st.storage_url(search, out_dir)
-    storage = st.make_storage(url)
-    name = str(search.study_name or f"vtrain-{ctx.workload.model.name}-{ctx.workload.cluster.name}-{search.sampler}")
-    sampler = st.make_sampler(search, len(ctx.objectives))
-    if bool(search.filter_offspring):
-        from vtrain.search.operators import filter_offspring, promising
-
-        filter_offspring(sampler, promising(ctx.evaluator), int(search.seed))
-    study = st.open_study(name, storage, ctx.directions, sampler)
-    resumed = len(st.finished_trials(study))
-    objective = st.Objective(ctx.evaluator)
-    if bool(search.seed_population) and str(search.sampler) in ("nsgaii", "tpe") and not study.trials:
-        size = min(int(search.population_size), int(search.n_trials))
-        for params in initial_population(ctx, size, int(search.seed)):
-            study.enqueue_trial(params)
-            objective.seeded += 1
-    n_trials = int(search.n_trials)
-    rounds = int(search.local_search_rounds) if str(search.sampler) in ("nsgaii", "tpe") else 0
-    reserve = int(n_trials * float(search.local_search_fraction)) if rounds > 0 else 0
-    run = st.run_study(study, objective, n_trials - reserve, bool(search.progress_bar))
-    stale_failed = run.stale_failed  # only the first call can find trials a killed process left
-    if reserve:
-        from vtrain.search.refine import candidates, front_plans
-
-        rounds = min(rounds, reserve)
-        for r in range(rounds):  # memetic step: one-move neighbours of the front, as ordinary trials
-            target = n_trials - reserve + (r + 1) * reserve // rounds
-            missing = target - len(st.finished_trials(study))
-            if missing <= 0:
-                continue
-            for plan in candidates(ctx.evaluator, front_plans(ctx.evaluator, ctx.directions), missing):
-                study.enqueue_trial(trial_params(ctx.space, plan))
-            run = st.run_study(study, objective, target, bool(search.progress_bar))
-    records = [_record(t) for t in study.get_trials(deepcopy=False, states=(*st.FINISHED, TrialState.FAIL))]
-    return records, name, url, resumed, stale_failed
+    spec = storage_spec(search, out_dir)
+    name = study_name(ctx, search)
+    study = st.open_study(name, spec, ctx.directions, ctx.objectives)
+    resumed = len(study.get_trials(deepcopy=False, states=FINISHED))
+    loop = st.Loop(ctx, search, spec, study)
+    loop.run(bool(search.progress_bar))
+    return [_record(t) for t in st.trials_of(study)], name, spec.display, resumed, loop.stale_failed
 
 
 def _record(t: Any) -> TrialRecord:
     res = t.user_attrs.get("result") or {}
     state = t.state.name
-    reason = res.get("reason") or t.system_attrs.get("fail_reason")
+    reason = res.get("reason") or (None if state != "FAIL" else "interrupted: its worker stopped (FAIL)")
     return TrialRecord(t.number, state, res.get("plan"), tuple(t.values) if state == "COMPLETE" else None,
                        res.get("metrics", {}), reason, res.get("duplicate_of"))
 
@@ -205,12 +177,11 @@ def run_search(cfg: Any, out_dir: Path, profile: Any = None) -> SearchResult:
     if sampler == "grid":
         records = run_grid(ctx, int(search.workers), bool(search.progress_bar))
     else:
-        if int(search.n_trials) < 1:
-            raise ConfigError(f"search.n_trials={search.n_trials} must be >= 1 with search.sampler={sampler}")
         records, name, url, resumed, stale = run_optuna(ctx, search, out_dir)
     result = SearchResult(
         model=ctx.workload.model.name, cluster=ctx.workload.cluster.name, sampler=sampler,
         objectives=ctx.objectives, directions=ctx.directions, records=records, front=[], best={},
         wall_s=time.perf_counter() - t0, simulations=ctx.evaluator.simulations, study_name=name, storage=url,
-        resumed_trials=resumed, stale_failed=stale, base_overrides=base_overrides(cfg), context=ctx)
+        resumed_trials=resumed, stale_failed=stale, constraints=ctx.constraints, base_overrides=base_overrides(cfg),
+        context=ctx)
     return finish(result)

@@ -2,7 +2,7 @@
 
 Two views of one space:
 - :func:`enumerate_plans` lists every structurally valid plan (the ``grid`` sampler), and
-- :func:`suggest_plan` draws one plan define-by-run from an Optuna trial (conditional parameters).
+- :func:`vtrain.search.encoding.suggest_plan` draws one plan define-by-run from an Optuna trial.
 
 Both canonicalise plans so that two plans that simulate identically compare equal (see
 :func:`canonical`), and both reject a plan with the one-line reason of
@@ -52,45 +52,78 @@ class PlanSpace:
     sequence_parallel: Tuple[bool, ...]
     distributed_optimizer: Tuple[bool, ...]
     min_gpus: int = 1
+    max_gpus: int = 0  # 0: the cluster's GPUs
+
+    @property
+    def gpu_limit(self) -> int:
+        return min(self.max_gpus, self.cluster.num_gpus) if self.max_gpus else self.cluster.num_gpus
+
+    def gpus_ok(self, gpus: int) -> bool:
+        return self.min_gpus <= gpus <= self.gpu_limit
+
+    @property
+    def dp_values(self) -> Tuple[int, ...]:
+        """The dp values some (tp, pp) of the space can use, ascending."""
+        return tuple(d for d in self.dp if any(self.gpus_ok(t * p * d) for t in self.tp for p in self.pp))
 
     def dp_choices(self, tp: int, pp: int) -> Tuple[int, ...]:
-        """dp values that fit the cluster for this (tp, pp), largest first (more GPUs first)."""
-        n = self.cluster.num_gpus
-        return tuple(d for d in reversed(self.dp) if self.min_gpus <= tp * pp * d <= n)
+        """dp values whose GPU count tp*pp*dp is allowed for this (tp, pp), largest first (more GPUs first)."""
+        return tuple(d for d in reversed(self.dp) if self.gpus_ok(tp * pp * d))
+
+
+def node_aligned_tp(model: ModelSpec, cluster: ClusterSpec, max_tp: int = 0, cross_node: bool = False
+                    ) -> Tuple[int, ...]:
+    """tp degrees dividing the attention and kv heads that keep a TP group inside one node (a divisor of
+    the node size) or span whole nodes (a multiple of it, with ``cross_node``), at most ``max_tp``."""
+    gpn = cluster.gpus_per_node
+    limit = max_tp or (cluster.num_gpus if cross_node else gpn)
+    if not cross_node:
+        limit = min(limit, gpn)
+    # tp=3 or 6 on 8-GPU nodes would put one group on two nodes and stall every step
+    return tuple(d for d in divisors(model.num_heads) if model.num_kv_heads % d == 0 and d <= limit
+                 and (gpn % d == 0 if d <= gpn else d % gpn == 0))
+
+
+def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, tp: Optional[Sequence[int]] = None,
+                max_tp: int = 0, cross_node_tp: bool = False, pp: Optional[Sequence[int]] = None,
+                micro_batch_sizes: Sequence[int] = (1, 2, 4, 8, 16),
+                schedules: Sequence[Schedule] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED),
+                virtual_stages: Sequence[int] = (2, 4), recompute: Sequence[Recompute] = tuple(Recompute),
+                sequence_parallel: Sequence[bool] = (False, True),
+                distributed_optimizer: Sequence[bool] = (False, True),
+                gpus: int = 0, min_gpus: int = 1, max_gpus: int = 0) -> PlanSpace:
+    """A plan space from plain values (the search's config and the case studies both build theirs here).
+
+    tp: ``tp`` or :func:`node_aligned_tp`; pp: ``pp`` or the divisors of the layers; dp: divisors of the
+    global batch (each replica gets whole sequences); GPU count tp*pp*dp exactly ``gpus`` (0: any) or
+    within [``min_gpus``, ``max_gpus``] (0: the cluster)."""
+    n = cluster.num_gpus
+    lo, hi = (gpus, gpus) if gpus else (max(1, min_gpus), max_gpus)
+    return PlanSpace(
+        model=model, cluster=cluster, base=base,
+        tp=tuple(tp) if tp is not None else node_aligned_tp(model, cluster, max_tp, cross_node_tp),
+        pp=tuple(pp) if pp is not None else tuple(d for d in divisors(model.num_layers) if d <= n),
+        dp=tuple(d for d in divisors(base.global_batch_size) if d <= n),
+        micro_batch_sizes=tuple(sorted(set(micro_batch_sizes))), schedules=tuple(schedules),
+        virtual_stages=tuple(sorted({v for v in virtual_stages if v > 1})), recompute=tuple(recompute),
+        sequence_parallel=tuple(sequence_parallel), distributed_optimizer=tuple(distributed_optimizer),
+        min_gpus=lo, max_gpus=hi)
 
 
 def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, search: Any) -> PlanSpace:
-    """The space from the ``search`` config group (see :class:`vtrain.config.schema.SearchConfig`).
-
-    tp: divisors of the attention and kv heads that divide the node size (or are multiples of it),
-    at most ``search.max_tp`` (0: GPUs per node, or the
-    whole cluster when ``search.allow_cross_node_tp``); pp: divisors of the layers; dp: divisors of
-    the global batch (each replica gets whole sequences), tp*pp*dp <= cluster GPUs.
-    """
-    n = cluster.num_gpus
-    cross = bool(search.allow_cross_node_tp)
-    max_tp = int(search.max_tp) or (n if cross else cluster.gpus_per_node)
-    if not cross:
-        max_tp = min(max_tp, cluster.gpus_per_node)
-    # a TP group must not straddle nodes: within a node tp divides the node size, across nodes it is a
-    # multiple of it (tp=3 or 6 on 8-GPU nodes would put one group on two nodes and stall every step)
-    gpn = cluster.gpus_per_node
-    tp = tuple(d for d in divisors(model.num_heads) if model.num_kv_heads % d == 0 and d <= max_tp
-               and (gpn % d == 0 if d <= gpn else d % gpn == 0))
+    """The space of the ``search`` config group (see :class:`vtrain.config.schema.SearchConfig`)."""
     try:
         schedules = tuple(Schedule(str(s)) for s in search.schedules)
         recompute = tuple(Recompute(str(r)) for r in search.recompute)
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None
-    return PlanSpace(
-        model=model, cluster=cluster, base=base, tp=tp,
-        pp=tuple(d for d in divisors(model.num_layers) if d <= n),
-        dp=tuple(d for d in divisors(base.global_batch_size) if d <= n),
-        micro_batch_sizes=tuple(sorted({int(b) for b in search.micro_batch_sizes})),
-        schedules=schedules, virtual_stages=tuple(sorted({int(v) for v in search.virtual_stages if int(v) > 1})),
-        recompute=recompute, sequence_parallel=tuple(bool(x) for x in search.sequence_parallel),
-        distributed_optimizer=tuple(bool(x) for x in search.distributed_optimizer),
-        min_gpus=max(1, int(search.min_gpus)))
+    return build_space(
+        model, cluster, base, max_tp=int(search.max_tp), cross_node_tp=bool(search.allow_cross_node_tp),
+        micro_batch_sizes=[int(b) for b in search.micro_batch_sizes], schedules=schedules,
+        virtual_stages=[int(v) for v in search.virtual_stages], recompute=recompute,
+        sequence_parallel=[bool(x) for x in search.sequence_parallel],
+        distributed_optimizer=[bool(x) for x in search.distributed_optimizer],
+        gpus=int(search.get("gpus", 0)), min_gpus=int(search.min_gpus), max_gpus=int(search.get("max_gpus", 0)))
 
 
 def canonical(plan: ParallelPlan) -> ParallelPlan:
@@ -130,8 +163,9 @@ def plan_from_fields(base: ParallelPlan, fields: dict) -> ParallelPlan:
 
 def check(space: PlanSpace, plan: ParallelPlan) -> Optional[str]:
     """The reason ``plan`` is invalid, or None."""
-    if plan.num_gpus < space.min_gpus:
-        return f"tp*pp*dp={plan.num_gpus} is below search.min_gpus={space.min_gpus}"
+    if not space.gpus_ok(plan.num_gpus):
+        return (f"tp*pp*dp={plan.num_gpus} GPUs is outside the searched {space.min_gpus}..{space.gpu_limit} "
+                "(search.gpus / min_gpus / max_gpus)")
     try:
         check_plan(space.model, plan, space.cluster)
     except ConfigError as err:
@@ -185,84 +219,3 @@ def enumerate_plans(space: PlanSpace) -> List[ParallelPlan]:
                                     plans.append(plan)
     plans.sort(key=pipeline_shape)  # stable: ties keep the loop order
     return plans
-
-
-def _pick(trial: Any, name: str, choices: Sequence[Any]) -> Any:
-    """A categorical draw; a single choice is fixed without a trial parameter."""
-    if len(choices) == 1:
-        return choices[0]
-    raw = trial.suggest_categorical(name, [c.value if hasattr(c, "value") else c for c in choices])
-    return next(c for c in choices if (c.value if hasattr(c, "value") else c) == raw)
-
-
-def _index(share: float, n: int) -> int:
-    """Position in a list of ``n`` from a share in [0, 1]."""
-    return min(n - 1, int(share * n))
-
-
-def _sp_possible(space: PlanSpace, tp: int) -> bool:
-    return tp > 1 and space.base.seq_len % tp == 0
-
-
-def suggest_plan(trial: Any, space: PlanSpace) -> ParallelPlan:
-    """Draw one plan define-by-run from an Optuna trial; raises :class:`Infeasible` with the reason.
-
-    Optuna needs a fixed choice list per parameter name, so the conditional dp is encoded as
-    ``dp_share`` in [0, 1]: its position among the dp values that fit next to (tp, pp), most GPUs
-    first (every draw is a valid dp). Every parameter is drawn in every trial, and the plan ignores
-    those that do not apply (``virtual_stages`` without the interleaved schedule,
-    ``sequence_parallel`` at tp=1, ``distributed_optimizer`` at dp=1; see :func:`canonical`):
-    NSGA-II varies only the parameters all finished trials share (Optuna's intersection search
-    space) and samples the others at random, which would scramble a good parent's dp or schedule.
-    """
-    tp = _pick(trial, "tp", space.tp)
-    pp = _pick(trial, "pp", space.pp)
-    share = trial.suggest_float("dp_share", 0.0, 1.0) if len(space.dp) > 1 else 0.0
-    mb = _pick(trial, "micro_batch_size", space.micro_batch_sizes)
-    sched = _pick(trial, "schedule", space.schedules)
-    v = _pick(trial, "virtual_stages", space.virtual_stages) if space.virtual_stages else 1
-    rc = _pick(trial, "recompute", space.recompute)
-    sp = _pick(trial, "sequence_parallel", space.sequence_parallel)
-    do = _pick(trial, "distributed_optimizer", space.distributed_optimizer)
-    dps = space.dp_choices(tp, pp)
-    if not dps:
-        raise Infeasible(f"tp*pp={tp * pp} leaves no dp with {space.min_gpus} <= tp*pp*dp <= "
-                         f"{space.cluster.num_gpus} GPUs")
-    dp = dps[_index(share, len(dps))]
-    if sched == Schedule.INTERLEAVED and not space.virtual_stages:
-        raise Infeasible("schedule=interleaved needs search.virtual_stages with a value > 1")
-    if sched != Schedule.INTERLEAVED:
-        v = 1
-    if not _sp_possible(space, tp):
-        sp = False
-    plan = canonical(dataclasses.replace(space.base, tp=tp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
-                                         virtual_stages=v, recompute=rc, sequence_parallel=sp,
-                                         distributed_optimizer=do))
-    reason = check(space, plan)
-    if reason is not None:
-        raise Infeasible(reason)
-    return plan
-
-
-def trial_params(space: PlanSpace, plan: ParallelPlan) -> dict:
-    """The Optuna parameters under which :func:`suggest_plan` draws ``plan`` (to enqueue it)."""
-    params: dict = {}
-
-    def put(name: str, choices: Sequence[Any], value: Any) -> None:
-        if len(choices) > 1:
-            params[name] = value.value if hasattr(value, "value") else value
-
-    put("tp", space.tp, plan.tp)
-    put("pp", space.pp, plan.pp)
-    if len(space.dp) > 1:
-        dps = space.dp_choices(plan.tp, plan.pp)
-        params["dp_share"] = (dps.index(plan.dp) + 0.5) / len(dps)
-    put("micro_batch_size", space.micro_batch_sizes, plan.micro_batch_size)
-    put("schedule", space.schedules, plan.schedule)
-    if space.virtual_stages:
-        put("virtual_stages", space.virtual_stages,
-            plan.virtual_stages if plan.virtual_stages in space.virtual_stages else space.virtual_stages[0])
-    put("recompute", space.recompute, plan.recompute)
-    put("sequence_parallel", space.sequence_parallel, plan.sequence_parallel)
-    put("distributed_optimizer", space.distributed_optimizer, plan.distributed_optimizer)
-    return params

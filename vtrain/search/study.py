@@ -1,189 +1,242 @@
-"""The Optuna side of a search: storage, samplers, resume, the objective and the trial loop.
+"""The Optuna side of a search: open the (possibly shared) study, evaluate trials, run the loop.
 
-- Storage: SQLite in the run directory (WAL, see :mod:`vtrain.tracking.sqlite_wal`) or any URL.
-- Resume: a study of the same name in the same storage continues. Trials a killed process left
-  RUNNING are marked FAIL first (a SIGKILLed trial has no heartbeat and would stay RUNNING forever).
-- Budget: the study stops when its FINISHED trials (COMPLETE + PRUNED, FAIL excluded) reach
-  ``search.n_trials``; a resumed study runs only the missing ones.
-- De-duplication: a plan drawn again completes with the first trial's values (memoised) and the
-  user attr ``duplicate_of``; infeasible plans are PRUNED with the reason in the user attr ``result``.
+Optuna's public API only: ``optuna.create_study``/``study.optimize`` (which runs an RDB storage's
+heartbeat and ``fail_stale_trials``), ``enqueue_trial``, ``study.tell`` by trial number,
+``trial.set_constraint``, ``study.set_metric_names``, ``BaseGASampler.get_trial_generation`` and the
+``NSGAIISampler(child_generation_strategy=...)`` hook.
+
+Per trial (:class:`Objective`): record the worker; stop if the study's budget is spent (another worker
+got there first: the trial FAILs with ``vtrain.over_budget`` and does not count); draw the plan;
+claim it in the shared :class:`~vtrain.search.ledger.Ledger` (or take the claiming trial's result);
+simulate; set the constraint values; store the outcome in the user attr ``result`` (one write). After
+each trial (:class:`Loop`): fail dead workers' trials, enqueue what the :class:`Phases` plan says is
+due, and build the next trial's sampler with its own seed (:mod:`vtrain.search.samplers`).
 """
 from __future__ import annotations
 
 import sys
-import warnings
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import time
+from typing import Any, Dict, List, Optional, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from vtrain.errors import ConfigError
-from vtrain.search.objective import Evaluator, Outcome
-from vtrain.search.space import Infeasible, plan_fields, plan_from_fields, plan_key, suggest_plan
-from vtrain.tracking import sqlite_wal
+from vtrain.search import ledger as lg
+from vtrain.search.encoding import decode, suggest_plan
+from vtrain.search.objective import Outcome
+from vtrain.search.phases import Phases
+from vtrain.search.samplers import make_sampler, trial_seed, worker_salt
+from vtrain.search.space import Infeasible, plan_fields, plan_from_fields, plan_key
+from vtrain.search.storage import StorageSpec, fail_stale_trials, make_storage, study_lock
+from vtrain.sim.memory import memory_lower_bound_bytes
 
-SAMPLERS = ("nsgaii", "tpe", "random", "grid")
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-def storage_url(search: Any, out_dir: Path) -> str:
-    return str(search.storage) if search.storage else f"sqlite:///{(out_dir / 'optuna.db').resolve()}"
-
-
-def make_storage(url: str) -> optuna.storages.RDBStorage:
-    sqlite_wal.install()
-    path = sqlite_wal.sqlite_path(url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return optuna.storages.RDBStorage(url)
-    except Exception as exc:  # bad URL, missing driver, unreachable server
-        raise ConfigError(f"search.storage={url}: {str(exc).splitlines()[0]}") from None
+RESULT = "result"
+OVER_BUDGET = "vtrain.over_budget"
+WAIT_FOR_OWNER_S = 60.0
 
 
-def make_sampler(search: Any, n_objectives: int) -> optuna.samplers.BaseSampler:
-    name, seed = str(search.sampler), int(search.seed)
-    if name == "nsgaii":
-        return optuna.samplers.NSGAIISampler(population_size=int(search.population_size), seed=seed,
-                                             mutation_prob=search.mutation_prob,
-                                             crossover_prob=float(search.crossover_prob))
-    if name == "tpe":
-        with warnings.catch_warnings():  # multivariate/group are "experimental" since Optuna 2.2 / 2.8
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                              n_startup_trials=int(search.population_size) // 2)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ConfigError(f"search.sampler={name} is not one of {', '.join(SAMPLERS)}")
+class OverBudget(Exception):
+    """This trial would exceed ``search.n_trials`` (other workers filled the budget)."""
 
 
-def fail_stale_trials(study: optuna.Study) -> int:
-    """Mark RUNNING trials FAIL (left by a killed process). Assumes one worker per study."""
-    storage = study._storage  # the public BaseStorage API needs the storage object Optuna wraps
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        storage.set_trial_system_attr(t._trial_id, "fail_reason", "left RUNNING by an interrupted process")
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        n += 1
-    return n
+def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectives: Sequence[str]) -> optuna.Study:
+    import warnings
 
-
-def open_study(name: str, storage: optuna.storages.RDBStorage, directions: Sequence[str],
-               sampler: optuna.samplers.BaseSampler) -> optuna.Study:
-    study = optuna.create_study(study_name=name, storage=storage, directions=list(directions), sampler=sampler,
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # no per-trial lines, no Ctrl-C traceback
+    storage = make_storage(spec)
+    study = optuna.create_study(study_name=name, storage=storage, directions=[str(d) for d in directions],  # type: ignore[misc]
                                 load_if_exists=True)
     have = [d.name.lower() for d in study.directions]
     if have != list(directions):
-        raise ConfigError(f"search.study_name={name} exists with directions {have}, not {list(directions)}: "
-                          "choose another study name or the same search.objectives")
+        raise ConfigError(f"search.study_name={name}: the study exists with directions {have}, not "
+                          f"{list(directions)}: choose another study name or the same search.objectives")
+    if study.metric_names != list(objectives):
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(objectives))  # optuna-dashboard labels the objectives
     return study
 
 
-def outcome_of(t: FrozenTrial) -> Optional[Dict[str, Any]]:
-    """The ``result`` user attr a finished trial carries (None for trials vtrain did not write)."""
-    return t.user_attrs.get("result")
-
-
-@dataclass
-class StudyRun:
-    study: optuna.Study
-    new_trials: int
-    stale_failed: int
-    seconds_per_trial: float
-
-
 class Objective:
-    """``__call__(trial) -> objective values``; memoises plans through the :class:`Evaluator`."""
+    def __init__(self, ctx: Any, spec: StorageSpec, n_trials: int) -> None:
+        self.ctx = ctx
+        self.ev = ctx.evaluator
+        self.spec = spec
+        self.n_trials = n_trials
+        self.ledger = lg.Ledger()
+        self.over_budget = False
+        self.known: set = set()  # trial numbers whose outcome is in the evaluator's memo
 
-    def __init__(self, ev: Evaluator) -> None:
-        self.ev = ev
-        self.first_trial: Dict[Any, int] = {}
-        self.seeded = 0  # enqueued trials still to run
-
-    def preload(self, trials: Sequence[FrozenTrial]) -> None:
-        """Seed the memo from a resumed study's finished trials (no re-simulation of known plans)."""
-        for t in trials:
-            res = outcome_of(t)
-            if t.state not in FINISHED or not res or "plan" not in res or "duplicate_of" in res:
+    def sync(self, study: optuna.Study) -> None:
+        """Refresh the shared record and memoise every finished trial's outcome (any worker's)."""
+        self.ledger.refresh(study)
+        for num, t in self.ledger.trials.items():
+            if num in self.known or t.state not in lg.FINISHED:
+                continue
+            self.known.add(num)
+            res = t.user_attrs.get(RESULT) or {}
+            if "plan" not in res or "duplicate_of" in res:
                 continue
             plan = plan_from_fields(self.ev.space.base, res["plan"])
-            key = plan_key(plan)
-            self.first_trial.setdefault(key, t.number)
             values = tuple(t.values) if t.state == TrialState.COMPLETE else None
-            self.ev.cache.setdefault(key, Outcome(plan, values, res.get("reason"), res.get("metrics", {})))
+            self.ev.cache.setdefault(plan_key(plan), Outcome(plan, values, res.get("reason"), res.get("metrics", {})))
+
+    def accept(self, params: Dict[str, Any]) -> bool:
+        """For NSGA-II offspring: a valid, unclaimed plan whose memory lower bound fits."""
+        try:
+            plan = decode(self.ev.space, params)
+        except Infeasible:
+            return False
+        except (ValueError, KeyError):  # a parameter missing from the child: cannot judge
+            return True
+        if self.ledger.claimed(lg.key_text(plan_fields(plan))) or plan_key(plan) in self.ev.cache:
+            return False
+        w = self.ev.workload
+        return memory_lower_bound_bytes(w, plan) <= w.cluster.gpu.hbm_capacity_bytes
+
+    def _join_generation(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        """Enqueued seed trials skip the sampler, so NSGA-II would never count them as its first
+        generation; assign them one as the sampler does (public ``get_trial_generation``)."""
+        sampler = study.sampler
+        if not isinstance(sampler, optuna.samplers.BaseGASampler):
+            return
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number == trial.number:
+                sampler.get_trial_generation(study, t)
+                return
+
+    def _claim(self, study: optuna.Study, trial: optuna.Trial, key: str) -> int:
+        with study_lock(self.spec):
+            self.ledger.refresh(study)
+            owner = self.ledger.owner(key)
+            if owner is None:
+                trial.set_user_attr(lg.CLAIM, key)
+                owner = trial.number
+        return owner
+
+    def _owner_outcome(self, study: optuna.Study, trial: optuna.Trial, owner: int, plan: Any) -> Optional[Outcome]:
+        """The result of the plan's owner (another worker's trial: wait for it); None: the owner failed and
+        this trial has claimed the plan itself."""
+        end = time.monotonic() + WAIT_FOR_OWNER_S
+        key = lg.key_text(plan_fields(plan))
+        while True:
+            self.sync(study)
+            hit = self.ev.cache.get(plan_key(plan))
+            if hit is not None:
+                self.ev.hits += 1
+                return hit
+            if self.ledger.owner(key) in (None, trial.number) and self._claim(study, trial, key) == trial.number:
+                return None
+            if time.monotonic() > end:
+                raise optuna.TrialPruned(f"duplicate of trial {owner}, still running after {WAIT_FOR_OWNER_S:.0f} s")
+            time.sleep(0.02)
 
     def __call__(self, trial: optuna.Trial) -> Sequence[float]:
-        if self.seeded:
-            self.seeded -= 1
-            _join_generation(trial)
+        study = trial.study
+        trial.set_user_attr(lg.WORKER, lg.me())
+        if not lg.in_budget(study, trial.number, self.n_trials):
+            self.over_budget = True
+            trial.set_user_attr(OVER_BUDGET, True)
+            study.stop()
+            raise OverBudget(f"trial {trial.number}: search.n_trials={self.n_trials} reached by other workers")
+        if str(trial.user_attrs.get(lg.SLOT, "")).startswith("seed:"):
+            self._join_generation(study, trial)
+        self.sync(study)
         try:
             plan = suggest_plan(trial, self.ev.space)
         except Infeasible as err:
-            trial.set_user_attr("result", {"reason": str(err)})
+            trial.set_user_attr(RESULT, {"reason": str(err)})
             raise optuna.TrialPruned(str(err)) from None
-        key = plan_key(plan)
-        result: Dict[str, Any] = {"plan": plan_fields(plan)}
-        first = self.first_trial.setdefault(key, trial.number)
-        if first != trial.number:
-            result["duplicate_of"] = first
-        out = self.ev.evaluate(plan)
+        fields = plan_fields(plan)
+        result: Dict[str, Any] = {"plan": fields}
+        owner = self._claim(study, trial, lg.key_text(fields))
+        out = None
+        if owner != trial.number:
+            out = self._owner_outcome(study, trial, owner, plan)
+            if out is not None:
+                result["duplicate_of"] = owner
+        if out is None:
+            out = self.ev.evaluate(plan)
         result["metrics"] = out.metrics
         if not out.feasible:
             result["reason"] = out.reason
-            trial.set_user_attr("result", result)  # one storage write per trial
+            trial.set_user_attr(RESULT, result)
             raise optuna.TrialPruned(out.reason)
-        trial.set_user_attr("result", result)
+        for name, value in self.ctx.constraints.violations(out.metrics).items():
+            trial.set_constraint(name, value)
+        trial.set_user_attr(RESULT, result)
         assert out.values is not None
         return out.values
 
 
-def _join_generation(trial: optuna.Trial) -> None:
-    """Enqueued (seeded) trials skip the sampler, so NSGA-II never assigns them a generation and
-    they would not count as its first population; assign it as the sampler would have."""
-    from optuna.samplers._ga import BaseGASampler
+class Loop:
+    """``study.optimize`` until ``n_trials`` trials of the study have finished (all workers together)."""
 
-    sampler = trial.study.sampler
-    if isinstance(sampler, BaseGASampler):
-        frozen = trial.study._storage.get_trial(trial._trial_id)
-        if "fixed_params" in frozen.system_attrs:
-            sampler.get_trial_generation(trial.study, frozen)
+    def __init__(self, ctx: Any, search: Any, spec: StorageSpec, study: optuna.Study) -> None:
+        self.ctx, self.search, self.spec, self.study = ctx, search, spec, study
+        self.n_trials = int(search.n_trials)
+        self.objective = Objective(ctx, spec, self.n_trials)
+        self.phases = Phases(ctx, search, self.n_trials)
+        self.salt = worker_salt(search)
+        self.stale_s = float(search.stale_trial_s)
+        self.stale_failed = 0
+        self.bar: Any = None
+
+    def _clean(self) -> None:
+        self.stale_failed += lg.fail_dead_here(self.study)
+        if self.spec.kind == "journal":
+            self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s)
+
+    def _next_sampler(self) -> None:
+        k = lg.finished_count(self.study)
+        salt = self.salt if lg.others_running(self.study) else 0
+        self.study.sampler = make_sampler(self.search, trial_seed(int(self.search.seed), k, salt),
+                                          self.objective.accept)
+
+    def _plan(self, force: bool = False) -> None:
+        if force or self.phases.due(self.study):
+            self.objective.sync(self.study)
+            with study_lock(self.spec):
+                self.phases.plan(self.study)
+
+    def _after(self, study: optuna.Study, t: FrozenTrial) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+        if self.objective.over_budget or lg.finished_count(study) >= self.n_trials:
+            study.stop()
+            return
+        self._clean()
+        self._plan()
+        self._next_sampler()
+
+    def run(self, progress_bar: bool) -> None:
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s) if self.spec.kind == "rdb" else 0
+        self._clean()
+        done = lg.finished_count(self.study)
+        if done >= self.n_trials:
+            return
+        self._plan(force=True)
+        self._next_sampler()
+        if progress_bar and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.n_trials, initial=done, unit="trial", desc="search", file=sys.stderr)
+        try:
+            while not self.objective.over_budget and lg.finished_count(self.study) < self.n_trials:
+                try:
+                    self.study.optimize(self.objective, n_trials=None, gc_after_trial=False,
+                                        catch=(OverBudget,), callbacks=[self._after])
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    continue  # our trial was failed as stale by another worker: go on with the next one
+                break
+        finally:
+            if self.bar is not None:
+                self.bar.close()
 
 
-def run_study(study: optuna.Study, objective: Objective, n_trials: int, progress_bar: bool,
-              on_trial: Optional[Callable[[FrozenTrial], None]] = None) -> StudyRun:
-    """Run until the study holds ``n_trials`` finished trials."""
-    import time
-
-    stale = fail_stale_trials(study)
-    done = study.get_trials(deepcopy=False, states=FINISHED)
-    objective.preload(done)
-    missing = max(0, n_trials - len(done))
-    bar = None
-    if progress_bar and sys.stderr.isatty() and missing:
-        from tqdm import tqdm
-
-        bar = tqdm(total=n_trials, initial=len(done), unit="trial", desc="search", file=sys.stderr)
-
-    def callback(st: optuna.Study, t: FrozenTrial) -> None:
-        if bar is not None:
-            bar.update(1)
-        if on_trial is not None:
-            on_trial(t)
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    t0 = time.perf_counter()
-    try:
-        if missing:
-            study.optimize(objective, n_trials=missing, gc_after_trial=False,
-                           callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=FINISHED), callback])
-    finally:
-        if bar is not None:
-            bar.close()
-    elapsed = time.perf_counter() - t0
-    return StudyRun(study, missing, stale, elapsed / missing if missing else 0.0)
-
-
-def finished_trials(study: optuna.Study) -> List[FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=FINISHED)
+def trials_of(study: optuna.Study) -> List[FrozenTrial]:
+    """Finished and failed trials (not the over-budget ones, which never ran)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(*lg.FINISHED, TrialState.FAIL))
+            if not t.user_attrs.get(OVER_BUDGET)]

@@ -1,32 +1,36 @@
-"""A search in MLflow: one experiment per model x cluster, a parent run per study, a child run per trial.
+"""A search in MLflow, written once at the end of a search (results are on disk first).
 
-- Parent run: the full composed config as flattened params and as ``config.yaml``; the run
-  directory's outputs (trials.csv, pareto.csv/png/html, best_*.yaml, best_*/report.json and
-  timeline.json) as artifacts; counts and the best objective values as metrics. A resumed study
-  (same study name and storage) continues its parent run and logs only the trials it lacks.
-- Child run per trial: ``create_run`` + ONE ``log_batch`` (params: the plan fields; metrics:
-  iteration_time_s, time_to_train_s, cost_usd, mfu, peak_memory_gib, fits; tags: state, pruned
-  reason, ``pareto=true|false``) + ``set_terminated``. The time per child run is measured.
-- Store: ``tracking.uri``, default ``sqlite:///<cwd>/outputs/mlflow.db`` with artifacts in
-  ``outputs/mlartifacts``; the SQLite schema is created/upgraded once, under a file lock, before use
-  (concurrent first use races on the migration). A remote server that does not answer fails fast
-  (``tracking.http_timeout_s``, no retries) with a one-line :class:`TrackingError`.
+- Experiment ``vtrain-<model>-<cluster>`` (no ``/``, which the UI reads as a path).
+- Parent run per study, named ``<model> <cluster> <sampler> <date time>``, with the standard tags (user,
+  source, git commit, vtrain version, a description in ``mlflow.note.content``), the flattened config as
+  params, counts and the best plans' metrics (SI and human: ``days_to_train``, ``cost_musd``,
+  ``mfu_pct``), the run directory's files as artifacts and the trials as an MLflow table
+  (``trials_table.json``, shown in the UI's artifact and evaluation views). A resumed or shared study
+  (same study name and storage) continues its parent run.
+- Child runs (``tracking.child_runs``): ``front`` (default) the Pareto front and the ``tracking.top_k``
+  best plans of each objective; ``all`` one per COMPLETE or PRUNED trial; ``none``. Each is keyed by the
+  trial number (:func:`vtrain.tracking.mlflow_writer.sync_children`), so N workers logging one study
+  give exactly one child run per trial, and a run half-written by a kill is healed on the next logging.
+- Store: ``tracking.uri``, default ``sqlite:///<cwd>/outputs/mlflow.db``; its schema is created once under
+  a file lock, and the logging of a local SQLite store runs under that lock. A server that does not answer
+  fails fast (``tracking.http_timeout_s``) with a one-line :class:`TrackingError`.
 """
 from __future__ import annotations
 
-import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 from vtrain.errors import VtrainError
+from vtrain.search.labels import degrees, plan_sentence
+from vtrain.search.outputs import human_metrics, row, simulate_command
 from vtrain.search.records import SearchResult, TrialRecord
-from vtrain.tracking.store import artifact_root, prepare_store, tracking_uri
+from vtrain.tracking import mlflow_writer as mw
+from vtrain.tracking.store import artifact_root, prepare_store, store_lock, tracking_uri
 
-MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 CHILD_METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
+TABLE = "trials_table.json"
 
 
 class TrackingError(VtrainError):
@@ -38,8 +42,8 @@ class Tracked:
     uri: str
     experiment_id: str
     parent_run_id: str
-    child_runs: int  # logged by this call
-    seconds_per_child: float
+    child_runs: int  # created by this call
+    seconds: float  # the whole MLflow logging
     note: str = ""
 
     @property
@@ -53,86 +57,111 @@ class Tracked:
 
 
 def experiment_name(tracking: Any, result: SearchResult) -> str:
-    return str(tracking.experiment_name or f"vtrain/{result.model}/{result.cluster}")
+    return str(tracking.get("experiment_name") or f"vtrain-{result.model}-{result.cluster}")
 
 
-def _client(uri: str, timeout_s: int) -> Any:
-    if uri.startswith("http"):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(timeout_s))
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
+def _group(result: SearchResult, parent_id: str) -> Dict[str, str]:
+    if result.study_name and result.storage:
+        return {"vtrain.study": result.study_name, "vtrain.storage": result.storage}
+    return {"vtrain.parent": parent_id}
 
 
-def flatten(value: Any, prefix: str = "", out: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """Nested dicts to ``a.b.c`` keys; lists as their text (MLflow param values are strings)."""
-    out = {} if out is None else out
-    if isinstance(value, dict):
-        for k, v in value.items():
-            flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
-    else:
-        out[prefix] = str(value)[:6000]
-    return out
+def chosen(result: SearchResult, mode: str, top_k: int, max_children: int) -> List[TrialRecord]:
+    """The trials that get a child run."""
+    if mode == "none":
+        return []
+    ran = [r for r in result.records if r.state in ("COMPLETE", "PRUNED")]
+    if mode == "all" and len(ran) <= max_children:
+        return ran
+    pool = result.satisfying or result.feasible
+    keep: Set[int] = {r.number for r in result.front} | {r.number for r in result.best.values()}
+    for metric in ("time_to_train_s", "cost_usd"):
+        keep |= {r.number for r in sorted(pool, key=lambda r: (r.metrics.get(metric, float("inf")), r.number))[:top_k]}
+    return [r for r in result.records if r.number in keep]
 
 
-def _child_batch(rec: TrialRecord, on_front: bool, ts_ms: int) -> tuple:
-    from mlflow.entities import Metric, Param, RunTag
-
-    params = [Param(k, str(v)) for k, v in (rec.plan or {}).items()]
-    metrics = [Metric(k, float(rec.metrics[k]), ts_ms, 0) for k in CHILD_METRICS
-               if k in rec.metrics and math.isfinite(float(rec.metrics[k]))]
-    tags = [RunTag("vtrain.state", rec.state), RunTag("pareto", "true" if on_front else "false"),
-            RunTag("vtrain.trial", str(rec.number))]
+def _child(rec: TrialRecord, front: Set[int]) -> mw.RunSpec:
+    role = "front" if rec.number in front else ("top" if rec.feasible else rec.state.lower())
+    metrics = {k: float(rec.metrics[k]) for k in CHILD_METRICS if k in rec.metrics}
+    metrics.update(human_metrics(rec.metrics))
+    tags = {"vtrain.state": rec.state, "pareto": str(rec.number in front).lower(), "vtrain.role": role,
+            "vtrain.within_constraints": str(rec.satisfies).lower()}
     if rec.reason:
-        tags.append(RunTag("vtrain.pruned_reason", rec.reason[:5000]))
+        tags["vtrain.pruned_reason"] = rec.reason
     if rec.duplicate_of is not None:
-        tags.append(RunTag("vtrain.duplicate_of", str(rec.duplicate_of)))
-    return params, metrics, tags
+        tags["vtrain.duplicate_of"] = str(rec.duplicate_of)
+    name = f"{role} {degrees(rec.plan)} trial {rec.number}" if rec.plan else f"trial {rec.number}"
+    return mw.RunSpec(name, dict(rec.plan or {}), metrics, tags, "FAILED" if rec.state == "FAIL" else "FINISHED")
 
 
-def _parent(client: Any, exp_id: str, result: SearchResult) -> tuple:
-    """(run id, {trial number: child run id}) of the study's parent run; a new one if none."""
-    if result.study_name and result.storage:
-        runs = client.search_runs([exp_id], filter_string=f"tags.`vtrain.study` = '{result.study_name}' and "
-                                  f"tags.`vtrain.storage` = '{result.storage}'", max_results=1)
-        if runs:
-            pid = runs[0].info.run_id
-            children = client.search_runs([exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{pid}'",
-                                          max_results=50000)
-            done = {int(r.data.tags["vtrain.trial"]): r.info.run_id for r in children if "vtrain.trial" in r.data.tags}
-            client.update_run(pid, status="RUNNING")
-            return pid, done
-    tags = {"vtrain.sampler": result.sampler, "vtrain.model": result.model, "vtrain.cluster": result.cluster}
-    if result.study_name and result.storage:
-        tags.update({"vtrain.study": result.study_name, "vtrain.storage": result.storage})
-    name = result.study_name or f"grid-{result.model}-{result.cluster}"
-    return client.create_run(exp_id, tags=tags, run_name=name).info.run_id, {}
-
-
-def _log_parent(client: Any, pid: str, cfg_params: Dict[str, str], result: SearchResult,
-                artifacts: Iterable[Path], out_dir: Path, child_s: float) -> None:
-    from mlflow.entities import Metric, Param
-
-    existing = client.get_run(pid).data.params
-    params = [Param(k, v) for k, v in cfg_params.items() if k not in existing]
-    for i in range(0, len(params), MAX_PARAMS_PER_BATCH):
-        client.log_batch(pid, params=params[i:i + MAX_PARAMS_PER_BATCH])
-    ts = int(time.time() * 1000)
-    m = {"trials": len(result.records), "feasible": len(result.feasible), "pareto_size": len(result.front),
-         "simulations": result.simulations, "search_wall_s": result.wall_s, "mlflow_s_per_trial": child_s}
-    for name in ("time", "cost"):
+def description(result: SearchResult, extra: Optional[str]) -> str:
+    lines = [f"**{result.model} on {result.cluster}**: {result.sampler}, {len(result.records):,} plans, "
+             f"objectives {', '.join(result.objectives)}."]
+    if result.constraints is not None and result.constraints.active:
+        lines.append(f"Constraints: {result.constraints.text()} ({len(result.satisfying):,} plans within them).")
+    for name, title in (("time", "Fastest"), ("cost", "Cheapest")):
         rec = result.best.get(name)
         if rec is not None:
-            m[f"best_{name}.time_to_train_s"] = rec.metrics["time_to_train_s"]
-            m[f"best_{name}.cost_usd"] = rec.metrics["cost_usd"]
-    client.log_batch(pid, metrics=[Metric(k, float(v), ts, 0) for k, v in m.items()])
-    for path in artifacts:
-        if path.is_dir():
-            client.log_artifacts(pid, str(path), artifact_path=path.name)
-        elif path.is_file():
-            client.log_artifact(pid, str(path))
-    client.set_terminated(pid, "FINISHED")
+            m = rec.metrics
+            lines.append(f"{title}: {plan_sentence(rec.plan or {})}, {m['gpus_used']:.0f} GPUs, "
+                         f"{m['time_to_train_s'] / 86400:.1f} days, ${m['cost_usd']:,.0f}. "
+                         f"Reproduce: `{simulate_command(result, rec)}`")
+    if extra:
+        lines.append(str(extra))
+    return "\n\n".join(lines)
+
+
+def _parent_metrics(result: SearchResult) -> Dict[str, float]:
+    m: Dict[str, float] = {"trials": len(result.records), "feasible": len(result.feasible),
+                           "within_constraints": len(result.satisfying), "pareto_size": len(result.front),
+                           "simulations": result.simulations, "search_wall_s": result.wall_s}
+    for name, rec in result.best.items():
+        for k in ("time_to_train_s", "cost_usd", "mfu", "iteration_time_s", "gpus_used"):
+            if k in rec.metrics:
+                m[f"best_{name}.{k}"] = rec.metrics[k]
+        m.update({f"best_{name}.{k}": v for k, v in human_metrics(rec.metrics).items()})
+    return m
+
+
+def _parent(client: Any, exp_id: str, result: SearchResult, desc: str) -> tuple:
+    """(run id, resumed?) of the study's parent run: the oldest run tagged with the study, else a new one."""
+    if result.study_name and result.storage:
+        tags = {"vtrain.study": result.study_name, "vtrain.storage": result.storage, "vtrain.kind": "search"}
+        runs = mw.find_runs(client, exp_id, tags)
+        if runs:
+            pid = mw._oldest(runs).info.run_id
+            client.update_run(pid, status="RUNNING")
+            return pid, True
+    else:
+        tags = {"vtrain.kind": "search"}
+    tags.update({"vtrain.sampler": result.sampler, "vtrain.model": result.model, "vtrain.cluster": result.cluster,
+                 **mw.standard_tags(desc)})
+    name = f"{result.model} {result.cluster} {result.sampler} {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    return client.create_run(exp_id, tags=tags, run_name=name).info.run_id, False
+
+
+def _log_table(client: Any, exp_id: str, pid: str, result: SearchResult, resumed: bool) -> None:
+    front = {r.number for r in result.front}
+    done: Set[int] = set()
+    if resumed:
+        done = {int(r["trial"]) for r in read_table(client, pid)}
+    rows = [row(r, r.number in front) for r in result.records if r.number not in done][:20000]
+    if rows:
+        cols = list(rows[0])
+        client.log_table(pid, data={c: [r.get(c) for r in rows] for c in cols}, artifact_file=TABLE)
+
+
+def read_table(client: Any, run_id: str) -> List[Dict[str, Any]]:
+    """The rows of a run's trials table (``client.load_table`` reads through the global tracking URI, so
+    the artifact is read directly). Empty if the run has none."""
+    import json
+    import tempfile
+
+    if TABLE not in {a.path for a in client.list_artifacts(run_id)}:
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = json.loads(Path(client.download_artifacts(run_id, TABLE, tmp)).read_text())
+    return [dict(zip(data["columns"], values)) for values in data["data"]]
 
 
 def log_search(result: SearchResult, cfg: Any, out_dir: Path, artifacts: Iterable[Path]) -> Tracked:
@@ -140,8 +169,7 @@ def log_search(result: SearchResult, cfg: Any, out_dir: Path, artifacts: Iterabl
     tracking = cfg.tracking
     uri = tracking_uri(tracking)
     try:
-        return _log(result, cfg, out_dir, list(artifacts), uri, int(tracking.http_timeout_s),
-                    int(tracking.max_child_runs), experiment_name(tracking, result))
+        return _log(result, cfg, out_dir, list(artifacts), uri)
     except VtrainError:
         raise
     except Exception as exc:
@@ -150,45 +178,34 @@ def log_search(result: SearchResult, cfg: Any, out_dir: Path, artifacts: Iterabl
                             f"{out_dir}") from None
 
 
-def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], uri: str, timeout_s: int,
-         max_children: int, exp_name: str) -> Tracked:
-    import logging
-
-    import mlflow  # noqa: F401  (configures its loggers on import; quiet them afterwards)
+def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], uri: str) -> Tracked:
     from omegaconf import OmegaConf
 
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no per-run "View run at" lines, no migration chatter
+    t0 = time.perf_counter()
+    tracking = cfg.tracking
     prepare_store(uri)
-    client = _client(uri, timeout_s)
-    exp = client.get_experiment_by_name(exp_name)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(
-        exp_name, artifact_location=artifact_root(uri, exp_name))
-    pid, done = _parent(client, exp_id, result)
-
+    client = mw.client_for(uri, int(tracking.http_timeout_s))
+    name = experiment_name(tracking, result)
+    exp_id = mw.experiment_id(client, name, artifact_root(uri, name))
     config_yaml = out_dir / "config.yaml"
     config_yaml.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    desc = description(result, tracking.get("description"))
+    picks = chosen(result, str(tracking.child_runs), int(tracking.top_k), int(tracking.max_child_runs))
     front = {r.number for r in result.front}
-    records = result.records
+    with store_lock(uri):  # one worker at a time writes a study's runs (local SQLite store)
+        pid, resumed = _parent(client, exp_id, result, desc)
+        group = _group(result, pid)
+        children = {str(r.number): _child(r, front) for r in picks}
+        retag = {str(r.number): {"pareto": str(r.number in front).lower()} for r in result.records}
+        created = mw.sync_children(client, exp_id, pid, "vtrain.trial", group, children, retag)
+        existing = client.get_run(pid).data.params
+        params = {k: v for k, v in mw.flatten(OmegaConf.to_container(cfg, resolve=True)).items() if k not in existing}
+        mw.log_batch(client, pid, params, _parent_metrics(result), {**group, "mlflow.note.content": desc})
+        _log_table(client, exp_id, pid, result, resumed)
+    mw.log_artifacts(client, pid, [config_yaml, *artifacts])
+    client.set_terminated(pid, "FINISHED")
     note = ""
-    if result.sampler == "grid" and len(records) > max_children:
-        keep = front | {r.number for r in result.best.values()}
-        records = [r for r in records if r.number in keep]
-        note = (f"{len(result.records):,} grid plans > tracking.max_child_runs={max_children}: child runs for the "
-                f"{len(records)} Pareto/best plans only; every plan is in the trials.csv artifact")
-
-    t0 = time.perf_counter()
-    logged = 0
-    for rec in records:
-        if rec.number in done:
-            continue
-        params, metrics, tags = _child_batch(rec, rec.number in front, int(time.time() * 1000))
-        run = client.create_run(exp_id, tags={"mlflow.parentRunId": pid}, run_name=f"trial-{rec.number}")
-        client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
-        client.set_terminated(run.info.run_id, "FAILED" if rec.state == "FAIL" else "FINISHED")
-        logged += 1
-    child_s = (time.perf_counter() - t0) / logged if logged else 0.0
-    for number, run_id in done.items():  # a resumed study's front moved: re-tag the older children
-        client.set_tag(run_id, "pareto", "true" if number in front else "false")
-    _log_parent(client, pid, flatten(OmegaConf.to_container(cfg, resolve=True)), result,
-                [config_yaml, *artifacts], out_dir, child_s)
-    return Tracked(uri, str(exp_id), pid, logged, child_s, note)
+    if str(tracking.child_runs) == "all" and len(picks) < len(result.records):
+        note = (f"{len(result.records):,} plans > tracking.max_child_runs={tracking.max_child_runs}: child runs for "
+                f"the {len(picks)} Pareto/top plans only; every plan is in {TABLE} and trials.csv")
+    return Tracked(uri, str(exp_id), pid, created, time.perf_counter() - t0, note)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from vtrain.tracking import sqlite_wal
+from vtrain.tracking.locks import file_lock
 
 MLFLOW_DB = Path("outputs") / "mlflow.db"
 
@@ -32,17 +33,20 @@ def artifact_root(uri: str, name: Optional[str] = None) -> Optional[str]:
     return root.resolve().as_uri()
 
 
+def store_lock(uri: str) -> Any:
+    """The lock of a local SQLite store (schema creation, idempotent child runs); a no-op for servers."""
+    path = sqlite_wal.sqlite_path(uri)
+    return file_lock(path.with_name(path.name + ".lock") if path is not None else None)
+
+
 def prepare_store(uri: str) -> None:
     """Create or upgrade the SQLite schema once, under an exclusive file lock (no-op for servers)."""
     sqlite_wal.install()
     path = sqlite_wal.sqlite_path(uri)
     if path is None:
         return
-    import fcntl
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with store_lock(uri):
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
         SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))  # runs MLflow's migrations if needed

@@ -1,0 +1,51 @@
+"""One plan notation for everything the search prints or writes: ``(tp, pp, dp)`` first, then the rest.
+
+    (4, 8, 32) mb=1 interleaved x4 rc=selective sp dist-opt      # under the header "(tp, pp, dp) ..."
+    (tp, pp, dp) = (4, 8, 32), mb=1, interleaved x4, rc=selective, sp, dist-opt      # in a sentence
+"""
+from __future__ import annotations
+
+from typing import Any, List, Mapping
+
+DAY_S = 86400.0
+HEADER = "(tp, pp, dp) mb schedule recompute"
+
+
+def _raw(v: Any) -> Any:
+    return v.value if hasattr(v, "value") else v
+
+
+def _parts(plan: Mapping[str, Any]) -> List[str]:
+    sched = str(_raw(plan["schedule"]))
+    if int(plan.get("virtual_stages", 1)) > 1:
+        sched += f" x{plan['virtual_stages']}"
+    parts = [f"mb={plan['micro_batch_size']}", sched, f"rc={_raw(plan['recompute'])}"]
+    if plan.get("sequence_parallel"):
+        parts.append("sp")
+    if plan.get("distributed_optimizer"):
+        parts.append("dist-opt")
+    return parts
+
+
+def degrees(plan: Mapping[str, Any]) -> str:
+    return f"({plan['tp']}, {plan['pp']}, {plan['dp']})"
+
+
+def plan_label(plan: Any) -> str:
+    """Compact: ``(4, 8, 32) mb=1 interleaved x4 rc=selective sp dist-opt``."""
+    p = plan.as_dict() if hasattr(plan, "as_dict") else plan
+    return " ".join([degrees(p), *_parts(p)])
+
+
+def plan_sentence(plan: Any) -> str:
+    """``(tp, pp, dp) = (4, 8, 32), mb=1, ...``."""
+    p = plan.as_dict() if hasattr(plan, "as_dict") else plan
+    return ", ".join([f"(tp, pp, dp) = {degrees(p)}", *_parts(p)])
+
+
+def fmt_days(seconds: float) -> str:
+    return f"{seconds / DAY_S:,.1f} days"
+
+
+def fmt_usd(usd: float) -> str:
+    return f"${usd / 1e6:,.3f}M" if usd >= 1e6 else f"${usd:,.0f}"

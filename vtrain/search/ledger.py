@@ -1,0 +1,108 @@
+"""The shared record of a study's plans: which trial claimed which plan, whose trials are alive, and
+whether a trial is within the study's budget. Read from the trials themselves, so every worker of the
+study (local processes, SLURM jobs) sees the same record.
+
+- Claim: before simulating, a trial stores its canonical plan key in the user attr ``vtrain.plan``
+  (under :func:`vtrain.search.storage.study_lock`); a plan already claimed by another non-FAIL trial is
+  not simulated again: the trial takes that trial's result (``duplicate_of``).
+- Worker: each trial stores ``vtrain.worker`` = host and process id first thing, so that a worker on the
+  same host can tell a trial of a killed process (its process is gone) from a live one at once.
+- Budget: a trial is within ``search.n_trials`` iff fewer than ``n_trials`` non-FAIL trials have a smaller
+  number (trial numbers are assigned atomically by the storage), so N workers never overshoot.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Dict, Optional
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from vtrain.search.space import SEARCHED_FIELDS
+
+CLAIM = "vtrain.plan"
+WORKER = "vtrain.worker"
+SLOT = "vtrain.slot"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def key_text(fields: Dict[str, Any]) -> str:
+    """Canonical text of a plan's searched fields (the claim key)."""
+    return ",".join(f"{k}={str(fields[k]).lower()}" for k in SEARCHED_FIELDS)
+
+
+def me() -> Dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dead_here(t: FrozenTrial) -> bool:
+    """A RUNNING trial of a process on this host that no longer exists (killed)."""
+    w = t.user_attrs.get(WORKER) or {}
+    mine = me()
+    return (t.state == TrialState.RUNNING and w.get("host") == mine["host"] and isinstance(w.get("pid"), int)
+            and w["pid"] != mine["pid"] and not _pid_alive(w["pid"]))
+
+
+def fail_dead_here(study: optuna.Study) -> int:
+    """Fail the RUNNING trials of killed processes on this host (a resume right after a kill)."""
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if dead_here(t):
+            try:
+                study.tell(t.number, state=TrialState.FAIL)
+                n += 1
+            except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+                pass
+    return n
+
+
+def others_running(study: optuna.Study, number: Optional[int] = None) -> bool:
+    """Another live worker has a trial in flight."""
+    return any(t.number != number and not dead_here(t)
+               for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+
+def in_budget(study: optuna.Study, number: int, n_trials: int) -> bool:
+    ahead = sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and t.state != TrialState.FAIL)
+    return ahead < n_trials
+
+
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+class Ledger:
+    """Plan key -> the smallest non-FAIL trial number that claimed it, and the finished trials by number."""
+
+    def __init__(self) -> None:
+        self.claims: Dict[str, int] = {}
+        self.trials: Dict[int, FrozenTrial] = {}
+
+    def refresh(self, study: optuna.Study) -> None:
+        claims: Dict[str, int] = {}
+        trials: Dict[int, FrozenTrial] = {}
+        for t in study.get_trials(deepcopy=False):
+            if t.state == TrialState.FAIL:
+                continue
+            trials[t.number] = t
+            key = t.user_attrs.get(CLAIM)
+            if key is not None and key not in claims:
+                claims[key] = t.number
+        self.claims, self.trials = claims, trials
+
+    def owner(self, key: str) -> Optional[int]:
+        return self.claims.get(key)
+
+    def claimed(self, key: str) -> bool:
+        return key in self.claims

@@ -1,0 +1,68 @@
+"""Optuna samplers, one per trial, seeded from the study so that a resumed study draws what an
+uninterrupted one would have drawn.
+
+A sampler's random generator advances with every draw, so a study resumed after a kill would start it
+again from ``search.seed`` and draw different plans than the uninterrupted run. Instead, the sampler of
+each trial is built with the seed ``hash(search.seed, k, salt)``, where ``k`` is the number of finished
+(COMPLETE + PRUNED) trials when the trial is asked: the trial a killed process left RUNNING is failed
+and asked again with the same ``k``, so it draws the same plan. Everything else NSGA-II uses
+(generations, parent populations) is kept in the study by Optuna itself. ``salt`` is 0 for a worker
+alone on its study and the worker's own number when others are running (two workers must not draw the
+same plans): see :func:`worker_salt`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import socket
+import warnings
+from typing import Any, Callable, Dict, Optional
+
+import optuna
+
+from vtrain.errors import ConfigError
+from vtrain.search.operators import FeasibleChildren
+
+Accept = Callable[[Dict[str, Any]], bool]
+
+
+def trial_seed(seed: int, k: int, salt: int = 0) -> int:
+    """A 32-bit seed from (search seed, finished-trial count, worker salt)."""
+    digest = hashlib.blake2b(f"{seed}:{k}:{salt}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def worker_salt(search: Any) -> int:
+    """This worker's number + 1: ``search.worker_index``, else a SLURM task or Hydra job number, else
+    one derived from host and process id (unique among the workers of a study)."""
+    index = int(search.get("worker_index", -1)) if hasattr(search, "get") else -1
+    if index >= 0:
+        return index + 1
+    for var in ("SLURM_ARRAY_TASK_ID", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var]) + 1 + 1_000_000
+    text = f"{socket.gethostname()}:{os.getpid()}"
+    return 2_000_000 + int.from_bytes(hashlib.blake2b(text.encode(), digest_size=3).digest(), "little")
+
+
+def make_sampler(search: Any, seed: int, accept: Optional[Accept]) -> optuna.samplers.BaseSampler:
+    """The configured sampler with this trial's ``seed``; NSGA-II gets the filtering offspring strategy."""
+    name = str(search.sampler)
+    with warnings.catch_warnings():  # child_generation_strategy / multivariate TPE are "experimental" features
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "nsgaii":
+            children = None
+            if bool(search.filter_offspring) and accept is not None:
+                children = FeasibleChildren(accept, random.Random(seed), float(search.crossover_prob),
+                                            None if search.mutation_prob is None else float(search.mutation_prob))
+            return optuna.samplers.NSGAIISampler(
+                population_size=int(search.population_size), seed=seed, crossover_prob=float(search.crossover_prob),
+                mutation_prob=None if search.mutation_prob is None else float(search.mutation_prob),
+                child_generation_strategy=children)
+        if name == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                              n_startup_trials=max(1, int(search.population_size) // 2))
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+    raise ConfigError(f"search.sampler={name}: must be one of nsgaii, tpe, random, grid")

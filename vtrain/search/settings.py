@@ -1,0 +1,145 @@
+"""The domain of every ``search.*`` and ``tracking.*`` field, checked in one place before a search starts.
+
+Each rule is data (field, predicate, rule text), so a bad value gives one line naming the field and the
+rule, e.g. ``search.population_size=1: must be an integer >= 2``, raised as
+:class:`vtrain.errors.ConfigError` (the CLI prints it and exits 2). No optuna or mlflow import.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from vtrain.errors import ConfigError
+
+SAMPLERS = ("nsgaii", "tpe", "random", "grid")
+CHILD_RUNS = ("front", "all", "none")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+Rule = Tuple[str, Callable[[Any], bool], str]
+
+
+def _int(lo: int, hi: Optional[int] = None) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+
+
+def _num(lo: float, hi: float, lo_open: bool = False) -> Callable[[Any], bool]:
+    def ok(v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return (v > lo if lo_open else v >= lo) and v <= hi
+    return ok
+
+
+def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or pred(v)
+
+
+def _list(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(pred(x) for x in v)
+
+
+def _one_of(choices: Sequence[str]) -> Callable[[Any], bool]:
+    return lambda v: str(v) in choices
+
+
+_bool: Callable[[Any], bool] = lambda v: isinstance(v, bool)  # noqa: E731
+_text: Callable[[Any], bool] = lambda v: v is None or (isinstance(v, str) and v.strip() != "")  # noqa: E731
+INF = math.inf
+
+SEARCH_RULES: List[Rule] = [
+    ("sampler", _one_of(SAMPLERS), f"must be one of {', '.join(SAMPLERS)}"),
+    ("n_trials", _int(0, 1_000_000), "must be an integer from 0 to 1000000 (>= 1 unless search.sampler=grid)"),
+    ("seed", _int(0, 2**32 - 1), "must be an integer from 0 to 2**32-1"),
+    ("objectives", _list(lambda x: isinstance(x, str)), "must be a non-empty list of Report fields"),
+    ("study_name", _text, "must be null or a non-empty name"),
+    ("storage", _text, "must be null, a journal file path or an RDB URL such as sqlite:///study.db"),
+    ("max_tp", _int(0), "must be an integer >= 0 (0: GPUs per node)"),
+    ("allow_cross_node_tp", _bool, "must be true or false"),
+    ("micro_batch_sizes", _list(_int(1, 65536)), "must be a non-empty list of integers from 1 to 65536"),
+    ("schedules", _list(_one_of(SCHEDULES)), f"must be a non-empty list of {', '.join(SCHEDULES)}"),
+    ("virtual_stages", _list(_int(1, 1024)), "must be a non-empty list of integers from 1 to 1024"),
+    ("recompute", _list(_one_of(RECOMPUTE)), f"must be a non-empty list of {', '.join(RECOMPUTE)}"),
+    ("sequence_parallel", _list(_bool), "must be a non-empty list of true/false"),
+    ("distributed_optimizer", _list(_bool), "must be a non-empty list of true/false"),
+    ("gpus", _int(0), "must be an integer >= 0 (0: any GPU count)"),
+    ("min_gpus", _int(1), "must be an integer >= 1"),
+    ("max_gpus", _int(0), "must be an integer >= 0 (0: the cluster's GPUs)"),
+    ("max_days", _opt(_num(0, INF, lo_open=True)), "must be null or a finite number of days > 0"),
+    ("max_cost_usd", _opt(_num(0, INF, lo_open=True)), "must be null or a finite amount > 0"),
+    ("max_memory_fraction", _num(0, 1, lo_open=True), "must be a number in (0, 1]"),
+    ("min_mfu", _opt(_num(0, 1, lo_open=True)), "must be null or a fraction in (0, 1] (0.4 = 40%)"),
+    ("population_size", _int(2, 100_000), "must be an integer from 2 to 100000"),
+    ("mutation_prob", _opt(_num(0, 1)), "must be null or a probability in [0, 1]"),
+    ("crossover_prob", _num(0, 1), "must be a probability in [0, 1]"),
+    ("seed_population", _bool, "must be true or false"),
+    ("local_search_fraction", _num(0, 1), "must be a fraction in [0, 1]"),
+    ("local_search_rounds", _int(0, 1000), "must be an integer from 0 to 1000"),
+    ("filter_offspring", _bool, "must be true or false"),
+    ("heartbeat_s", _int(1, 3600), "must be an integer from 1 to 3600 seconds"),
+    ("stale_trial_s", _num(1, 86400 * 7), "must be a number of seconds from 1 to 604800"),
+    ("worker_index", _int(-1, 1_000_000), "must be -1 (derived) or an integer >= 0"),
+    ("workers", _int(0, 1024), "must be an integer from 0 to 1024 (0: one per CPU)"),
+    ("progress_bar", _bool, "must be true or false"),
+    ("top_k_artifacts", _int(0, 10), "must be an integer from 0 to 10 (best plans with report and timeline)"),
+]
+
+TRACKING_RULES: List[Rule] = [
+    ("enabled", _bool, "must be true or false"),
+    ("uri", _text, "must be null or an MLflow tracking URI"),
+    ("experiment_name", _text, "must be null or a non-empty name"),
+    ("child_runs", _one_of(CHILD_RUNS), f"must be one of {', '.join(CHILD_RUNS)}"),
+    ("top_k", _int(0, 1000), "must be an integer from 0 to 1000"),
+    ("max_child_runs", _int(0), "must be an integer >= 0"),
+    ("http_timeout_s", _int(1, 3600), "must be an integer from 1 to 3600 seconds"),
+    ("description", _text, "must be null or a non-empty text"),
+]
+
+
+def _plain(value: Any) -> Any:
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(value):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_show(v) for v in value) + "]"
+    return "null" if value is None else str(value)
+
+
+def check_group(group: str, node: Any, rules: Sequence[Rule]) -> None:
+    for name, ok, rule in rules:
+        value = _plain(node.get(name) if hasattr(node, "get") else getattr(node, name, None))
+        if not ok(value):
+            raise ConfigError(f"{group}.{name}={_show(value)}: {rule}")
+
+
+def check_search(search: Any) -> None:
+    """Every ``search.*`` field against its domain, then the rules that tie fields together."""
+    check_group("search", search, SEARCH_RULES)
+    if str(search.sampler) != "grid" and int(search.n_trials) < 1:
+        raise ConfigError(f"search.n_trials={search.n_trials}: must be >= 1 with search.sampler={search.sampler}")
+    gpus, lo, hi = int(search.gpus), int(search.min_gpus), int(search.max_gpus)
+    if hi and lo > hi:
+        raise ConfigError(f"search.min_gpus={lo}: must not exceed search.max_gpus={hi}")
+    if gpus and (gpus < lo or (hi and gpus > hi)):
+        raise ConfigError(f"search.gpus={gpus}: must lie within search.min_gpus={lo} and search.max_gpus={hi or 'any'}")
+
+
+def check_tracking(tracking: Any) -> None:
+    check_group("tracking", tracking, TRACKING_RULES)
+
+
+def check_all(cfg: Any) -> None:
+    check_search(cfg.search)
+    tracking = cfg.get("tracking") if hasattr(cfg, "get") else None
+    if tracking is not None:
+        check_tracking(tracking)

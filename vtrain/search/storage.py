@@ -1,0 +1,131 @@
+"""Where an Optuna study lives, how several workers share it, and what happens to trials a killed
+worker left RUNNING.
+
+- ``search.storage`` null: a journal file ``optuna.journal`` in the run directory. A path (no ``://``)
+  or ``journal:<path>``: Optuna's journal file storage (``JournalStorage(JournalFileBackend(path))``),
+  append-only, safe for several processes and on network file systems (SLURM clusters), where SQLite is
+  not (SQLite's own documentation, "SQLite over a network"). An SQLAlchemy URL (``sqlite:///x.db``,
+  ``postgresql://...``): ``RDBStorage`` with Optuna's heartbeat (``search.heartbeat_s``), SQLite in WAL
+  mode; its schema is created once under a file lock (workers starting together raced on it).
+- Stale trials: RDB storages use Optuna's heartbeat (``optuna.storages.fail_stale_trials``, run by
+  ``study.optimize`` before each trial): only trials whose worker stopped beating are failed, never a
+  live worker's. Journal storages have no heartbeat in Optuna 5: a trial RUNNING for longer than
+  ``search.stale_trial_s`` (trials take milliseconds) is failed through ``study.tell``.
+- :func:`study_lock`: a lock across the workers of one study (a symlink lock beside a journal file, as
+  Optuna's journal uses; ``flock`` beside an SQLite file; none for servers), held while a worker claims a
+  plan or enqueues a round, so two workers never claim one plan.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import optuna
+from optuna.trial import TrialState
+
+from vtrain.errors import ConfigError
+from vtrain.tracking import sqlite_wal
+from vtrain.tracking.locks import file_lock
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    kind: str  # "journal" | "rdb"
+    target: str  # journal file path or RDB URL
+    heartbeat_s: int = 10
+
+    @property
+    def display(self) -> str:
+        return self.target
+
+    @property
+    def lock_path(self) -> Optional[Path]:
+        if self.kind == "journal":
+            return Path(self.target)
+        db = sqlite_wal.sqlite_path(self.target)
+        return db
+
+
+def storage_spec(search: Any, out_dir: Path) -> StorageSpec:
+    raw = search.get("storage") if hasattr(search, "get") else getattr(search, "storage", None)
+    beat = int(search.get("heartbeat_s", 10)) if hasattr(search, "get") else 10
+    if not raw:
+        return StorageSpec("journal", str((out_dir / "optuna.journal").resolve()), beat)
+    text = str(raw)
+    if text.startswith("journal:"):
+        text = text[len("journal:"):].removeprefix("//")
+        return StorageSpec("journal", str(Path(text).expanduser().resolve()), beat)
+    if "://" not in text:
+        return StorageSpec("journal", str(Path(text).expanduser().resolve()), beat)
+    return StorageSpec("rdb", text, beat)
+
+
+def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
+    try:
+        if spec.kind == "journal":
+            from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+            Path(spec.target).parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(spec.target))
+        sqlite_wal.install()
+        db = sqlite_wal.sqlite_path(spec.target)
+        if db is not None:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(db.with_name(db.name + ".schema.lock") if db is not None else None), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: "experimental"
+            return optuna.storages.RDBStorage(spec.target, heartbeat_interval=spec.heartbeat_s,
+                                              grace_period=6 * spec.heartbeat_s)
+    except ConfigError:
+        raise
+    except Exception as exc:  # bad URL, missing driver, unreachable server, unwritable path
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"search.storage={spec.target}: {first[:300]}") from None
+
+
+@contextlib.contextmanager
+def study_lock(spec: StorageSpec) -> Iterator[None]:
+    """Mutual exclusion among the workers of the study (a no-op for database servers)."""
+    if spec.kind == "journal":
+        from optuna.storages.journal import JournalFileSymlinkLock
+
+        lock = JournalFileSymlinkLock(spec.target + ".vtrain")
+        lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+        return
+    db = sqlite_wal.sqlite_path(spec.target)
+    with file_lock(db.with_name(db.name + ".vtrain.lock") if db is not None else None):
+        yield
+
+
+def fail_stale_journal_trials(study: optuna.Study, stale_s: float) -> int:
+    """Fail RUNNING trials older than ``stale_s`` (journal storages, which have no heartbeat)."""
+    now = datetime.datetime.now()
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.datetime_start is not None and (now - t.datetime_start).total_seconds() > stale_s:
+            try:
+                study.tell(t.number, state=TrialState.FAIL)
+                n += 1
+            except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
+                pass  # another worker failed or finished it first
+    return n
+
+
+def fail_stale_trials(study: optuna.Study, spec: StorageSpec, stale_s: float) -> int:
+    """Fail the trials of dead workers; returns how many this call failed."""
+    if spec.kind == "journal":
+        return fail_stale_journal_trials(study, stale_s)
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    after = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    return len(before - after)

@@ -1,0 +1,44 @@
+"""The one CSV writer of vtrain's result tables (search trials and fronts, case-study tables).
+
+Columns: the given ones (keys a row lacks are left empty, extra keys ignored), else every key of the rows
+in first-seen order. Floats are written in full (``float_digits=None``) or to that many significant
+digits; booleans as true/false; None as an empty cell.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+
+def columns_of(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    keys: List[str] = []
+    seen = set()
+    for row in rows:
+        for k in row:
+            if k not in seen:
+                seen.add(k)
+                keys.append(k)
+    return keys
+
+
+def cell(value: Any, float_digits: Optional[int] = None) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and float_digits is not None:
+        return f"{value:.{float_digits}g}"
+    return value
+
+
+def write_csv(path: Path, rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None,
+              float_digits: Optional[int] = None) -> Path:
+    cols = list(columns) if columns is not None else columns_of(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for row in rows:
+            w.writerow([cell(row.get(c), float_digits) for c in cols])
+    return path
