@@ -7,7 +7,7 @@ from vtrain import compose
 from vtrain.config.build import build_workload
 from vtrain.cost.analytical import AnalyticalCostModel, alignment_elements
 from vtrain.graph.ops import Gemm
-from vtrain.sim.stage_costs import price_chunk
+from vtrain.sim.stage_costs import SideStream, price_chunk
 
 
 @pytest.mark.parametrize("dims,expected", [((4096, 1024, 1024), 8), ((1024, 12564, 1024), 4),
@@ -46,7 +46,7 @@ def test_vocab_shard_padding():
 def test_host_waits_for_gpu_at_layer_boundaries():
     # one host-bound op (host 1, GPU 0.1) then one GPU-bound op (host 0.1, GPU 1) per layer: without
     # the sync the host would issue the next layer during the GPU-bound op and the layers would overlap
-    layer = [(0.1, 1.0, False, 0.0), (1.0, 0.1, False, 0.0)]
-    cost = price_chunk([(layer, 4)], 0.0)
+    layer = [(0.1, 1.0, 0.0, 0.0, 0), (1.0, 0.1, 0.0, 0.0, 0)]
+    cost = price_chunk([(layer, 4, SideStream())], 0.0)
     assert cost.latency_s == pytest.approx(4 * 2.1)
     assert cost.gpu_s == pytest.approx(4 * 1.1)

@@ -19,8 +19,10 @@ Entries, per GPU of a stage:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
+from vtrain.comm.cp import CpComms, cp_comms
+from vtrain.comm.sharding import FsdpComms, fsdp_comms
 from vtrain.comm.tp import TpComms, plan_tp_comms
 from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
@@ -34,6 +36,7 @@ class Stream(StrEnum):
     COMPUTE = "compute"  # in order with the kernels of the compute stream (the GPU waits for it)
     PIPELINE = "pp_p2p"  # stage-to-stage send/recv
     DATA_PARALLEL = "dp_comm"  # gradient reduction and parameter gather over the data-parallel group
+    FSDP = "fsdp"  # per-layer parameter gathers and gradient reduce-scatters beside the compute stream
 
 
 class Cadence(StrEnum):
@@ -66,13 +69,29 @@ def tp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
     return placement(plan.tp, 1, domain)
 
 
+def cp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
+    """CP groups next to TP in Megatron-Core's rank order (tp, cp, dp, pp): inside a node first."""
+    return placement(plan.cp, plan.tp, domain)
+
+
 def dp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
-    return placement(plan.dp, plan.tp, domain)
+    """The gradient-reduction group: the dp replicas and, holding the same weights, the cp ranks."""
+    return placement(plan.dp * plan.cp, plan.tp, domain)
+
+
+def shard_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
+    """The ZeRO/FSDP shard group: dp_shard x cp consecutive ranks after TP (hybrid sharding shards inside
+    it and replicates across the dp / dp_shard groups, which stride by it)."""
+    return placement(plan.dp_shard * plan.cp, plan.tp, domain)
+
+
+def replica_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
+    return placement(plan.dp // plan.dp_shard, plan.tp * plan.cp * plan.dp_shard, domain)
 
 
 def stages_share_domain(plan: ParallelPlan, domain: int, a: int, b: int) -> bool:
-    """Whether stages ``a`` and ``b`` (same TP/DP index) sit in one NVLink domain (stage s: rank s·t·d)."""
-    stride = plan.tp * plan.dp
+    """Whether stages ``a`` and ``b`` (same TP/CP/DP index) sit in one NVLink domain (stage s: rank s·t·c·d)."""
+    stride = plan.tp * plan.cp * plan.dp
     return (a * stride) // domain == (b * stride) // domain
 
 
@@ -80,6 +99,11 @@ def stages_share_domain(plan: ParallelPlan, domain: int, a: int, b: int) -> bool
 class CommPlan:
     tp: TpComms
     tp_where: GroupPlacement
+    cp: CpComms
+    cp_where: GroupPlacement
+    fsdp: Optional[FsdpComms]  # ZeRO-3: per-layer gathers and reductions on a side stream
+    fsdp_where: GroupPlacement
+    replica_where: GroupPlacement
     boundary: Tuple[Optional[Collective], ...]  # per position q: the activation p2p into q (None at q=0)
     boundary_where: Tuple[GroupPlacement, ...]
     p2p_gather: Optional[Collective]  # the receiver's TP all-gather of the scattered activation
@@ -95,6 +119,10 @@ class CommPlan:
     microbatches: int
     layer_forwards: int  # forward passes of a layer per micro-batch (2 with full recompute)
 
+    def where(self) -> Dict[str, GroupPlacement]:
+        """Placement by group name, for pricing in-pass collectives."""
+        return {"tp": self.tp_where, "cp": self.cp_where, "dp": self.dp_where, "embedding": self.embedding_where}
+
     def entries(self) -> Tuple[Comm, ...]:
         """Every communication of the iteration, with its stream, cadence and count per GPU."""
         p, m = len(self.stage_layers), self.microbatches
@@ -106,6 +134,28 @@ class CommPlan:
                 out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER,
                                 stages=(s,), count=self.stage_layers[s] * m * passes,
                                 overlaps="nothing: the next GEMM waits for it"))
+        for op in self.cp.forward:
+            for s in range(p):
+                out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
+                                count=self.stage_layers[s] * m * self.layer_forwards,
+                                overlaps="the attention blocks (ring)" if op.overlap else "nothing"))
+        for op in self.cp.backward + self.cp.backward_after:
+            for s in range(p):
+                out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
+                                count=self.stage_layers[s] * m,
+                                overlaps="the attention backward (ring)" if op.overlap else "nothing"))
+        if self.fsdp is not None:
+            fs = self.fsdp
+            for s in range(p):
+                n = self.stage_layers[s] * m
+                out.append(Comm(op=fs.gather, where=self.fsdp_where, stream=Stream.FSDP, cadence=Cadence.LAYER,
+                                stages=(s,), count=n * (1 + int(fs.regather)),
+                                overlaps="the previous layer's compute (prefetch)"))
+                out.append(Comm(op=fs.reduce, where=self.fsdp_where, stream=Stream.FSDP, cadence=Cadence.LAYER,
+                                stages=(s,), count=n, overlaps="the next layers' backward"))
+                if fs.replica_reduce is not None:
+                    out.append(Comm(op=fs.replica_reduce, where=self.replica_where, stream=Stream.FSDP,
+                                    cadence=Cadence.LAYER, stages=(s,), count=n, overlaps="the next layers' backward"))
         positions = len(self.boundary)
         last = (positions - 1) % p
         for op in self.tp.embedding.all():
@@ -143,11 +193,21 @@ class CommPlan:
         return tuple(out)
 
 
+def _tail_params(part: StagePartition, stage: int, chunk: Optional[int], per_layer: bool) -> float:
+    """Parameters whose gradients are reduced (or parameters gathered) after the last backward: all of the
+    chunk's (stage's), or with ZeRO-3 only those outside the transformer layers (embedding, head)."""
+    chunks = range(part.v) if chunk is None else (chunk,)
+    total = sum(part.chunk_params(stage, c) for c in chunks)
+    if per_layer:
+        total -= sum(part.layers[part.position(stage, c)] for c in chunks) * part.layer_params
+    return total
+
+
 def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     model, plan, cluster = w.model, w.plan, w.cluster
     domain = cluster.domain_size
     p, v, t = plan.pp, plan.chunks, plan.tp
-    tokens = plan.micro_batch_size * plan.seq_len
+    tokens = plan.tokens_per_rank
     act_bytes = float(tokens * model.hidden_size * plan.dtype_bytes)
     gather = None
     if t > 1 and not plan.sequence_parallel:
@@ -160,20 +220,26 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         boundary.append(msg)
         boundary_where.append(GroupPlacement(2, 2 if stages_share_domain(plan, domain, src, dst) else 1))
     gbytes = grad_bytes_per_param(plan.precision)
-    kind = CollectiveKind.REDUCE_SCATTER if plan.distributed_optimizer else CollectiveKind.ALL_REDUCE
-    grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, part.chunk_params(s, c) * gbytes, Group.DP, plan.dp)
-                        for c in range(v)) for s in range(p))
-    gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, part.stage_params(s) * plan.dtype_bytes,
-                               Group.DP, plan.dp) if plan.distributed_optimizer and plan.dp > 1 else None
-                    for s in range(p))
+    stage = plan.sharding_stage
+    reducers = plan.dp * plan.cp
+    kind = CollectiveKind.REDUCE_SCATTER if stage >= 1 else CollectiveKind.ALL_REDUCE
+    fsdp = fsdp_comms(part.layer_params, plan, gbytes) if stage == 3 else None
+    # ZeRO-3 reduces each layer's gradients in its backward; what is left at the end: embedding and head
+    grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, _tail_params(part, s, c, fsdp is not None) * gbytes,
+                                   Group.DP, reducers) for c in range(v)) for s in range(p))
+    gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER,
+                               _tail_params(part, s, None, fsdp is not None) * plan.dtype_bytes, Group.DP, reducers)
+                    if stage >= 1 and reducers > 1 and not plan.overlap_param_gather else None for s in range(p))
     emb = None
     emb_where = GroupPlacement(1, 1)
     if part.tied_sync_params > 0:
         emb = Collective("embedding.grad_sync", CollectiveKind.ALL_REDUCE, part.tied_sync_params * gbytes,
                          Group.EMBEDDING, 2)
         emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, p - 1) else 1)
-    return CommPlan(tp=plan_tp_comms(model, plan),
-                    tp_where=tp_placement(plan, domain), boundary=tuple(boundary),
+    return CommPlan(tp=plan_tp_comms(model, plan), tp_where=tp_placement(plan, domain),
+                    cp=cp_comms(model, plan), cp_where=cp_placement(plan, domain), fsdp=fsdp,
+                    fsdp_where=shard_placement(plan, domain), replica_where=replica_placement(plan, domain),
+                    boundary=tuple(boundary),
                     boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
                     dp_where=dp_placement(plan, domain), bucket_bytes=plan.grad_bucket_bytes,
                     overlap_grad_reduce=plan.overlap_grad_reduce, embedding_sync=emb, embedding_where=emb_where,

@@ -49,13 +49,20 @@ class TpComms:
         return self.logits.all() + self.cross_entropy
 
 
-def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float) -> TpOperator:
-    """The f/g pair around a block entered at GEMM ``enter`` and left at GEMM ``exit_`` ("" for none)."""
+def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float, overlap: bool = False) -> TpOperator:
+    """The f/g pair around a block entered at GEMM ``enter`` and left at GEMM ``exit_`` ("" for none).
+    ``overlap`` (TP-communication overlap, with SP): each all-gather is pipelined with the GEMM it feeds,
+    each reduce-scatter with the GEMM before it, in tp chunks (TE userbuffers' ring exchange; torchtitan's
+    async TP)."""
     if tp == 1:
         return TpOperator()
 
     def coll(name: str, suffix: str, kind: CollectiveKind) -> Tuple[Collective, ...]:
-        return (Collective(f"{name}.{suffix}", kind, nbytes, Group.TP, tp),) if name else NONE
+        if not name:
+            return NONE
+        side = "" if not overlap or kind == CollectiveKind.ALL_REDUCE else (
+            "next" if kind == CollectiveKind.ALL_GATHER else "previous")
+        return (Collective(f"{name}.{suffix}", kind, nbytes, Group.TP, tp, overlap=side, chunks=tp if side else 1),)
 
     ag, rs, ar = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
     return TpOperator(
@@ -65,19 +72,21 @@ def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float) -> TpOpe
         exit_backward=coll(exit_, "bwd.ag", ag) if sp else NONE)
 
 
-def tp_comms(tp: int, sequence_parallel: bool, tokens: int, hidden: int, dtype_bytes: int) -> TpComms:
+def tp_comms(tp: int, sequence_parallel: bool, tokens: int, hidden: int, dtype_bytes: int,
+             overlap: bool = False) -> TpComms:
     size = float(tokens * hidden * dtype_bytes)
     sp = sequence_parallel
     ce: Tuple[Collective, ...] = ()
     if tp > 1:
         ce = tuple(Collective(f"cross_entropy.ar{i}", CollectiveKind.ALL_REDUCE, tokens * 4.0, Group.TP, tp)
                    for i in range(3))
-    return TpComms(attention=_operator("qkv", "proj", tp, sp, size), mlp=_operator("fc1", "fc2", tp, sp, size),
+    return TpComms(attention=_operator("qkv", "proj", tp, sp, size, overlap),
+                   mlp=_operator("fc1", "fc2", tp, sp, size, overlap),
                    embedding=_operator("", "embedding", tp, sp, size), logits=_operator("logits", "", tp, sp, size),
                    cross_entropy=ce)
 
 
 def plan_tp_comms(model: ModelSpec, plan: ParallelPlan) -> TpComms:
-    """The TP collectives of ``plan`` for ``model`` (one micro-batch of ``plan.micro_batch_size``)."""
-    return tp_comms(plan.tp, plan.sequence_parallel, plan.micro_batch_size * plan.seq_len, model.hidden_size,
-                    plan.dtype_bytes)
+    """The TP collectives of ``plan`` for ``model`` (one micro-batch on one context-parallel rank)."""
+    return tp_comms(plan.tp, plan.sequence_parallel, plan.tokens_per_rank, model.hidden_size, plan.dtype_bytes,
+                    plan.tp_comm_overlap)

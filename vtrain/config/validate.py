@@ -42,36 +42,96 @@ def check_model(m: ModelSpec) -> None:
             f"model.vocab_divisible_by={m.vocab_divisible_by} must be >= 0 (0: no vocabulary padding)")
 
 
+def _divisors_hint(n: int, limit: int = 12) -> str:
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "")
+
+
 def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
-    """Divisibility and size rules of a plan (Megatron-LM's own asserts, with readable messages)."""
-    check_positive(tp=p.tp, pp=p.pp, dp=p.dp, micro_batch_size=p.micro_batch_size,
-                   global_batch_size=p.global_batch_size, seq_len=p.seq_len,
-                   virtual_stages=p.virtual_stages)
+    """Divisibility and size rules of a plan (Megatron-LM's and FSDP's own asserts, readable)."""
+    check_positive(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, micro_batch_size=p.micro_batch_size,
+                   global_batch_size=p.global_batch_size, seq_len=p.seq_len, virtual_stages=p.virtual_stages)
     require(p.num_gpus <= cluster.num_gpus,
-            f"tp*pp*dp={p.tp}*{p.pp}*{p.dp}={p.num_gpus} exceeds the {cluster.num_gpus} GPUs of "
+            f"tp*cp*pp*dp={p.tp}*{p.cp}*{p.pp}*{p.dp}={p.num_gpus} exceeds the {cluster.num_gpus} GPUs of "
             f"cluster {cluster.name}")
-    require(m.num_heads % p.tp == 0, f"tp={p.tp} must divide attention heads={m.num_heads}")
-    require(m.num_kv_heads % p.tp == 0, f"tp={p.tp} must divide kv heads={m.num_kv_heads}")
+    require(m.num_heads % p.tp == 0, f"tp={p.tp} must divide attention heads={m.num_heads}: try "
+            f"{_divisors_hint(m.num_heads)}")
+    require(m.num_kv_heads % p.tp == 0, f"tp={p.tp} must divide kv heads={m.num_kv_heads}: try "
+            f"{_divisors_hint(m.num_kv_heads)}")
     require(m.ffn_hidden_size % p.tp == 0, f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}")
-    stages = p.pp * p.chunks
-    if p.chunks > 1:
-        require(m.num_layers % stages == 0,
-                f"pp*virtual_stages={p.pp}*{p.chunks}={stages} must divide layers={m.num_layers}")
-    else:
-        require(m.num_layers % p.pp == 0, f"pp={p.pp} must divide layers={m.num_layers}")
+    _check_pipeline_split(m, p)
     require(p.global_batch_size % (p.dp * p.micro_batch_size) == 0,
             f"dp*micro_batch_size={p.dp}*{p.micro_batch_size} must divide global_batch_size="
             f"{p.global_batch_size}")
+    # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
+    require(p.cp == 1 or p.flash_attention, "cp>1 needs flash_attention=true (context parallelism runs fused "
+            "attention on KV blocks)")
+    require(p.cp == 1 or p.seq_len % (2 * p.cp) == 0,
+            f"2*cp=2*{p.cp} must divide seq_len={p.seq_len} (causal load balancing: 2*cp chunks)")
     require(not p.sequence_parallel or p.tp > 1, "sequence_parallel=true needs tp>1")
-    require(not p.sequence_parallel or p.seq_len % p.tp == 0,
-            f"tp={p.tp} must divide seq_len={p.seq_len} with sequence_parallel")
+    require(not p.sequence_parallel or p.tokens_per_rank % p.tp == 0,
+            f"tp={p.tp} must divide the tokens per rank={p.tokens_per_rank} with sequence_parallel")
+    require(not p.tp_comm_overlap or (p.tp > 1 and p.sequence_parallel),
+            "tp_comm_overlap=true needs tp>1 and sequence_parallel=true (the overlap splits the all-gather and "
+            "reduce-scatter of sequence parallelism)")
     if p.schedule == Schedule.INTERLEAVED:
         require(p.pp > 1, "schedule=interleaved needs pp>1")
         require(p.num_microbatches % p.pp == 0,
                 f"pp={p.pp} must divide the number of micro-batches={p.num_microbatches} "
                 f"with schedule=interleaved")
-    require(str(p.precision) in cluster.gpu.peak_tflops,
-            f"precision={p.precision} has no peak_tflops entry for gpu={cluster.gpu.name}")
+    stage = p.sharding_stage
+    require(stage < 3 or p.dp > 1, "zero_stage=3 needs dp>1 (nothing to shard the parameters over)")
+    if p.fsdp_shard_size:
+        require(stage >= 1, f"fsdp_shard_size={p.fsdp_shard_size} needs zero_stage>=1")
+        require(p.dp % p.fsdp_shard_size == 0,
+                f"fsdp_shard_size={p.fsdp_shard_size} must divide dp={p.dp}: try {_divisors_hint(p.dp)}")
+    require(not p.overlap_param_gather or stage in (1, 2),
+            "overlap_param_gather=true needs zero_stage 1 or 2 (Megatron's distributed optimizer)")
+    key = p.precision.peak_key
+    require(key in cluster.gpu.peak_tflops,
+            f"precision={p.precision} needs a {key} peak, which gpu={cluster.gpu.name} does not have "
+            f"({', '.join(sorted(cluster.gpu.peak_tflops))})" + ("; mxfp8 and nvfp4 need a Blackwell GPU"
+                                                                 if key in ("mxfp8", "nvfp4") else ""))
+    require(p.precision.activation.value in cluster.gpu.peak_tflops,
+            f"precision={p.precision} keeps {p.precision.activation} activations, which gpu={cluster.gpu.name} "
+            "has no peak for")
+    require(not p.fp8_attention or p.precision.low, "fp8_attention=true needs a low precision (fp8, mxfp8, ...)")
+
+
+def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
+    """Layers over p·v positions: evenly, with a remainder spread from the first, or with explicit first /
+    last stage counts whose rest divides over the other stages (:func:`vtrain.workload.partition.layer_split`)."""
+    n = p.pp * p.chunks
+    first, last = p.first_stage_layers, p.last_stage_layers
+    if first or last:
+        require(p.pp > 1, "first_stage_layers / last_stage_layers need pp>1")
+        require(not (p.account_for_embedding or p.account_for_loss),
+                "account_for_embedding / account_for_loss do not combine with first/last_stage_layers")
+        fixed = [x for x in (first, last) if x]
+        middle = p.pp - len(fixed)
+        rest = m.num_layers - sum(fixed)
+        require(rest >= 0, f"first_stage_layers+last_stage_layers={sum(fixed)} exceeds layers={m.num_layers}")
+        if middle:
+            require(rest % (middle * p.chunks) == 0 and rest > 0,
+                    f"the {rest} layers left by first/last_stage_layers must divide evenly over the other "
+                    f"{middle} stage(s) x {p.chunks} chunk(s)")
+        else:
+            require(rest == 0, f"first_stage_layers+last_stage_layers={sum(fixed)} must equal layers="
+                    f"{m.num_layers} with pp=2")
+        require(min(fixed) >= p.chunks, "each stage needs at least one layer per model chunk")
+        return
+    extra = int(p.account_for_embedding) + int(p.account_for_loss)
+    if p.chunks > 1:  # Megatron's interleaved schedule splits the layers evenly over the model chunks
+        require((m.num_layers + extra) % n == 0,
+                f"pp*virtual_stages={p.pp}*{p.chunks}={n} must divide layers={m.num_layers + extra} with "
+                "schedule=interleaved")
+    require(m.num_layers + extra >= n,
+            f"pp*virtual_stages={p.pp}*{p.chunks}={n} exceeds the layers={m.num_layers}: every position needs a layer")
+    base, rem = divmod(m.num_layers + extra, n)
+    first_pos = base + (1 if rem else 0) - int(p.account_for_embedding)
+    last_pos = base - int(p.account_for_loss)  # the remainder goes to the first positions
+    require(first_pos >= 1 and last_pos >= 1 and base >= 1,
+            f"pp*virtual_stages={p.pp}*{p.chunks} leaves a pipeline position without a transformer layer")
 
 
 def check_enums(schedule: str, recompute: str, precision: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
+from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.tp import TpComms
 from vtrain.graph.ops import (
     FlashAttention,
@@ -50,11 +51,35 @@ class ModelGraph:
     head: ComponentGraph  # final norm + logits + cross-entropy
 
 
-def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int) -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
-    fwd = Gemm(name, m=m, n=n, k=k, dtype_bytes=dt)
-    dgrad = Gemm(f"{name}.dgrad", m=m, n=k, k=n, dtype_bytes=dt)
-    wgrad = Gemm(f"{name}.wgrad", m=k, n=n, k=m, dtype_bytes=dt)
+def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "") -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
+    fwd = Gemm(name, m=m, n=n, k=k, dtype_bytes=dt, precision=precision)
+    dgrad = Gemm(f"{name}.dgrad", m=m, n=k, k=n, dtype_bytes=dt, precision=precision)
+    wgrad = Gemm(f"{name}.wgrad", m=k, n=n, k=m, dtype_bytes=dt, precision=precision)
     return fwd, (dgrad, wgrad)
+
+
+# Bytes per element of the fused quantization kernels of a low-precision linear layer (Transformer Engine's
+# cast_transpose, torchao's float8 casts): read the bf16 tensor (2 B), write it quantized in both layouts
+# (the GEMMs need row- and column-major operands on Hopper/Blackwell: 2 x 1 B; 2 x 0.5 B for NVFP4, whose
+# random Hadamard transform adds about as much). Rowwise and blockwise scales cannot transpose a quantized
+# tensor: the transposed copy is quantized again from bf16 (one more 2-byte read).
+_QUANT_BYTES = {"fp8": 4.0, "mxfp8": 4.0, "nvfp4": 4.0, "fp8_rowwise": 6.0, "fp8_blockwise": 6.0}
+
+
+def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
+    """A linear layer Y[tokens, n] = X[tokens, k] W[k, n]: its forward and backward ops (in backward
+    order: dgrad, wgrad). With a low precision the three GEMMs run in that format and the fused
+    quantization kernels of the input, the weight (forward) and the output gradient (backward) are
+    memory-bound ops beside them."""
+    prec = plan.precision
+    if not prec.low:
+        fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes)
+        return (fwd,), (dgrad, wgrad)
+    fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value)
+    q = _QUANT_BYTES[prec.value]
+    quant_in = MemoryOp(f"{name}.quant", q * tokens * k + q * k * n, 2)  # input and weight
+    quant_grad = MemoryOp(f"{name}.quant.bwd", q * tokens * n, 1)
+    return (quant_in, fwd), (quant_grad, dgrad, wgrad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,27 +92,32 @@ class Block:
     selective_recompute: Tuple[Op, ...] = ()
 
 
-def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
+def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms) -> Block:
     """QKV (column-parallel), RoPE, the attention core (flash, or unfused QK^T / softmax / dropout / AV),
-    projection (row-parallel), with the TP collectives of the f/g pair around them."""
+    projection (row-parallel), with the TP collectives of the f/g pair around them. With context
+    parallelism the s/cp local queries attend to all s keys, their KV exchange beside the core (``cp``)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h = model.hidden_size
-    tokens = b * s
+    tokens = plan.tokens_per_rank  # b * s / cp
     heads = model.num_heads // t
     qkv_out = (h + 2 * model.kv_size) // t
     has_dropout = model.dropout > 0
     att = tp.attention
-    qkv, qkv_b = _gemm_fwd_bwd("qkv", tokens, qkv_out, h, dt)
-    proj, proj_b = _gemm_fwd_bwd("proj", tokens, h, h // t, dt)
+    qkv, qkv_b = linear("qkv", tokens, qkv_out, h, plan)
+    proj, proj_b = linear("proj", tokens, h, h // t, plan)
+    attn_prec = plan.precision.value if plan.fp8_attention else ""
     attn_fwd: List[Op]
     attn_bwd: List[Op]
     rope: List[Op] = []
     if model.position_embedding == PositionEmbedding.ROPE:
         rope = [MemoryOp("rope", 2.0 * tokens * (h + model.kv_size) // t * dt, 2)]
     if plan.flash_attention:
-        fa = FlashAttention("flash_attn", b * heads, s, model.head_dim, dtype_bytes=dt)
-        fab = FlashAttention("flash_attn.bwd", b * heads, s, model.head_dim, backward=True, dtype_bytes=dt)
-        attn_fwd, attn_bwd = [fa], [fab]
+        q_len = s // plan.cp
+        fa = FlashAttention("flash_attn", b * heads, q_len, model.head_dim, dtype_bytes=dt, precision=attn_prec,
+                            kv_len=s)
+        fab = FlashAttention("flash_attn.bwd", b * heads, q_len, model.head_dim, backward=True, dtype_bytes=dt,
+                             precision=attn_prec, kv_len=s)
+        attn_fwd, attn_bwd = [*cp.forward, fa], [*cp.backward, fab, *cp.backward_after]
     else:
         d = model.head_dim
         scores = float(b * heads * s * s * dt)
@@ -110,7 +140,7 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
             Gemm("attn.qk.dgrad_k", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
         ]
     selective = () if plan.flash_attention else tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
-    forward = (*att.enter, qkv, *rope, *attn_fwd, proj, *att.exit)
+    forward = (*att.enter, *qkv, *rope, *attn_fwd, *proj, *att.exit)
     backward = (*att.exit_backward, *proj_b, *attn_bwd, *([MemoryOp("rope.bwd", rope[0].bytes, 2)] if rope else []),
                 *qkv_b, *att.enter_backward)
     return Block(forward, backward, selective)
@@ -118,26 +148,27 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
 
 def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
     """FC1 (column-parallel; gate and up together with SwiGLU), the activation, FC2 (row-parallel)."""
-    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    t, dt = plan.tp, plan.dtype_bytes
     h, f = model.hidden_size, model.ffn_hidden_size
-    tokens = b * s
+    tokens = plan.tokens_per_rank  # b * s / cp
     fc1_out = (2 * f if model.gated_mlp else f) // t
     mlp = tp.mlp
-    fc1, fc1_b = _gemm_fwd_bwd("fc1", tokens, fc1_out, h, dt)
-    fc2, fc2_b = _gemm_fwd_bwd("fc2", tokens, h, f // t, dt)
+    fc1, fc1_b = linear("fc1", tokens, fc1_out, h, plan)
+    fc2, fc2_b = linear("fc2", tokens, h, f // t, plan)
     act_name = "swiglu" if model.gated_mlp else "gelu"
     mlp_act_elems = float(tokens * (f // t) * dt)
     act_fwd = MemoryOp(act_name, (3 if model.gated_mlp else 2) * mlp_act_elems)
     act_bwd = MemoryOp(f"{act_name}.bwd", (5 if model.gated_mlp else 3) * mlp_act_elems)
-    return Block((*mlp.enter, fc1, act_fwd, fc2, *mlp.exit), (*mlp.exit_backward, *fc2_b, act_bwd, *fc1_b,
-                                                            *mlp.enter_backward))
+    return Block((*mlp.enter, *fc1, act_fwd, *fc2, *mlp.exit), (*mlp.exit_backward, *fc2_b, act_bwd, *fc1_b,
+                                                              *mlp.enter_backward))
 
 
-def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, mlp: Optional[Block] = None) -> ComponentGraph:
+def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
+                mlp: Optional[Block] = None) -> ComponentGraph:
     """One transformer layer: norm, attention block, residual, norm, MLP block (``mlp``: another MLP
     branch, e.g. a mixture of experts), residual; backward in reverse; recompute per ``plan.recompute``."""
     t, dt = plan.tp, plan.dtype_bytes
-    tokens = plan.micro_batch_size * plan.seq_len
+    tokens = plan.tokens_per_rank
     local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
     act = float(local_tokens * model.hidden_size * dt)  # one [local_tokens, h] activation
     has_dropout = model.dropout > 0
@@ -149,7 +180,7 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, mlp: Optional
         # bias + dropout + residual add: read x, residual (and mask), write out
         return MemoryOp(name, (4 if has_dropout else 3) * act, 1)
 
-    att = attention_block(model, plan, tp)
+    att = attention_block(model, plan, tp, cp)
     ffn = mlp if mlp is not None else mlp_block(model, plan, tp)
     forward: List[Op] = [norm("norm1"), *att.forward, residual("residual1"), norm("norm2"), *ffn.forward,
                          residual("residual2")]
@@ -166,9 +197,9 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, mlp: Optional
 
 def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
     """Vocab-parallel word embedding (+ learned positions): gather rows, sum over TP ranks."""
-    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    t, dt = plan.tp, plan.dtype_bytes
     h = model.hidden_size
-    tokens = b * s
+    tokens = plan.tokens_per_rank  # b * s / cp
     act = float(tokens * h * dt)
     fwd: List[Op] = [MemoryOp("embedding.lookup", 2 * act, 2)]
     if model.position_embedding == PositionEmbedding.LEARNED:
@@ -183,9 +214,9 @@ def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Compon
 
 def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
     """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy (Megatron's vocab-parallel CE)."""
-    b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
+    t, dt = plan.tp, plan.dtype_bytes
     h, v = model.hidden_size, model.vocab_shard(t)  # padded vocab shard
-    tokens = b * s
+    tokens = plan.tokens_per_rank  # b * s / cp
     local = tokens // t if plan.sequence_parallel else tokens
     act = float(local * h * dt)
     logits, logits_b = _gemm_fwd_bwd("logits", tokens, v, h, dt)
@@ -197,8 +228,10 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
 
-def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ModelGraph:
-    """The graphs with the TP collectives of the communication plan in place (``comm.tp``)."""
-    return ModelGraph(build_layer(model, plan, tp), build_embedding(model, plan, tp), build_head(model, plan, tp))
+def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None) -> ModelGraph:
+    """The graphs with the TP (and CP) collectives of the communication plan in place (``comm.tp``,
+    ``comm.cp``; by default those of ``plan``)."""
+    cp = cp if cp is not None else cp_comms(model, plan)
+    return ModelGraph(build_layer(model, plan, tp, cp), build_embedding(model, plan, tp), build_head(model, plan, tp))
 
 

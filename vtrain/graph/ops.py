@@ -18,6 +18,7 @@ class CollectiveKind(str, Enum):
 
 class Group(str, Enum):
     TP = "tp"
+    CP = "cp"
     DP = "dp"
     PP = "pp"
     EMBEDDING = "embedding"
@@ -32,8 +33,9 @@ class Gemm:
     n: int
     k: int
     batch: int = 1
-    dtype_bytes: int = 2
+    dtype_bytes: float = 2  # bytes per operand element
     attention: bool = False  # batched attention-score/context GEMM (lower efficiency)
+    precision: str = ""  # the GEMM's format (a Precision value); "": the run's activation precision
 
     @property
     def flops(self) -> float:
@@ -67,21 +69,28 @@ class FlashAttention:
 
     name: str
     batch_heads: int
-    seq_len: int
+    seq_len: int  # queries on this rank
     head_dim: int
     backward: bool = False
     causal: bool = True
-    dtype_bytes: int = 2
+    dtype_bytes: float = 2
+    precision: str = ""  # "": the run's activation precision (fp8 with training.fp8_attention)
+    kv_len: int = 0  # keys attended to (0: seq_len); context parallelism: the whole sequence
+
+    @property
+    def keys(self) -> int:
+        return self.kv_len or self.seq_len
 
     @property
     def flops(self) -> float:
-        full = 4.0 * self.batch_heads * self.seq_len * self.seq_len * self.head_dim
+        full = 4.0 * self.batch_heads * self.seq_len * self.keys * self.head_dim
         full *= 2.5 if self.backward else 1.0  # backward: 5 GEMMs vs 2 (Dao 2023, Sec. 3)
+        # causal: half the blocks are masked out (with CP's load balancing, on every rank)
         return full * (0.5 if self.causal else 1.0)
 
     @property
     def bytes(self) -> float:
-        return 4.0 * self.batch_heads * self.seq_len * self.head_dim * self.dtype_bytes
+        return 2.0 * self.batch_heads * (self.seq_len + self.keys) * self.head_dim * self.dtype_bytes
 
     @property
     def kernels(self) -> int:
@@ -90,11 +99,18 @@ class FlashAttention:
 
 @dataclass(frozen=True, slots=True)
 class Collective:
+    """A collective or transfer. ``overlap`` pairs it with the compute op it is pipelined with on the
+    compute stream: "next" (an all-gather or KV exchange feeding the next op) or "previous" (a
+    reduce-scatter of the previous op's output), split into ``chunks`` pieces (TE userbuffers / async TP:
+    tp chunks; ring attention: cp steps); "" runs it alone in stream order."""
+
     name: str
     kind: CollectiveKind
     bytes: float  # message size per GPU (the full buffer for all-reduce)
     group: Group
     group_size: int
+    overlap: str = ""
+    chunks: int = 1
 
     @property
     def kernels(self) -> int:

@@ -15,22 +15,32 @@ from __future__ import annotations
 
 from vtrain.workload.enums import Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
-    """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU."""
+    """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU.
+
+    Per Korthikanti et al.'s tensors: the two norm inputs, the QKV and FC1 inputs (replicated over TP unless
+    sequence parallel), Q, K, V, the projection input, the MLP activation input(s) and the FC2 input (split
+    over TP), dropout masks, and the attention scores (unfused) or the log-sum-exp (flash). With context
+    parallelism each rank holds s/cp tokens; with a low-precision format the linear layers save their
+    inputs quantized (1 byte: Transformer Engine and torchao keep the FP8 copy for the weight gradient)."""
     rc = plan.recompute if recompute is None else recompute
-    s, b, t, dt = plan.seq_len, plan.micro_batch_size, plan.tp, plan.dtype_bytes
+    s_full, b, t, dt = plan.seq_len, plan.micro_batch_size, plan.tp, plan.dtype_bytes
+    s = s_full // plan.cp
     h, f, a = model.hidden_size, model.ffn_hidden_size, model.num_heads
     sbh = float(s * b * h)
     sp_div = t if plan.sequence_parallel else 1
     if rc == Recompute.FULL:
         return dt * sbh / sp_div
+    lin = 1 if plan.precision.low else dt  # bytes of a saved linear-layer input
     mask = 1 if model.dropout > 0 else 0
-    replicated = (4 * dt + 2 * mask) * sbh  # 2 norm inputs, QKV input, FC1 input, 2 dropout masks
-    sharded = float(s * b) * dt * (2 * h + 2 * model.kv_size + (2 if model.gated_mlp else 1) * f + f)
+    replicated = (2 * dt + 2 * lin + 2 * mask) * sbh  # 2 norm inputs, QKV and FC1 inputs, 2 dropout masks
+    gate = 2 if model.gated_mlp else 1
+    sharded = float(s * b) * (dt * (h + 2 * model.kv_size + gate * f) + lin * (h + f))
     scores = 0.0
     if not plan.flash_attention and rc != Recompute.SELECTIVE:
         scores = float(a * s * s * b) * (dt + (mask + dt if mask else 0))  # softmax out, mask, dropout out
@@ -52,19 +62,35 @@ def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> fl
 
 
 def state_bytes_per_param(plan: ParallelPlan) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter for mixed-precision Adam.
+    """(weights, gradients, optimizer) bytes per parameter for mixed-precision Adam, per GPU.
 
-    fp16/bf16 weights (2), gradients (fp32 main grads with bf16, as Megatron-LM accumulates them;
-    2 with fp16), fp32 master weights + Adam m, v (12; 8 in pure fp32). Distributed optimizer
-    (ZeRO-1): optimizer states /dp (Rajbhandari et al. 2020, Sec. 5.1).
+    bf16/fp16 weights (2), gradients (fp32 main grads except with fp16, as Megatron-LM and FSDP's fp32
+    reduce accumulate them; 2 with fp16), fp32 master weights + Adam m, v (12; 8 in pure fp32). ZeRO
+    (Rajbhandari et al. 2020, Sec. 5) shards over the dp_shard x cp ranks: stage 1 (Megatron's distributed
+    optimizer) the optimizer states, stage 2 also the gradients, stage 3 (FSDP) also the weights.
     """
     if plan.precision == Precision.FP32:
         weights, grads, opt = 4.0, 4.0, 8.0
     else:
-        weights, grads, opt = 2.0, (4.0 if plan.precision == Precision.BF16 else 2.0), 12.0
-    if plan.distributed_optimizer:
-        opt /= plan.dp
+        weights, grads, opt = 2.0, (2.0 if plan.precision == Precision.FP16 else 4.0), 12.0
+    stage, n = plan.sharding_stage, plan.dp_shard * plan.cp
+    if stage >= 1:
+        opt /= n
+    if stage >= 2:
+        grads /= n
+    if stage >= 3:
+        weights /= n
     return weights, grads, opt
+
+
+def sharded_working_bytes(layer_params: float, stage_layers: int, plan: ParallelPlan) -> tuple[float, float]:
+    """(weights, gradients) bytes ZeRO-3 holds unsharded: the gathered layer and the prefetched next one (all
+    the stage's layers between forward and backward without reshard_after_forward), and the unsharded
+    gradients of the two layers in flight before their reduce-scatter."""
+    if plan.sharding_stage < 3:
+        return 0.0, 0.0
+    gathered = 2 if plan.reshard_after_forward else max(2, stage_layers)
+    return gathered * layer_params * plan.dtype_bytes, 2 * layer_params * 4.0
 
 
 def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
@@ -78,7 +104,8 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     (``tests/test_search.py`` checks it). Used to skip plans that cannot fit before simulating them.
     """
     model = w.model
-    layers = model.num_layers // plan.pp
+    split = layer_split(model.num_layers, plan)
+    layers = sum(split[c * plan.pp] for c in range(plan.chunks))  # stage 0
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
     wb, gb, ob = state_bytes_per_param(plan)
     acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan)

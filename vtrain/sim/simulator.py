@@ -11,10 +11,10 @@ from vtrain.cost.base import CostModel
 from vtrain.graph.builder import build_model_graph
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.engine import PipelineRun
-from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
+from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule
-from vtrain.sim.stage_costs import StageCosts, build_stage_costs
+from vtrain.sim.stage_costs import COMM_GROUPS, StageCosts, build_stage_costs
 from vtrain.sim.tail import Event, StageTail, simulate_tail
 from vtrain.workload.enums import Recompute
 from vtrain.workload.partition import StagePartition, partition
@@ -44,10 +44,12 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
     m = w.plan.num_microbatches
     passes = sc.forward[s] + sc.backward[s]
     compute = m * sum(c.gpu_compute_s for c in passes)
-    tp = m * sum(c.comm_s for c in passes)
+    in_pass = m * sum(c.comm_s for c in passes)
     overhead = w.stack.iteration_overhead_s
-    groups = {"tp": tp, "pp": pipe.p2p_s[s], "dp": tail.dp_exposed_s + tail.param_gather_s,
-              "embedding": tail.embedding_s}
+    groups = {g: m * sum(c.comm_by_group[i] for c in passes) for i, g in enumerate(COMM_GROUPS)}
+    groups["tp"] += in_pass - sum(groups.values())  # in-pass collectives of no listed group count as TP
+    groups.update(pp=pipe.p2p_s[s], dp=tail.dp_exposed_s + tail.param_gather_s, embedding=tail.embedding_s)
+    tp = in_pass
     exposed = sum(groups.values())
     host_wait = pipe.host_s[s] + overhead
     bubble = pipe.bubble_s[s] + tail.sync_wait_s
@@ -56,9 +58,11 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
         q = part.position(s, c)
         pp_busy += m * ((sc.p2p_fwd_s[q + 1] if q + 1 < part.positions else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
     host_busy = m * sum(c.host_s for c in passes) + overhead
+    side = m * sum(c.side_comm_s for c in passes)
     streams = (
-        StreamUsage(Stream.COMPUTE.value, {"compute": compute, "tp_comm": tp, "optimizer": tail.optimizer_s},
+        StreamUsage(Stream.COMPUTE.value, {"compute": compute, "in_stream_comm": tp, "optimizer": tail.optimizer_s},
                     max(0.0, iteration - compute - tp - tail.optimizer_s)),
+        StreamUsage(Stream.FSDP.value, {"fsdp": side}, max(0.0, iteration - side)),
         StreamUsage(Stream.DATA_PARALLEL.value, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
         StreamUsage(Stream.PIPELINE.value, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
         StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
@@ -70,19 +74,25 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
 
 
 def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
-    model, plan = w.model, w.plan
+    model, plan, stack = w.model, w.plan, w.stack
     act_layer = layer_activation_bytes(model, plan)
     w_b, g_b, o_b = state_bytes_per_param(plan)
-    logits_bytes = plan.micro_batch_size * plan.seq_len * model.vocab_shard(plan.tp) * (plan.dtype_bytes + 4)
+    tokens = plan.tokens_per_rank
+    logits_bytes = tokens * model.vocab_shard(plan.tp) * (plan.dtype_bytes + 4)
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
     last = (part.positions - 1) % plan.pp
+    # Transformer Engine keeps an FP8 copy of each weight and its transpose across micro-batches
+    fp8_cache = 2.0 if plan.precision.low and stack.fp8_weight_cache and plan.sharding_stage < 3 else 0.0
     out = []
     for s in range(plan.pp):
         params = part.stage_params(s)
+        layers = part.stage_layers(s)
+        gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan)
         out.append(MemoryBreakdown(
-            weights_bytes=params * w_b, gradients_bytes=params * g_b, optimizer_bytes=params * o_b,
-            activations_bytes=inflight_layers(plan, s, part.stage_layers(s)) * act_layer + working,
-            other_bytes=w.stack.memory_reserved_bytes + (logits_bytes if s == last else 0.0)))
+            weights_bytes=params * w_b + gathered_w + fp8_cache * layers * part.layer_params,
+            gradients_bytes=params * g_b + gathered_g, optimizer_bytes=params * o_b,
+            activations_bytes=inflight_layers(plan, s, layers) * act_layer + working,
+            other_bytes=stack.memory_reserved_bytes + (logits_bytes if s == last else 0.0)))
     return out
 
 
@@ -107,14 +117,15 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     gpu = cluster.gpu
     part = partition(model, plan)
     comm: CommPlan = build_comm_plan(w, part)
-    graph = build_model_graph(model, plan, comm.tp)
-    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s)
+    graph = build_model_graph(model, plan, comm.tp, comm.cp)
+    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s, gpu.overlap_slowdown)
     m = plan.num_microbatches
     durations = sc.durations()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), sc.latencies(),
                              sc.host_times(), full=full)
-    end, tails = simulate_tail(pipe, durations, part, comm, cost, plan.dp, plan.distributed_optimizer, keep_trace)
+    drain = [max((b.side_tail_s for b in sc.backward[s]), default=0.0) for s in range(plan.pp)]
+    end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
     iteration = end + stack.iteration_overhead_s
 
     mems = _memory(w, part)

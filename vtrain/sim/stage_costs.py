@@ -8,16 +8,19 @@ ms per layer in Megatron), large ones GPU-bound, with the soft transition real r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.builder import ModelGraph, PassOps
-from vtrain.graph.ops import Collective
+from vtrain.graph.ops import Collective, FlashAttention, Gemm
 from vtrain.workload.partition import StagePartition
 
-Timed = Tuple[float, float, bool, float]  # (GPU time, host issue time, is a collective, FLOPs)
+# (time on the compute stream, host issue time, exposed-communication part of that time, FLOPs, group index)
+Timed = Tuple[float, float, float, float, int]
+COMM_GROUPS = ("tp", "cp", "fsdp", "ep")  # exposed communication inside passes, by group (index + 1)
+_GROUP_INDEX = {g: i + 1 for i, g in enumerate(COMM_GROUPS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +32,14 @@ class PassCost:
     E_i = max(H_i, E_{i-1}) + g_i unrolls exactly to that max-plus form.
     """
 
-    gpu_compute_s: float  # sum of kernel times
-    comm_s: float  # TP collectives on the compute stream (exposed: the next kernel waits for them)
+    gpu_compute_s: float  # kernel time (with the slowdown of overlapped communication)
+    comm_s: float  # communication the compute stream waits for: in-stream collectives, exposed overlap parts
     latency_s: float  # host start to GPU end when the GPU is idle (host-bound path)
     host_s: float  # host time to issue the whole pass
     flops: float
+    comm_by_group: Tuple[float, ...] = (0.0,) * len(COMM_GROUPS)  # comm_s split by COMM_GROUPS
+    side_comm_s: float = 0.0  # busy time of the side stream (FSDP gathers and reduce-scatters)
+    side_tail_s: float = 0.0  # side-stream work still running when the pass ends on the compute stream
 
     @property
     def gpu_s(self) -> float:
@@ -50,6 +56,17 @@ class PassCost:
         return max(0.0, self.latency_s - self.gpu_s)
 
 
+@dataclass(frozen=True, slots=True)
+class SideStream:
+    """Per-layer work of a repeated part on a second stream (FSDP / ZeRO-3, after FSDP2 and DeepSpeed):
+    the layer's parameters are all-gathered one layer ahead (``gather_s``, prefetched while the previous
+    layer computes; the first is exposed) and, in backward, its gradients reduce-scattered after it
+    (``reduce_s``, not waited for until the end of the iteration)."""
+
+    gather_s: float = 0.0
+    reduce_s: float = 0.0
+
+
 _IDLE = -1e30  # GPU free since long ago: the recurrence then yields the host-bound latency
 
 
@@ -58,68 +75,135 @@ class _LaunchQueue:
     it at max(H_i, E_{i-1}) (stream order). NCCL collectives are enqueued the same way (the host does
     not wait for them); on the GPU they take their communication time in stream order, so the host
     hides them when it is the bottleneck. (A blocking variant, host waiting for every collective, fit
-    the A100 measurements worse: 11.1% vs 8.9% MAPE.)"""
+    the A100 measurements worse: 11.1% vs 8.9% MAPE.) A side stream runs FSDP's gathers and reductions."""
 
-    __slots__ = ("host", "gpu", "compute", "comm", "flops")
+    __slots__ = ("host", "gpu", "compute", "comm", "flops", "groups", "side", "pending", "side_busy")
 
     def __init__(self, host_start_s: float = 0.0) -> None:
         self.host = host_start_s
         self.gpu = _IDLE
         self.compute = self.comm = self.flops = 0.0
+        self.groups = [0.0] * (len(COMM_GROUPS) + 1)
+        self.side = _IDLE  # when the side stream is free
+        self.pending = _IDLE  # when the gather of the next layer completes
+        self.side_busy = 0.0
 
-    def run(self, timed: Sequence[Timed]) -> None:
+    def state(self) -> Tuple[float, ...]:
+        return (self.host, self.gpu, self.side, self.pending, self.compute, self.comm, self.flops, self.side_busy,
+                *self.groups)
+
+    def set_state(self, x: Sequence[float]) -> None:
+        self.host, self.gpu, self.side, self.pending, self.compute, self.comm, self.flops, self.side_busy = x[:8]
+        self.groups = list(x[8:])
+
+    def run(self, timed: Sequence[Timed], side: SideStream) -> None:
         host, gpu = self.host, self.gpu
+        if side.gather_s:  # wait for this layer's gather, then prefetch the next layer's
+            if self.pending == _IDLE:  # the first layer of the pass: gathered now, exposed
+                self.side = max(self.side, host) + side.gather_s
+                self.pending = self.side
+                self.side_busy += side.gather_s
+            start = max(gpu, host)
+            if self.pending > start:
+                wait = self.pending - start
+                self.comm += wait
+                self.groups[_GROUP_INDEX["fsdp"]] += wait
+                gpu = self.pending
+            self.side = max(self.side, start) + side.gather_s
+            self.pending = self.side
+            self.side_busy += side.gather_s
         compute = comm = flops = 0.0
-        for t, h, is_comm, f in timed:
+        groups = self.groups
+        for t, h, c, f, g in timed:
             host += h
             gpu = (host if host > gpu else gpu) + t
-            if is_comm:
-                comm += t
-            else:
-                compute += t
+            comm += c
+            compute += t - c
             flops += f
+            if g:
+                groups[g] += c
+        if side.reduce_s:
+            self.side = max(self.side, gpu) + side.reduce_s
+            self.side_busy += side.reduce_s
         self.compute += compute
         self.comm += comm
         self.flops += flops
         self.host, self.gpu = host, gpu
 
 
-def _timed(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> List[Timed]:
+def _overlapped_s(compute_s: float, comm_s: float, chunks: int, slowdown: float) -> float:
+    """A compute op pipelined with a collective split into ``chunks``: the longer of the two, plus one
+    chunk of the shorter (pipeline fill/drain), and the compute slowed by ``slowdown`` while both run
+    (the SMs the communication kernels take; Wang et al. 2022, "Overlap communication with dependent
+    computation via decomposition", and TE userbuffers' design)."""
+    both = min(compute_s, comm_s)
+    return max(compute_s + slowdown * both, comm_s) + both / max(1, chunks)
+
+
+def _timed(ops: PassOps, cost: CostModel, where: Dict[str, GroupPlacement], slowdown: float) -> List[Timed]:
     out: List[Timed] = []
-    for op in ops.ops:
+    items = list(ops.ops)
+    paired: Dict[int, int] = {}  # compute op index -> collective index overlapped with it
+    for i, op in enumerate(items):
+        if isinstance(op, Collective) and op.overlap:
+            step = 1 if op.overlap == "next" else -1
+            j = i + step
+            while 0 <= j < len(items) and not isinstance(items[j], (Gemm, FlashAttention)):
+                j += step
+            if 0 <= j < len(items):
+                paired[j] = i
+    merged = set(paired.values())
+    for i, op in enumerate(items):
+        if i in merged:
+            continue
         if isinstance(op, Collective):
-            out.append((cost.collective_time_s(op, tp_where), cost.collective_host_time_s(op), True, 0.0))
+            t_c = cost.collective_time_s(op, where[op.group.value])
+            out.append((t_c, cost.collective_host_time_s(op), t_c, 0.0, _GROUP_INDEX.get(op.group.value, 0)))
+            continue
+        t = cost.compute_time_s(op)
+        h = cost.host_time_s(op.kernels)
+        if i in paired:
+            coll = items[paired[i]]
+            assert isinstance(coll, Collective)
+            t_c = cost.collective_time_s(coll, where[coll.group.value])
+            total = _overlapped_s(t, t_c, coll.chunks, slowdown)
+            exposed = max(0.0, total - t - slowdown * min(t, t_c))
+            out.append((total, h + cost.collective_host_time_s(coll), exposed, op.flops,
+                        _GROUP_INDEX.get(coll.group.value, 0)))
         else:
-            out.append((cost.compute_time_s(op), cost.host_time_s(op.kernels), False, op.flops))
+            out.append((t, h, 0.0, op.flops, 0))
     return out
 
 
-def price_chunk(parts: Sequence[Tuple[List[Timed], int]], host_start_s: float) -> PassCost:
-    """Run the launch queue over (ops, repeat) parts. A repeated part (the transformer layers) reaches a
-    periodic state after a few repeats; the rest is extrapolated exactly from the last period.
+def price_chunk(parts: Sequence[Tuple[List[Timed], int, SideStream]], host_start_s: float) -> PassCost:
+    """Run the launch queue over (ops, repeat, side stream) parts. A repeated part (the transformer
+    layers) reaches a periodic state after a few repeats; the rest is extrapolated exactly from the last
+    period.
 
     Host and GPU resynchronise at every part and layer boundary: the host does not run ahead of the GPU
     into the next layer. The measured runs show it: per-layer costs add (the logits GEMM of the head
     is not hidden behind host-bound layers), and a queue that runs ahead across layers fits the 1,440
     A100 runs worse (8.7% vs 7.5% MAPE after refitting; README, Accuracy)."""
     q = _LaunchQueue(host_start_s)
-    for timed, repeat in parts:
+    for timed, repeat, side in parts:
         done = 0
-        prev = None
+        prev: Optional[Tuple[float, ...]] = None
         while done < repeat:
             if q.gpu > q.host:  # layer boundary: the host waits for the GPU (see price_chunk)
                 q.host = q.gpu
-            before = (q.host, q.gpu, q.compute, q.comm, q.flops)
-            q.run(timed)
+            before = q.state()
+            q.run(timed, side)
             done += 1
-            delta = tuple(a - b for a, b in zip((q.host, q.gpu, q.compute, q.comm, q.flops), before))
-            if prev is not None and abs(delta[0] - prev[0]) < 1e-12 and abs(delta[1] - prev[1]) < 1e-12:
+            after = q.state()
+            delta = tuple(a - b for a, b in zip(after, before))
+            if prev is not None and all(abs(x - y) < 1e-12 for x, y in zip(delta[:4], prev[:4])):
                 k = repeat - done
-                q.host, q.gpu = q.host + k * delta[0], q.gpu + k * delta[1]
-                q.compute, q.comm, q.flops = q.compute + k * delta[2], q.comm + k * delta[3], q.flops + k * delta[4]
+                q.set_state([a + k * d for a, d in zip(after, delta)])
                 break
             prev = delta
-    return PassCost(q.compute, q.comm, max(q.gpu, 0.0), q.host, q.flops)
+    end = max(q.gpu, 0.0)
+    groups = tuple(q.groups[1:])
+    return PassCost(q.compute, q.comm, end, q.host, q.flops, groups, q.side_busy, max(0.0, q.side - end))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +240,25 @@ class StageCosts:
 
 
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
-                      microbatch_overhead_s: float) -> StageCosts:
+                      microbatch_overhead_s: float, overlap_slowdown: float = 0.0) -> StageCosts:
     p, v = part.p, part.v
-    tp_where = comm.tp_where
-    layer_f = _timed(graph.layer.forward, cost, tp_where)
-    layer_b = _timed(graph.layer.recompute, cost, tp_where) + _timed(graph.layer.backward, cost, tp_where)
-    emb_f, emb_b = _timed(graph.embedding.forward, cost, tp_where), _timed(graph.embedding.backward, cost, tp_where)
-    head_f, head_b = _timed(graph.head.forward, cost, tp_where), _timed(graph.head.backward, cost, tp_where)
+    where = comm.where()
+
+    def timed(ops: PassOps) -> List[Timed]:
+        return _timed(ops, cost, where, overlap_slowdown)
+
+    layer_f = timed(graph.layer.forward)
+    layer_b = timed(graph.layer.recompute) + timed(graph.layer.backward)
+    emb_f, emb_b = timed(graph.embedding.forward), timed(graph.embedding.backward)
+    head_f, head_b = timed(graph.head.forward), timed(graph.head.backward)
+    side_f, side_b = SideStream(), SideStream()
+    if comm.fsdp is not None:  # ZeRO-3: per-layer gathers (forward, backward again unless kept) and reductions
+        fw = comm.fsdp_where
+        g = cost.collective_time_s(comm.fsdp.gather, fw)
+        side_f = SideStream(gather_s=g)
+        side_b = SideStream(gather_s=g if comm.fsdp.regather else 0.0,
+                            reduce_s=cost.collective_time_s(comm.fsdp.reduce, fw))
+    none = SideStream()
     priced: Dict[Tuple[bool, bool, int], Tuple[PassCost, PassCost]] = {}
     last = part.positions - 1
     forward, backward = [], []
@@ -173,15 +269,17 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
             key = (q == 0, q == last, part.layers[q])
             if key not in priced:
                 first, is_last, n = key
-                fparts = ([(emb_f, 1)] if first else []) + [(layer_f, n)] + ([(head_f, 1)] if is_last else [])
-                bparts = ([(head_b, 1)] if is_last else []) + [(layer_b, n)] + ([(emb_b, 1)] if first else [])
+                fparts = ([(emb_f, 1, none)] if first else []) + [(layer_f, n, side_f)] + \
+                    ([(head_f, 1, none)] if is_last else [])
+                bparts = ([(head_b, 1, none)] if is_last else []) + [(layer_b, n, side_b)] + \
+                    ([(emb_b, 1, none)] if first else [])
                 priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0))
             f, b = priced[key]
             f_row.append(f)
             b_row.append(b)
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
-    gather_s = cost.collective_time_s(comm.p2p_gather, tp_where) if comm.p2p_gather is not None else 0.0
+    gather_s = cost.collective_time_s(comm.p2p_gather, comm.tp_where) if comm.p2p_gather is not None else 0.0
     p2p_f = [0.0] * part.positions
     p2p_b = [0.0] * part.positions
     for q in range(1, part.positions):

@@ -11,9 +11,10 @@ from typing import Dict, List, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
-from vtrain.graph.ops import Collective
+from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.sim.pipeline import PipelineResult
 from vtrain.workload.partition import StagePartition
+from vtrain.workload.plan import ParallelPlan
 
 Event = Tuple[str, str, float, float]  # (stream, name, start, end)
 _MAX_BUCKET_EVENTS = 32  # timeline: consecutive buckets drawn as one bar beyond this many per chunk
@@ -54,11 +55,14 @@ def _bucketed_ready(coll: Collective, chunk: int, start_s: float, dur_s: float, 
 
 
 def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StagePartition, comm: CommPlan,
-                  cost: CostModel, dp: int, sharded_optimizer: bool, keep_events: bool
+                  cost: CostModel, plan: ParallelPlan, drain_s: Sequence[float], keep_events: bool
                   ) -> Tuple[float, List[StageTail]]:
     """(end of the iteration, per-stage tail). ``durations`` are the passes' compute-stream times;
-    ``sharded_optimizer``: optimizer states sharded over DP (each rank steps 1/dp of the parameters)."""
+    ``drain_s`` per stage: side-stream work (ZeRO-3 reduce-scatters) still running after the last pass.
+    The optimizer steps the parameters each rank holds: 1/(dp_shard x cp) of them from ZeRO stage 1 on."""
     p, cs = part.p, pipe.schedule
+    reducers = plan.dp * plan.cp
+    shard = float(plan.dp_shard * plan.cp if plan.sharding_stage >= 1 else 1)
     priced: Dict[Tuple[str, float], float] = {}  # middle stages hold identical chunks: price each size once
 
     def dp_time(kind: Collective, nbytes: float) -> float:
@@ -73,8 +77,9 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     events: List[List[Event]] = [[] for _ in range(p)]
     for s in range(p):
         end_s = pipe.stage_end[s]
-        cur = end_s
-        if dp > 1:
+        cur = end_s + drain_s[s]
+        dp_busy[s] += drain_s[s]
+        if reducers > 1 and any(c.bytes > 0 for c in comm.grad_reduce[s]):
             cur = 0.0
             chunks = sorted((pipe.last_bwd_end[s][c], c) for c in range(part.v))
             for last_end, c in chunks:
@@ -93,7 +98,7 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
                     dp_busy[s] += t
                     if keep_events:
                         events[s].append((Stream.DATA_PARALLEL.value, f"dp {coll.kind.value} chunk{c}", start, cur))
-            cur = max(cur, end_s)
+            cur = max(cur, end_s + drain_s[s])
         ready.append(cur)
     dp_ready = list(ready)
     emb_wait = [0.0] * p
@@ -111,11 +116,13 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     barrier = max(ready)
     ends, opt, ag = [], [], []
     for s in range(p):
-        params = part.stage_params(s)
-        shard = params / dp if sharded_optimizer else params
-        t_opt = cost.optimizer_time_s(shard)
+        t_opt = cost.optimizer_time_s(part.stage_params(s) / shard)
         gather = comm.param_gather[s]
         t_ag = dp_time(gather, gather.bytes) if gather is not None else 0.0
+        if plan.overlap_param_gather and reducers > 1:  # hidden behind the next forward but its first bucket
+            bucket = min(part.stage_params(s) * plan.dtype_bytes, comm.bucket_bytes)
+            t_ag = dp_time(Collective("dp.param_gather.first_bucket", CollectiveKind.ALL_GATHER, bucket, Group.DP,
+                                      reducers), bucket)
         dp_busy[s] += t_ag
         if keep_events:
             events[s].append((Stream.COMPUTE.value, "optimizer step", barrier, barrier + t_opt))

@@ -24,9 +24,44 @@ class Recompute(StrEnum):
 
 
 class Precision(StrEnum):
+    """The GEMM precision of the linear layers. The low precisions keep activations, norms, softmax and
+    (unless ``training.fp8_attention``) attention in bf16 and the optimizer in fp32 with master weights
+    (Transformer Engine, torchao float8): only the linear layers' GEMMs run at the format's peak."""
+
     FP16 = "fp16"
     BF16 = "bf16"
     FP32 = "fp32"
+    FP8 = "fp8"  # per-tensor scales, delayed or current (TE's default recipe, torchao tensorwise)
+    FP8_ROWWISE = "fp8_rowwise"  # torchao rowwise: one scale per row
+    FP8_BLOCKWISE = "fp8_blockwise"  # 1x128 activation / 128x128 weight blocks (DeepSeek-V3, TE Float8BlockScaling)
+    MXFP8 = "mxfp8"  # OCP microscaling, 32-element blocks with E8M0 scales (Blackwell tensor cores)
+    NVFP4 = "nvfp4"  # NVIDIA FP4, 16-element blocks with FP8 scales (Blackwell tensor cores)
+
+    @property
+    def low(self) -> bool:
+        """An 8- or 4-bit GEMM format (activations stay bf16)."""
+        return self.value not in ("fp16", "bf16", "fp32")
+
+    @property
+    def activation(self) -> "Precision":
+        """The precision of activations, norms, softmax and attention."""
+        return Precision.BF16 if self.low else self
+
+    @property
+    def peak_key(self) -> str:
+        """The ``gpu.peak_tflops`` entry the GEMMs run at: per-tensor, rowwise and blockwise FP8 all run on
+        the FP8 tensor cores; MXFP8 and NVFP4 need Blackwell's microscaling tensor cores."""
+        return "fp8" if self.value.startswith("fp8") else self.value
+
+    @property
+    def gemm_operand_bytes(self) -> float:
+        """Bytes per GEMM operand element (scales excluded)."""
+        return {"fp32": 4.0, "nvfp4": 0.5}.get(self.value, 1.0 if self.low else 2.0)
+
+
+class CpComm(StrEnum):
+    P2P = "p2p"  # ring attention: KV blocks passed around the CP ring, overlapped with attention (Megatron-Core)
+    ALLGATHER = "allgather"  # KV all-gathered before attention (Llama 3's CP)
 
 
 class NormType(StrEnum):

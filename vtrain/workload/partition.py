@@ -58,15 +58,53 @@ class StagePartition:
         return self.word_embedding_params if self.tied and self.p > 1 else 0.0
 
 
+def layer_split(num_layers: int, plan: ParallelPlan) -> Tuple[int, ...]:
+    """Transformer layers per pipeline position q = c·p + s (length p·v).
+
+    - ``first_stage_layers`` / ``last_stage_layers`` (Megatron-Core's --decoder-first/last-pipeline-num-layers):
+      those stages hold that many, the other stages split the rest evenly (over their chunks);
+    - otherwise, layers that do not divide by p·v are spread one per position from the first (DeepSpeed's
+      uniform partition); ``account_for_embedding`` / ``account_for_loss`` (Megatron's
+      --account-for-embedding/loss-in-pipeline-split) count the embedding as one layer of the first
+      position and the output layer + loss as one of the last, so those positions get one transformer
+      layer less.
+    Rules (what divides what) are checked by :func:`vtrain.config.validate.check_plan`.
+    """
+    p, v = plan.pp, plan.chunks
+    n = p * v
+    if p == 1:
+        return (num_layers,)
+    first, last = plan.first_stage_layers, plan.last_stage_layers
+    if first or last:
+        counts = [0] * n
+        fixed = {0: first, p - 1: last}
+        middle = [s for s in range(p) if not fixed.get(s)]
+        rest = num_layers - sum(fixed.values())
+        per = rest // (len(middle) * v) if middle else 0
+        for s in range(p):
+            for c in range(v):
+                stage_total = fixed.get(s) or per * v
+                counts[c * p + s] = stage_total // v + (1 if c < stage_total % v else 0)
+        return tuple(counts)
+    extra = int(plan.account_for_embedding) + int(plan.account_for_loss)
+    total = num_layers + extra
+    base, rem = divmod(total, n)
+    counts = [base + (1 if q < rem else 0) for q in range(n)]
+    if plan.account_for_embedding:
+        counts[0] -= 1
+    if plan.account_for_loss:
+        counts[-1] -= 1
+    return tuple(counts)
+
+
 def partition(model: ModelSpec, plan: ParallelPlan) -> StagePartition:
-    """Layers split evenly over the p·v positions (the rule check_plan enforces today)."""
+    """Layers per position (:func:`layer_split`) and parameters per GPU."""
     p, v, t = plan.pp, plan.chunks, plan.tp
-    per = model.num_layers // (p * v)
     layer_params = (model.attention_params() + model.mlp_params()) / t + 2 * model.norm_params()
     word = float(model.vocab_shard(t) * model.hidden_size)
     emb = model.embedding_params() - model.vocab_shard(1) * model.hidden_size + word
     tied_split = model.tied_embeddings and p > 1  # the last stage holds its own copy of the tied matrix
     head = model.norm_params() + (word if (not model.tied_embeddings or tied_split) else 0.0)
-    return StagePartition(p=p, v=v, layers=tuple([per] * (p * v)), layer_params=layer_params,
+    return StagePartition(p=p, v=v, layers=layer_split(model.num_layers, plan), layer_params=layer_params,
                           embedding_params=float(emb), head_params=float(head), word_embedding_params=word,
                           tied=model.tied_embeddings)

@@ -5,8 +5,8 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Dict
 
-from vtrain.workload.enums import Precision, Recompute, Schedule
-from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, spec
+from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
+from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Domain, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
 
@@ -26,7 +26,34 @@ class ParallelPlan:
                                doc="model chunks per stage of the interleaved schedule")
     recompute: Recompute = spec(Recompute.NONE, group=PAR, doc="activation recomputation")
     sequence_parallel: bool = spec(False, group=PAR, doc="Megatron sequence parallelism (needs tp > 1)")
-    distributed_optimizer: bool = spec(False, group=PAR, doc="ZeRO-1: optimizer states sharded over dp")
+    distributed_optimizer: bool = spec(False, group=PAR,
+                                       doc="Megatron's distributed optimizer = zero_stage 1 (kept for configs)")
+    zero_stage: int = spec(0, group=PAR, domain=Domain(lo=0, hi=3, integer=True),
+                           doc="0: replicated; 1: optimizer states, 2: + gradients, 3: + parameters (FSDP) "
+                               "sharded over the data-parallel group")
+    fsdp_shard_size: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+                                doc="hybrid sharding: shard within groups of this many DP ranks, replicate "
+                                    "across them (0: the whole DP group)")
+    reshard_after_forward: bool = spec(True, group=PAR,
+                                       doc="ZeRO-3: free the gathered parameters after forward (gather again "
+                                           "for backward)")
+    overlap_param_gather: bool = spec(False, group=PAR,
+                                      doc="ZeRO-1/2: the parameter all-gather overlaps the next forward "
+                                          "(Megatron --overlap-param-gather)")
+    cp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="context-parallel degree (sequence split)")
+    cp_comm: CpComm = spec(CpComm.P2P, group=PAR, doc="context-parallel attention: p2p (ring, KV exchange "
+                                                      "overlapped) | allgather (KV gathered before attention)")
+    first_stage_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+                                   doc="layers of the first pipeline stage (0: even split)")
+    last_stage_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+                                  doc="layers of the last pipeline stage (0: even split)")
+    account_for_embedding: bool = spec(False, group=PAR,
+                                       doc="the embedding counts as one layer of the first stage in the split")
+    account_for_loss: bool = spec(False, group=PAR,
+                                  doc="the output layer and loss count as one layer of the last stage")
+    tp_comm_overlap: bool = spec(False, group=PAR,
+                                 doc="TP all-gather/reduce-scatter split into chunks pipelined with their GEMMs "
+                                     "(TE userbuffers, torchtitan async TP); needs sequence_parallel")
     overlap_grad_reduce: bool = spec(True, group=PAR,
                                      doc="bucketed DP gradient reduction overlapped with the backward pass")
     grad_bucket_mib: float = spec(40.0, group=PAR, unit="MiB", domain=POSITIVE, doc="DP gradient bucket size")
@@ -35,6 +62,7 @@ class ParallelPlan:
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
     optimizer: str = spec("adam", group=TRAIN, doc="Adam with fp32 master weights")
     flash_attention: bool = spec(True, group=TRAIN, doc="fused attention kernel (no s^2 score tensors in HBM)")
+    fp8_attention: bool = spec(False, group=TRAIN, doc="attention in FP8 too (with a low precision)")
     tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=POSITIVE,
                                   doc="tokens of the whole training run (time and cost to train)")
 
@@ -44,7 +72,7 @@ class ParallelPlan:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def num_microbatches(self) -> int:
@@ -58,7 +86,23 @@ class ParallelPlan:
 
     @property
     def dtype_bytes(self) -> int:
+        """Bytes per activation element (bf16 with the low-precision GEMM formats)."""
         return 4 if self.precision == Precision.FP32 else 2
+
+    @property
+    def sharding_stage(self) -> int:
+        """The ZeRO stage in effect: ``zero_stage``, at least 1 with the distributed optimizer."""
+        return max(self.zero_stage, 1 if self.distributed_optimizer else 0)
+
+    @property
+    def dp_shard(self) -> int:
+        """Ranks the sharded states are split over: the DP group, or its hybrid-sharding subgroup."""
+        return min(self.fsdp_shard_size, self.dp) if self.fsdp_shard_size else self.dp
+
+    @property
+    def tokens_per_rank(self) -> int:
+        """Tokens of one micro-batch on one rank of a context-parallel group."""
+        return self.micro_batch_size * self.seq_len // self.cp
 
     def as_dict(self) -> Dict[str, Any]:
         """Plain values (enums as their strings), with the derived micro-batch count: JSON, CSV, labels."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, spec
+from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Domain, spec
 
 GIB = 2**30  # binary gibibyte, for capacities
 GB = 10**9  # SI gigabyte, for bandwidths
@@ -33,6 +33,9 @@ class GpuSpec:
                                        doc="batched attention GEMMs and fused attention, relative to GEMMs")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="minimum GPU time of one kernel")
+    overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
+                                   doc="compute slowdown while an overlapped collective runs beside it (the SMs "
+                                       "its kernels take)")
     tdp_w: float = spec(400.0, unit="W", domain=POSITIVE, doc="board power limit (datasheet TDP)")
     idle_w: float = spec(60.0, unit="W", domain=NON_NEGATIVE, doc="power drawn by an idle GPU")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'datasheet: ...', 'fitted: <data>' "

@@ -1,0 +1,37 @@
+"""Communication of sharded data parallelism (ZeRO stage 3 / FSDP): per transformer layer and micro-batch,
+the layer's parameters are all-gathered over the shard group before its forward (and again before its
+backward when they were freed after forward: FSDP's reshard_after_forward, DeepSpeed's default), and its
+gradients reduce-scattered after its backward (Rajbhandari et al. 2020, Sec. 5.3; PyTorch FSDP2). With
+hybrid sharding (``fsdp_shard_size`` < dp) the reduced shard is then all-reduced across the replicas.
+Parameters travel in the activation dtype (bf16; torchao's optional FP8 all-gather is not modelled),
+gradients in the reduce dtype (fp32 with bf16).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from vtrain.graph.ops import Collective, CollectiveKind, Group
+from vtrain.workload.plan import ParallelPlan
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpComms:
+    gather: Collective  # one layer's parameters, per forward (and backward when ``regather``)
+    reduce: Collective  # one layer's gradients, per backward
+    replica_reduce: Optional[Collective]  # hybrid sharding: the reduced shard all-reduced across replicas
+    regather: bool
+
+
+def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float) -> FsdpComms:
+    shard = plan.dp_shard * plan.cp
+    gather = Collective("fsdp.param_gather", CollectiveKind.ALL_GATHER, layer_params * plan.dtype_bytes, Group.DP,
+                        shard)
+    reduce = Collective("fsdp.grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, layer_params * grad_bytes,
+                        Group.DP, shard)
+    replicas = plan.dp // plan.dp_shard
+    replica = None
+    if replicas > 1:
+        replica = Collective("fsdp.grad_replica_all_reduce", CollectiveKind.ALL_REDUCE,
+                             layer_params * grad_bytes / shard, Group.DP, replicas)
+    return FsdpComms(gather, reduce, replica, plan.reshard_after_forward)
