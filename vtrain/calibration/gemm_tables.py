@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares  # type: ignore[import-untyped]
 
 DATA = Path(str(resources.files("vtrain") / "data" / "modern_gpus"))
 GEMM_TABLE = "xla_gemm_perf_table_h100_b200.csv"
@@ -47,7 +47,7 @@ class GemmTable:
 
     @property
     def flops(self) -> np.ndarray:
-        return 2.0 * self.b * self.m * self.n * self.k
+        return np.asarray(2.0 * self.b * self.m * self.n * self.k, dtype=float)
 
     def where(self, mask: np.ndarray) -> "GemmTable":
         return replace(self, b=self.b[mask], m=self.m[mask], n=self.n[mask], k=self.k[mask],
@@ -130,11 +130,11 @@ def predict_s(p: GemmParams, t: GemmTable, hw: Hardware) -> np.ndarray:
     tiles = np.ceil(t.m / TILE) * np.ceil(t.n / TILE) * t.b
     wave = tiles / (np.ceil(tiles / hw.sms) * hw.sms)
     eta = eta * wave ** p.wave_exponent  # all table dimensions are 16-byte aligned: no alignment factor
-    return p.fixed_time_s + t.flops / (hw.peak_tflops * 1e12 * eta)
+    return np.asarray(p.fixed_time_s + t.flops / (hw.peak_tflops * 1e12 * eta), dtype=float)
 
 
 def errors_pct(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
-    return np.abs(pred / meas - 1.0) * 100
+    return np.asarray(np.abs(pred / meas - 1.0) * 100, dtype=float)
 
 
 def _fit(residuals: Callable[[np.ndarray], np.ndarray], x0: Sequence[float], lo: Sequence[float],
