@@ -81,3 +81,20 @@ def test_shipped_p2p_reproduces_collective_permute():
     med, p90 = _errors(pred, t.time_s)
     print(f"h100x1024 p2p (collective-permute): median {med:.1f}%, p90 {p90:.1f}%")
     assert med <= 15.0
+
+
+def test_yaml_update_keeps_comments_and_is_idempotent(tmp_path):
+    from vtrain.calibration.yaml_write import update_yaml
+
+    path = tmp_path / "g.yaml"
+    path.write_text("# a comment\nname: g\ngemm_max_efficiency: 0.7\nprovenance:\n  peaks: \"datasheet\"\n")
+    values = {"gemm_max_efficiency": 0.9077, "gemm_efficiency_by_precision": {"bf16": 0.9077, "fp8": 0.8},
+              "gemm_fixed_time_s": 5.15e-6}
+    update_yaml(path, values, {"gemm_max_efficiency": "fitted: table"})
+    once = path.read_text()
+    update_yaml(path, values, {"gemm_max_efficiency": "fitted: table"})
+    assert path.read_text() == once
+    assert once.startswith("# a comment\n") and "gemm_max_efficiency: 0.9077\n" in once
+    assert "gemm_efficiency_by_precision: {bf16: 0.9077, fp8: 0.8}\n" in once
+    assert once.index("gemm_fixed_time_s") < once.index("provenance:")  # new keys go before provenance
+    assert '  gemm_max_efficiency: "fitted: table"\n' in once and '  peaks: "datasheet"' in once
