@@ -50,3 +50,75 @@ def test_host_waits_for_gpu_at_layer_boundaries():
     cost = price_chunk([(layer, 4, SideStream())], 0.0)
     assert cost.latency_s == pytest.approx(4 * 2.1)
     assert cost.gpu_s == pytest.approx(4 * 1.1)
+
+
+# --- the GEMM curve per GPU and precision (vtrain/cost/gemm.py) -------------------------------------------
+def _gpu(**kw):
+    from vtrain.workload.system import GpuSpec
+
+    base = dict(name="t", peak_tflops={"bf16": 1000.0, "fp8": 2000.0, "fp32": 60.0}, hbm_capacity_gib=80.0,
+                hbm_bandwidth_gb_per_s=3000.0, num_sms=100, gemm_max_efficiency=0.8, gemm_half_efficiency_dim=10.0)
+    base.update(kw)
+    return GpuSpec(**base)
+
+
+def test_gemm_curve_legacy_form_is_the_a100_formula():
+    from vtrain.cost.gemm import GemmCurve, wave_efficiency
+
+    w, cost = _model()
+    gpu = w.cluster.gpu
+    c = GemmCurve.for_gpu(gpu, w.plan.precision.value)
+    m, n, k = 4096, 2048, 1024
+    g = [d / (d + gpu.gemm_half_efficiency_dim) for d in (m, n, k)]
+    expected = gpu.gemm_max_efficiency * g[0] * g[1] * g[2] * wave_efficiency(m, n, 1, gpu.num_sms)
+    assert c.efficiency(m, n, k) == expected
+    assert c.fixed_time_s == 0.0 and c.half_k == c.half_mn == gpu.gemm_half_efficiency_dim
+
+
+def test_gemm_curve_hand_computed_with_k_term_fixed_time_and_wave_exponent():
+    from vtrain.cost.gemm import GemmCurve
+
+    gpu = _gpu(gemm_half_efficiency_k=128.0, gemm_fixed_time_s=5e-6, gemm_wave_exponent=0.5,
+               gemm_efficiency_by_precision={"bf16": 0.9, "fp8": 0.7})
+    bf16, fp8 = GemmCurve.for_gpu(gpu, "bf16"), GemmCurve.for_gpu(gpu, "fp8")
+    assert fp8.half_k == 256.0  # the k-loop runs twice as fast: twice the k to amortize the same fixed time
+    assert (bf16.eta_max, fp8.eta_max) == (0.9, 0.7)
+    assert GemmCurve.for_gpu(gpu, "fp32").eta_max == 0.8  # not listed: gemm_max_efficiency
+    # m = n = 1280: 10 x 10 = 100 tiles of 128 on 100 SMs: one full wave; k = 128 (aligned)
+    eta = 0.9 * (1280 / 1290) ** 2 * (128 / 256)
+    assert bf16.efficiency(1280, 1280, 128) == pytest.approx(eta, rel=1e-12)
+    # n = 1281: 10 x 11 = 110 tiles: two waves, 110/200 of them used, to the power 0.5
+    bf16_aligned = replace(bf16, align_eff={a: 1.0 for a in bf16.align_eff})  # n = 1281 is not 16-byte aligned
+    assert bf16_aligned.efficiency(1280, 1281, 128) == pytest.approx(
+        0.9 * (1280 / 1290) * (1281 / 1291) * 0.5 * (110 / 200) ** 0.5, rel=1e-12)
+    t = bf16.compute_time_s(1280, 1280, 128)
+    assert t == pytest.approx(5e-6 + 2 * 1280 * 1280 * 128 / (1000e12 * eta), rel=1e-12)
+    assert fp8.align == 16 and bf16.align == 8  # 16-byte loads: 16 fp8 or 8 bf16 elements
+
+
+def test_low_precision_plans_keep_attention_in_bf16():
+    from vtrain.cost.gemm import high_precision_of
+
+    gpu = _gpu()
+    assert [high_precision_of(gpu, p) for p in ("fp8", "nvfp4", "bf16", "fp32")] == ["bf16", "bf16", "bf16", "fp32"]
+
+
+def test_gemm_curve_rejects_a_precision_without_peak():
+    from vtrain.cost.gemm import GemmCurve
+
+    with pytest.raises(KeyError, match="no nvfp4 peak"):
+        GemmCurve.for_gpu(_gpu(), "nvfp4")
+
+
+def test_flash_attention_efficiency_overrides_the_gemm_product():
+    w, cost = _model()
+    from vtrain.graph.ops import FlashAttention
+
+    op = FlashAttention("fa", batch_heads=32, seq_len=8192, head_dim=128)
+    legacy = cost.compute_time_s(op)
+    gpu = replace(w.cluster.gpu, flash_attention_efficiency=0.5)
+    w2 = replace(w, cluster=replace(w.cluster, gpu=gpu))
+    t = AnalyticalCostModel(w2).compute_time_s(op)
+    assert t == pytest.approx(op.flops / (gpu.peak_flops_per_s(w.plan.precision.value) * 0.5))
+    assert legacy == pytest.approx(op.flops / (gpu.peak_flops_per_s(w.plan.precision.value)
+                                               * gpu.gemm_max_efficiency * gpu.attention_efficiency))

@@ -12,33 +12,24 @@ that divides every dimension): CUTLASS/cuBLAS kernels load 16, 8, 4 or 2 bytes p
 a = 8, 4, 2, 1, so each halving of the load width costs the same factor and
 eta_align(a) = gemm_misaligned_efficiency ** (log2(8 / a) / 3) (1 at a = 8, the full penalty at a = 1).
 Memory-bound ops move their bytes at eta_mem · HBM bw.
+
+The GEMM efficiency curve per GPU and precision (size terms, a fixed kernel time, wave quantization) is
+:class:`vtrain.cost.gemm.GemmCurve`. In a plan at a low precision (fp8, fp8_blockwise, mxfp8, nvfp4) the
+linear-layer GEMMs run at that precision's peak and efficiency; attention (its batched GEMMs and the fused
+kernel) and everything else stay at bf16 (Transformer Engine's and torchao's recipes).
+Fused attention runs at ``flash_attention_efficiency`` of the peak where the GPU states it, else at the
+large-GEMM efficiency times ``attention_efficiency`` (the A100 fit).
 """
 from __future__ import annotations
 
-import math
 from typing import FrozenSet
 
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
+from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high_precision_of, wave_efficiency
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
 from vtrain.workload.workload import Workload
 
-TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS fp16 tensor-core tile
-
-
-def alignment_elements(*dims: int, widest: int = 8) -> int:
-    """The largest power of two up to ``widest`` elements that divides every dimension."""
-    a = widest
-    while a > 1 and any(d % a for d in dims):
-        a //= 2
-    return a
-
-
-def wave_efficiency(m: int, n: int, batch: int, sms: int) -> float:
-    """Wave quantization (NVIDIA "Matrix Multiplication Background", Sec. "Wave Quantization"): output
-    tiles run in waves of one tile per SM; a partly filled last wave wastes the idle SMs."""
-    tiles = -(-m // TILE_M) * -(-n // TILE_N) * batch
-    waves = -(-tiles // sms)
-    return tiles / (waves * sms)
+__all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "wave_efficiency"]
 
 
 class AnalyticalCostModel:
@@ -48,43 +39,35 @@ class AnalyticalCostModel:
         cluster, stack, precision = w.cluster, w.stack, w.plan.precision.value
         self.cluster = cluster
         gpu = cluster.gpu
-        self.peak = gpu.peak_flops_per_s(precision)
+        self.curve = GemmCurve.for_gpu(gpu, precision)
+        high = high_precision_of(gpu, precision)
+        self.attn_curve = self.curve if high == precision else GemmCurve.for_gpu(gpu, high)
+        self.peak = self.attn_curve.peak_flops_per_s  # non-GEMM FLOPs run in high precision
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
-        self.eta_max = gpu.gemm_max_efficiency
-        self.d_half = gpu.gemm_half_efficiency_dim
-        self.misaligned = gpu.gemm_misaligned_efficiency
-        self.sms = gpu.num_sms
+        self.eta_max = self.curve.eta_max
         self.wave = True
-        self.align = 16 // (2 if precision in ("fp16", "bf16") else 4)  # elements per 16-byte TC alignment
-        # eta_align for every alignment below the full one (a = align/2, align/4, ..., 1)
-        self.align_eff = {}
-        a = self.align // 2
-        while a >= 1:
-            self.align_eff[a] = self.misaligned ** (math.log2(self.align / a) / math.log2(self.align))
-            a //= 2
         self.attn_eff = gpu.attention_efficiency
+        if gpu.flash_attention_efficiency is None:
+            self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff
+        else:
+            self.flash_rate = self.peak * gpu.flash_attention_efficiency
         self.kernel_s = gpu.kernel_time_s
         self.host_s = stack.host_time_per_kernel_s
         self.host_coll_s = stack.host_time_per_collective_s
         self.opt_bytes = stack.optimizer_bytes_per_param
 
-    def _g(self, d: float) -> float:
-        return d / (d + self.d_half)
-
     def gemm_efficiency(self, op: Gemm) -> float:
-        eta = self.eta_max * self._g(op.m) * self._g(op.n) * self._g(op.k)
-        if self.wave:
-            eta *= wave_efficiency(op.m, op.n, op.batch, self.sms)
-        a = alignment_elements(op.m, op.n, op.k, widest=self.align)
-        if a < self.align:
-            eta *= self.align_eff[a]
-        return eta * self.attn_eff if op.attention else eta
+        if op.attention:
+            return self.attn_curve.efficiency(op.m, op.n, op.k, op.batch, self.wave) * self.attn_eff
+        return self.curve.efficiency(op.m, op.n, op.k, op.batch, self.wave)
 
     def compute_time_s(self, op: ComputeOp) -> float:
         if isinstance(op, Gemm):
-            t = max(op.flops / (self.peak * self.gemm_efficiency(op)), op.bytes / self.mem_bw)
+            c = self.attn_curve if op.attention else self.curve
+            t = c.fixed_time_s + max(op.flops / (c.peak_flops_per_s * self.gemm_efficiency(op)),
+                                     op.bytes / self.mem_bw)
         elif isinstance(op, FlashAttention):
-            t = max(op.flops / (self.peak * self.eta_max * self.attn_eff), op.bytes / self.mem_bw)
+            t = max(op.flops / self.flash_rate, op.bytes / self.mem_bw)
         else:
             t = max(op.flops / self.peak, op.bytes / self.mem_bw)
         return max(t, op.kernels * self.kernel_s)

@@ -13,6 +13,7 @@ class CollectiveKind(str, Enum):
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
     P2P = "p2p"
 
 

@@ -7,7 +7,7 @@ Binary prefixes for capacities (GiB = 2**30 bytes), SI prefixes for rates (GB/s 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Domain, spec
 
@@ -31,6 +31,18 @@ class GpuSpec:
                                              doc="GEMM factor when no dimension is 16-byte aligned")
     attention_efficiency: float = spec(0.5, domain=FRACTION,
                                        doc="batched attention GEMMs and fused attention, relative to GEMMs")
+    gemm_efficiency_by_precision: Dict[str, float] = spec(
+        factory=dict, domain=FRACTION, doc="large-GEMM efficiency per precision (absent: gemm_max_efficiency)")
+    gemm_half_efficiency_k: Optional[float] = spec(
+        None, domain=NON_NEGATIVE, none_means="gemm_half_efficiency_dim for k too, at every precision",
+        doc="k at which the k size factor is 1/2, at the bf16 (else fp16) rate; scales with peak per precision")
+    gemm_fixed_time_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+                                    doc="fixed time of one GEMM kernel (prologue, epilogue, tail) on top of its work")
+    gemm_wave_exponent: float = spec(1.0, domain=Domain(lo=0.0, hi=1.0),
+                                     doc="wave-quantization factor raised to this (1: full waves; <1: partly hidden)")
+    flash_attention_efficiency: Optional[float] = spec(
+        None, domain=FRACTION, none_means="gemm max efficiency x attention_efficiency",
+        doc="fused attention (fwd and bwd) as a fraction of the bf16/fp16 peak")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
@@ -61,6 +73,22 @@ class NetworkTier:
     latency_s: float = spec(30.0e-6, unit="s", domain=NON_NEGATIVE, doc="fixed cost of one collective call")
     step_latency_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="per algorithm step")
     efficiency: float = spec(0.75, domain=FRACTION, doc="achieved fraction of the link bandwidth")
+    # per collective kind (all_reduce, all_gather, reduce_scatter, all_to_all, p2p): absent kinds use the
+    # scalars above; ll_*: NCCL's low-latency protocol, priced alongside and the faster one taken (0: none)
+    kind_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=NON_NEGATIVE,
+                                            doc="fixed cost per call by collective kind")
+    kind_step_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=NON_NEGATIVE,
+                                                 doc="per algorithm step by collective kind")
+    kind_efficiency: Dict[str, float] = spec(factory=dict, domain=FRACTION, doc="bandwidth efficiency by kind")
+    kind_group_exponent: Dict[str, float] = spec(factory=dict, domain=Domain(lo=0.0, hi=1.0),
+                                                 doc="bytes moved = ((n-1)/n)**x of the buffer (1: ring volume)")
+    ll_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=NON_NEGATIVE,
+                                          doc="low-latency protocol: fixed cost per call by kind")
+    ll_efficiency: Dict[str, float] = spec(factory=dict, domain=NON_NEGATIVE,
+                                           doc="low-latency protocol: bandwidth efficiency by kind (0: not used)")
+    nvls_latency_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE, doc="NVLS (NVSwitch SHARP) all-reduce fixed cost")
+    nvls_efficiency: float = spec(0.0, domain=NON_NEGATIVE,
+                                  doc="NVLS all-reduce: buffer bytes / time as a fraction of the link (0: no NVLS)")
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
@@ -76,9 +104,12 @@ class ClusterSpec:
     nvlink_domain: int = spec(0, domain=NON_NEGATIVE_INT,
                               doc="GPUs sharing one NVLink/NVSwitch domain (0: one node; GB200 NVL72: 72)")
     intra_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=300.0),
-                                   doc="NVLink/NVSwitch, per GPU")
+                                   doc="NVLink/NVSwitch inside the NVLink domain, per GPU")
     inter_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=100.0),
                                    doc="scale-out network, per node (all NICs)")
+    hierarchical_overlap: float = spec(0.0, domain=Domain(lo=0.0, hi=1.0),
+                                       doc="share of the shorter phase of a multi-domain collective hidden "
+                                           "under the longer (0: in sequence; 1: pipelined)")
 
     @property
     def num_gpus(self) -> int:
