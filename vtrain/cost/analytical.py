@@ -36,12 +36,15 @@ class AnalyticalCostModel:
     name = "analytical"
 
     def __init__(self, w: Workload) -> None:
-        cluster, stack, precision = w.cluster, w.stack, w.plan.precision.value
+        cluster, stack, prec = w.cluster, w.stack, w.plan.precision
         self.cluster = cluster
         gpu = cluster.gpu
+        precision = prec.value if prec.value in gpu.peak_tflops else prec.peak_key  # fp8_rowwise: the fp8 rate
         self.curve = GemmCurve.for_gpu(gpu, precision)
         high = high_precision_of(gpu, precision)
         self.attn_curve = self.curve if high == precision else GemmCurve.for_gpu(gpu, high)
+        # a GEMM names its format (the linear layers in a low-precision plan); "" is the high precision
+        self.curves = {"": self.attn_curve, prec.value: self.curve}
         self.peak = self.attn_curve.peak_flops_per_s  # non-GEMM FLOPs run in high precision
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
         self.eta_max = self.curve.eta_max
@@ -56,18 +59,21 @@ class AnalyticalCostModel:
         self.host_coll_s = stack.host_time_per_collective_s
         self.opt_bytes = stack.optimizer_bytes_per_param
 
+    def _curve(self, op: Gemm) -> GemmCurve:
+        return self.attn_curve if op.attention else self.curves.get(op.precision, self.curve)
+
     def gemm_efficiency(self, op: Gemm) -> float:
-        if op.attention:
-            return self.attn_curve.efficiency(op.m, op.n, op.k, op.batch, self.wave) * self.attn_eff
-        return self.curve.efficiency(op.m, op.n, op.k, op.batch, self.wave)
+        eta = self._curve(op).efficiency(op.m, op.n, op.k, op.batch, self.wave)
+        return eta * self.attn_eff if op.attention else eta
 
     def compute_time_s(self, op: ComputeOp) -> float:
         if isinstance(op, Gemm):
-            c = self.attn_curve if op.attention else self.curve
+            c = self._curve(op)
             t = c.fixed_time_s + max(op.flops / (c.peak_flops_per_s * self.gemm_efficiency(op)),
                                      op.bytes / self.mem_bw)
         elif isinstance(op, FlashAttention):
-            t = max(op.flops / self.flash_rate, op.bytes / self.mem_bw)
+            rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
+            t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
             t = max(op.flops / self.peak, op.bytes / self.mem_bw)
         return max(t, op.kernels * self.kernel_s)

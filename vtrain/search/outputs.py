@@ -55,15 +55,20 @@ def row(rec: TrialRecord, on_front: bool) -> Dict[str, Any]:
     return out
 
 
+def _significant(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant digits (readable in MLflow, whatever its magnitude)."""
+    return float(f"{x:.{digits}g}")
+
+
 def human_metrics(m: Dict[str, float]) -> Dict[str, float]:
-    """Days, million USD and percent beside the SI values."""
+    """Days, million USD and percent beside the SI values, to 4 significant digits."""
     out = {}
     if "time_to_train_s" in m:
-        out["days_to_train"] = round(m["time_to_train_s"] / DAY_S, 3)
+        out["days_to_train"] = _significant(m["time_to_train_s"] / DAY_S)
     if "cost_usd" in m:
-        out["cost_musd"] = round(m["cost_usd"] / 1e6, 4)
+        out["cost_musd"] = _significant(m["cost_usd"] / 1e6)
     if "mfu" in m:
-        out["mfu_pct"] = round(100 * m["mfu"], 2)
+        out["mfu_pct"] = _significant(100 * m["mfu"])
     return out
 
 
