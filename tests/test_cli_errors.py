@@ -12,7 +12,7 @@ CASES = [
     (["parallelism.tp=8", "parallelism.pp=4", "parallelism.dp=1", "parallelism.first_stage_layers=20"],
      "the 76 layers left by first/last_stage_layers must divide evenly over the other 3 stage(s)"),
     (["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=1", "parallelism.zero_stage=3"],
-     "zero_stage=3 needs dp>1"),
+     "zero_stage=3 needs dp*cp>1"),
     (["parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=1", "parallelism.cp=3"], "2*cp=2*3 must divide seq_len"),
     (["parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=1", "training.precision=nvfp4"],
      "mxfp8 and nvfp4 need a Blackwell GPU"),

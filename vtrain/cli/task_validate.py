@@ -11,21 +11,27 @@ from omegaconf import DictConfig
 from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
-from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset
-from vtrain.validation.run import RowResult, summary_of, validate_rows
+from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
+from vtrain.validation.run import RowResult, memory_summary_of, summary_of, validate_rows
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
-    keys: List[str] = list(REQUIRED[:-1])
+    """Every input column (unknown ones echoed: a file may carry its own ids), then the results."""
+    keys: List[str] = list(REQUIRED)
     extra = sorted({k for r in results for k in r.row.values} - set(REQUIRED))
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "skipped_reason"])
+        w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
+                    "peak_memory_gib", "memory_error_pct", "skipped_reason"])
         for r in results:
             err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
             values = [r.row.values.get(k, "") for k in [*keys, *extra]]
-            w.writerow([r.row.index, *values, f"{r.measured_ms:.3f}", pred, err, r.skipped_reason or ""])
+            mem = "" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.2f}"
+            mem_err = "" if r.memory_ape_pct is None else f"{r.memory_ape_pct:.2f}"
+            measured = "" if r.predicted_ms is None else f"{r.measured_ms:.3f}"
+            w.writerow([r.row.index, *values, measured, pred, err, r.quantity, "" if r.fits is None else r.fits, mem,
+                        mem_err, r.skipped_reason or ""])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -62,7 +68,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     path = resolve_dataset(str(cfg.validate.data))
     rows = read_measurements(path)
     stack = cfg.validate.stack or SHIPPED_STACK.get(str(cfg.validate.data)) or str(cfg.stack.name)
-    results = validate_rows(rows, cfg, stack=stack)
+    results = validate_rows(rows, cfg, shipped_defaults(str(cfg.validate.data)), stack=stack)
     summary = summary_of(results)
     show = int(cfg.validate.show_rows)
     ok = [r for r in results if r.predicted_ms is not None]
@@ -73,7 +79,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         for r in worst:
             v = r.row.values
             print(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['dp'] + ',' + v['pp'] + ')':>10} "
-                  f"{v['micro_batch']:>3} {v['global_batch']:>5} {v['hidden_size']:>6} {v['num_layers']:>6} "
+                  f"{v['micro_batch']:>3} {v['global_batch']:>5} {v.get('hidden_size', v.get('model', '')):>6} "
+                  f"{v.get('num_layers', ''):>6} "
                   f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
                   f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
     skipped = [r for r in results if r.predicted_ms is None]
@@ -85,5 +92,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         scatter_plot(results, out_dir / "validation.png",
                      f"{Path(path).name} on {cfg.cluster.name}\n{summary.line()}")
     print(summary.line())
+    mem = memory_summary_of(results)
+    if mem is not None:
+        print(f"peak memory: {mem.line()}")
     print(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
     return 0

@@ -80,7 +80,7 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
                 f"pp={p.pp} must divide the number of micro-batches={p.num_microbatches} "
                 f"with schedule=interleaved")
     stage = p.sharding_stage
-    require(stage < 3 or p.dp > 1, "zero_stage=3 needs dp>1 (nothing to shard the parameters over)")
+    require(stage < 3 or p.dp * p.cp > 1, "zero_stage=3 needs dp*cp>1 (nothing to shard the parameters over)")
     if p.fsdp_shard_size:
         require(stage >= 1, f"fsdp_shard_size={p.fsdp_shard_size} needs zero_stage>=1")
         require(p.dp % p.fsdp_shard_size == 0,
@@ -121,10 +121,6 @@ def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
         require(min(fixed) >= p.chunks, "each stage needs at least one layer per model chunk")
         return
     extra = int(p.account_for_embedding) + int(p.account_for_loss)
-    if p.chunks > 1:  # Megatron's interleaved schedule splits the layers evenly over the model chunks
-        require((m.num_layers + extra) % n == 0,
-                f"pp*virtual_stages={p.pp}*{p.chunks}={n} must divide layers={m.num_layers + extra} with "
-                "schedule=interleaved")
     require(m.num_layers + extra >= n,
             f"pp*virtual_stages={p.pp}*{p.chunks}={n} exceeds the layers={m.num_layers}: every position needs a layer")
     base, rem = divmod(m.num_layers + extra, n)

@@ -182,7 +182,7 @@ def _schedule_options(space: PlanSpace, pp: int, microbatches: int) -> Iterator[
         if pp == 1 or microbatches % pp:
             continue
         for v in space.virtual_stages:
-            if layers % (pp * v) == 0:
+            if layers >= pp * v:  # uneven splits spread the remainder (vtrain.workload.partition)
                 yield sched, v
 
 

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Tuple
 from vtrain.comm.plan import CommPlan, Stream, build_comm_plan
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import build_model_graph
+from vtrain.graph.fusion import fuse_elementwise
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.engine import PipelineRun
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
@@ -118,6 +119,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     part = partition(model, plan)
     comm: CommPlan = build_comm_plan(w, part)
     graph = build_model_graph(model, plan, comm.tp, comm.cp)
+    if stack.fuse_elementwise:
+        graph = fuse_elementwise(graph)
     sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s, gpu.overlap_slowdown)
     m = plan.num_microbatches
     durations = sc.durations()
@@ -135,7 +138,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     peak = mems[peak_stage].total_bytes
 
     gpus = plan.num_gpus
-    peak_flops = gpu.peak_flops_per_s(plan.precision.value)
+    # MFU against the bf16 peak also for low-precision runs (as torchtitan and Megatron report it)
+    peak_flops = gpu.peak_flops_per_s(plan.precision.activation.value)
     model_flops = model.model_flops_per_iteration(plan.global_batch_size, plan.seq_len)
     # with flash attention, selective recompute is inside the fused kernel's backward: no extra pass
     flash_selective = plan.flash_attention and plan.recompute == Recompute.SELECTIVE

@@ -13,8 +13,9 @@ from typing import Dict, List
 
 from vtrain.errors import ConfigError
 
-REQUIRED = ("num_gpus", "global_batch", "micro_batch", "hidden_size", "num_heads", "num_layers", "seq_len",
-            "tp", "dp", "pp", "iteration_time_ms")
+REQUIRED = ("num_gpus", "global_batch", "micro_batch", "seq_len", "tp", "dp", "pp")
+SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
+MEASURED = ("iteration_time_ms", "tokens_per_s_per_gpu")  # at least one
 OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
             "recompute",
             "sequence_parallel", "schedule", "virtual_stages", "distributed_optimizer", "precision",
@@ -54,6 +55,10 @@ def read_measurements(path: str | Path) -> List[MeasuredRow]:
         except StopIteration:
             raise ConfigError(f"validate.data={path}: the file is empty") from None
         missing = [c for c in REQUIRED if c not in header]
+        if "model" not in header:
+            missing += [c for c in SHAPE if c not in header]
+        if not any(c in header for c in MEASURED):
+            missing.append(" or ".join(MEASURED))
         if missing:
             raise ConfigError(f"validate.data={path}: missing required column(s) {', '.join(missing)}")
         rows = []

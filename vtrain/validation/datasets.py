@@ -11,9 +11,18 @@ import numpy as np
 SHIPPED = {
     "a100_single_node": "a100_single_node_iteration_times.csv",
     "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
+    "torchtitan": "modern_gpus/torchtitan_rows.csv",  # bench/torchtitan_rows.py
 }
 # the software stack each shipped measurement ran on (rows without a ``stack`` column)
-SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022"}
+SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022",
+                 "torchtitan": "torchtitan_fsdp2"}
+
+
+def shipped_defaults(name: str) -> Any:
+    """What the rows of a shipped dataset leave unsaid (its software's own defaults): a RowDefaults."""
+    from vtrain.validation.rows import MODERN_DEFAULTS, RowDefaults
+
+    return MODERN_DEFAULTS if name == "torchtitan" else RowDefaults()
 
 
 def data_path(filename: str) -> Path:

@@ -28,7 +28,11 @@ def ape_pct(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray
 
 
 def summarise(predicted: Sequence[float], measured: Sequence[float], skipped: int = 0) -> ErrorSummary:
-    ape = ape_pct(predicted, measured)
+    return summarise_ape(ape_pct(predicted, measured), skipped)
+
+
+def summarise_ape(errors_pct: Sequence[float], skipped: int = 0) -> ErrorSummary:
+    ape = np.asarray(errors_pct, dtype=float)
     if ape.size == 0:
         return ErrorSummary(float("nan"), float("nan"), float("nan"), float("nan"), 0, skipped)
     return ErrorSummary(float(ape.mean()), float(np.median(ape)), float(ape.max()),

@@ -28,6 +28,10 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
+# columns of features vtrain does not model yet: a row that uses them is skipped with this reason, never
+# simulated as something else
+NOT_MODELLED = {"num_experts": "mixture-of-experts (num_experts > 1)", "ep": "expert parallelism (ep > 1)",
+                "moe_top_k": "mixture-of-experts routing"}
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}
 PLAN_ALIASES = {"micro_batch": "micro_batch_size", "global_batch": "global_batch_size"}
@@ -49,6 +53,14 @@ class RowDefaults:
         "distributed_optimizer": False, "overlap_grad_reduce": False, "precision": Precision.FP16,
         "flash_attention": False})
     stack: str = "megatron_deepspeed_2022"
+
+
+# Modern runs (torchtitan, Megatron-Core): bf16, flash attention, DP overlapped, model shapes from model/
+MODERN_DEFAULTS = RowDefaults(
+    model={"vocab_divisible_by": 128},
+    plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
+          "flash_attention": True, "overlap_grad_reduce": True},
+    stack="torchtitan_fsdp2")
 
 
 def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
@@ -87,6 +99,27 @@ def _columns(row: MeasuredRow, names: set[str], cls: type, aliases: Mapping[str,
     return out
 
 
+def _named_model(row: MeasuredRow, prefix: str) -> Dict[str, Any]:
+    """The fields of the model/ config a ``model`` column names (they fill the shape columns left empty)."""
+    name = row.get("model")
+    if not name:
+        return {}
+    from vtrain.config.build import as_mapping
+    from vtrain.config.compose import load_group_config
+    from vtrain.config.schema import ModelConfig
+
+    try:
+        cfg = as_mapping(load_group_config("model", name, ModelConfig))
+    except ConfigError as err:
+        raise ConfigError(f"{prefix} {err}") from None
+    hints = typing.get_type_hints(ModelSpec)
+    out: Dict[str, Any] = {}
+    for k, v in cfg.items():
+        tp = hints.get(k)
+        out[k] = tp(v) if isinstance(tp, type) and issubclass(tp, enum.Enum) and v is not None else v
+    return out
+
+
 def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
                  load_stack: Callable[[str], Any], defaults: RowDefaults = RowDefaults(),
                  stack: Optional[str] = None) -> Workload:
@@ -94,16 +127,25 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     (validate.stack) overrides the dataset's stack for rows without a ``stack`` column. Raises
     ConfigError (the skip reason) when the row cannot be simulated as measured."""
     prefix = f"row {row.index}:"
+    for column, what in NOT_MODELLED.items():
+        raw = row.get(column)
+        if raw is not None and raw.lower() not in ("0", "1", "none", "false", "no"):
+            raise ConfigError(f"{prefix} {column}={raw}: {what} is not modelled yet")
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
-    for required in ("num_layers", "hidden_size", "num_heads"):
-        if required not in m:
-            raise ConfigError(f"{prefix} {required} is empty")
-    model_d = {**defaults.model, **(LLAMA_MODEL if m.get("gated_mlp") else {}), **m}
-    model_d.setdefault("num_kv_heads", model_d["num_heads"])
-    model_d.setdefault("ffn_hidden_size", 4 * model_d["hidden_size"])
-    model_d["max_seq_len"] = p.get("seq_len", 1)
-    model_d["name"] = row.get("name") or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}"
+    named = _named_model(row, prefix)
+    if not named:
+        for required in ("num_layers", "hidden_size", "num_heads"):
+            if required not in m:
+                raise ConfigError(f"{prefix} {required} is empty")
+    gated = m.get("gated_mlp", named.get("gated_mlp", False))
+    model_d = {**defaults.model, **(LLAMA_MODEL if gated else {}), **named, **m}
+    if model_d.get("num_kv_heads") is None:
+        model_d["num_kv_heads"] = model_d["num_heads"]
+    if model_d.get("ffn_hidden_size") is None:
+        model_d["ffn_hidden_size"] = 4 * model_d["hidden_size"]
+    model_d["max_seq_len"] = max(p.get("seq_len", 1), int(named.get("max_seq_len") or 0))
+    model_d["name"] = row.get("name") or named.get("name") or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}"
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
     plan_d = {**defaults.plan, **p}
@@ -124,6 +166,11 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         if per_node < 1:
             raise ConfigError(f"{prefix} gpus_per_node={per_node} must be an integer >= 1")
         cluster = replace(cluster, gpus_per_node=per_node, num_nodes=-(-num_gpus // per_node))
+    if row.get("nvlink_domain") is not None:
+        domain = parse_cell(row, "nvlink_domain", row.get("nvlink_domain") or "", int)
+        if domain < 1:
+            raise ConfigError(f"{prefix} nvlink_domain={domain} must be an integer >= 1")
+        cluster = replace(cluster, nvlink_domain=domain)
     check_plan(model, plan, cluster)
     stack_spec_ = stack_spec(load_stack(row.get("stack") or stack or defaults.stack))
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack_spec_, usd_per_gpu_hour=0.0)

@@ -2,29 +2,71 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
 from vtrain.sim.simulator import simulate_workload
 from vtrain.validation.csv_io import MeasuredRow
-from vtrain.validation.metrics import ErrorSummary, summarise
+from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.rows import RowDefaults, row_workload
 
 
 @dataclass(frozen=True)
 class RowResult:
+    """One row: measured and predicted iteration time (ms; from the measured tokens/s per GPU when that is
+    what the row gives), the error in the measured quantity, and the predicted memory."""
+
     row: MeasuredRow
     measured_ms: float
     predicted_ms: Optional[float]
     skipped_reason: Optional[str] = None
+    quantity: str = "iteration_time_ms"  # what was measured: iteration_time_ms | tokens_per_s_per_gpu
+    fits: Optional[bool] = None
+    peak_memory_gib: Optional[float] = None
+    measured_peak_memory_gib: Optional[float] = None
 
     @property
     def ape_pct(self) -> Optional[float]:
+        """Absolute percentage error of the measured quantity (throughput is the inverse of time)."""
         if self.predicted_ms is None:
             return None
+        if self.quantity == "tokens_per_s_per_gpu":
+            return abs(self.measured_ms / self.predicted_ms - 1.0) * 100.0
         return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
+
+    @property
+    def memory_ape_pct(self) -> Optional[float]:
+        if self.peak_memory_gib is None or not self.measured_peak_memory_gib:
+            return None
+        return abs(self.peak_memory_gib - self.measured_peak_memory_gib) / self.measured_peak_memory_gib * 100.0
+
+
+def _positive(row: MeasuredRow, column: str) -> Optional[float]:
+    """A measured value: a finite number > 0, or None when the column is empty; else a one-line error."""
+    raw = row.get(column)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"row {row.index}: {column}={raw} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"row {row.index}: {column}={raw} must be a finite number > 0")
+    return value
+
+
+def _measured(row: MeasuredRow, tokens_per_iteration: float, gpus: int) -> Tuple[float, str]:
+    """(measured iteration ms, quantity) of a row."""
+    ms = _positive(row, "iteration_time_ms")
+    if ms is not None:
+        return ms, "iteration_time_ms"
+    tps = _positive(row, "tokens_per_s_per_gpu")
+    if tps is None:
+        raise ConfigError(f"row {row.index}: iteration_time_ms or tokens_per_s_per_gpu is empty")
+    return tokens_per_iteration / (tps * gpus) * 1e3, "tokens_per_s_per_gpu"
 
 
 def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: RowDefaults = RowDefaults(),
@@ -37,22 +79,26 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: RowDefaults =
     out: List[RowResult] = []
     for row in rows:
         try:
-            measured = float(row.get("iteration_time_ms") or "nan")
-        except ValueError:
-            out.append(RowResult(row, float("nan"), None, f"iteration_time_ms={row.get('iteration_time_ms')} "
-                                                          "is not a number"))
-            continue
-        try:
             w = row_workload(row, cfg.cluster, load_gpu, load_stack, defaults, stack)
+            measured, quantity = _measured(row, w.plan.global_batch_size * w.plan.seq_len, w.plan.num_gpus)
+            mem = _positive(row, "peak_memory_gib")
             report, _ = simulate_workload(w, AnalyticalCostModel(w))
         except ConfigError as err:
-            out.append(RowResult(row, measured, None, str(err)))
+            out.append(RowResult(row, float("nan"), None, str(err)))
             continue
-        out.append(RowResult(row, measured, report.iteration_time_s * 1e3))
+        out.append(RowResult(row, measured, report.iteration_time_s * 1e3, None, quantity, report.fits,
+                             report.peak_memory_bytes / 2**30, mem))
     return out
 
 
 def summary_of(results: Sequence[RowResult]) -> ErrorSummary:
+    """MAPE etc. of the measured quantity over the simulated rows."""
     ok = [r for r in results if r.predicted_ms is not None]
-    return summarise([r.predicted_ms for r in ok], [r.measured_ms for r in ok],  # type: ignore[misc]
-                     skipped=len(results) - len(ok))
+    ape = [r.ape_pct for r in ok]
+    return summarise_ape([a for a in ape if a is not None], skipped=len(results) - len(ok))
+
+
+def memory_summary_of(results: Sequence[RowResult]) -> Optional[ErrorSummary]:
+    """The same figures for the predicted peak memory, over rows that state it (None: none does)."""
+    ape = [a for a in (r.memory_ape_pct for r in results) if a is not None]
+    return summarise_ape(ape) if ape else None

@@ -26,6 +26,8 @@ class StackSpec:
                                        doc="fixed host time per iteration (logging, loss scale, sync)")
     microbatch_overhead_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
                                         doc="host time per micro-batch per model chunk (forward call, loss)")
+    fuse_elementwise: bool = spec(False, doc="a compiler fuses adjacent memory-bound ops into one kernel "
+                                             "(torch.compile); see vtrain.graph.fusion")
     fp8_weight_cache: bool = spec(False, doc="keeps FP8 weights (and transposes) across micro-batches "
                                              "(Transformer Engine); torchao casts them per forward")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
