@@ -16,7 +16,7 @@ The mapping is mechanical and stated here, one rule per column (nothing is tuned
   reshard_after_forward=false (torchtitan's "default" policy), micro-batch 1 (its default), else
   micro-batch = local batch; global batch = local batch x fsdp degree where the table leaves it blank.
 - precision: bf16 / float8 tensorwise -> fp8 / float8 rowwise -> fp8_rowwise / mxfp8* -> mxfp8 / NVFP4 -> nvfp4.
-- activation checkpointing: selective (torchtitan's per-op SAC) -> selective; full -> full; none -> none.
+- activation checkpointing: selective (torchtitan's per-op SAC) -> selective_op; full -> full; none -> none.
 - CP: torchtitan's context parallelism all-gathers K/V (rotate method "allgather") -> cp_comm=allgather.
 - stack: torch_compile yes -> torchtitan_fsdp2_compile, else torchtitan_fsdp2.
 - measured: tokens_per_s_per_gpu; peak memory converted to GiB (GB = 1e9 bytes).
@@ -84,7 +84,7 @@ def _precision(raw: str) -> str:
 
 def _recompute(raw: str) -> str:
     a = raw.lower()
-    return "full" if a.startswith("full") else "selective" if a.startswith("selective") else "none"
+    return "full" if a.startswith("full") else "selective_op" if a.startswith("selective") else "none"
 
 
 def _gib(value: str, unit: str) -> str:
@@ -111,7 +111,8 @@ def convert(r: Dict[str, str]) -> Dict[str, str]:
         "schedule": "interleaved" if interleaved else "1f1b", "virtual_stages": "2" if interleaved else "1",
         "micro_batch": "1" if pp > 1 else str(lbs), "global_batch": str(gbs), "seq_len": r["seq_len"],
         "precision": _precision(r["precision_recipe"]), "recompute": _recompute(r["activation_checkpointing"]),
-        "sequence_parallel": str(tp > 1).lower(), "tp_comm_overlap": str(r["async_tp"].lower().startswith("yes")).lower(),
+        "sequence_parallel": str(tp > 1).lower(),
+        "tp_comm_overlap": str(r["async_tp"].lower().startswith("yes")).lower(),
         "reshard_after_forward": str(pp == 1).lower(), "cp_comm": "allgather", "flash_attention": "true",
         "stack": "torchtitan_fsdp2_compile" if r["torch_compile"].lower().startswith("yes") else "torchtitan_fsdp2",
         "num_experts": "16" if moe else "", "ep": r["ep"] if moe else "",

@@ -26,7 +26,7 @@ from typing import FrozenSet
 
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high_precision_of, wave_efficiency
-from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
+from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm, MemoryOp
 from vtrain.workload.workload import Workload
 
 __all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "wave_efficiency"]
@@ -54,6 +54,9 @@ class AnalyticalCostModel:
             self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff
         else:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
+        self.flash_rate *= stack.attention_kernel_efficiency
+        self.sustained = gpu.sustained_gemm_fraction  # benchmarked GEMM rate -> rate inside a training step
+        self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
         self.kernel_s = gpu.kernel_time_s
         self.host_s = stack.host_time_per_kernel_s
         self.host_coll_s = stack.host_time_per_collective_s
@@ -69,17 +72,21 @@ class AnalyticalCostModel:
     def compute_time_s(self, op: ComputeOp) -> float:
         if isinstance(op, Gemm):
             c = self._curve(op)
-            t = c.fixed_time_s + max(op.flops / (c.peak_flops_per_s * self.gemm_efficiency(op)),
+            t = c.fixed_time_s + max(op.flops / (c.peak_flops_per_s * self.sustained * self.gemm_efficiency(op)),
                                      op.bytes / self.mem_bw)
         elif isinstance(op, FlashAttention):
             rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
-            t = max(op.flops / self.peak, op.bytes / self.mem_bw)
+            t = max(op.flops / self.peak, op.bytes * self.elementwise / self.mem_bw)
+            return max(t, op.kernels * self.elementwise * self.kernel_s)
         return max(t, op.kernels * self.kernel_s)
 
-    def host_time_s(self, kernels: int) -> float:
+    def host_time_s(self, kernels: float) -> float:
         return kernels * self.host_s
+
+    def kernels_of(self, op: ComputeOp) -> float:
+        return op.kernels * self.elementwise if isinstance(op, MemoryOp) else float(op.kernels)
 
     def collective_host_time_s(self, op: Collective) -> float:
         return op.kernels * self.host_s + self.host_coll_s

@@ -18,8 +18,11 @@ class CostModel(Protocol):
     def compute_time_s(self, op: ComputeOp) -> float:
         """GPU time of one compute op."""
 
-    def host_time_s(self, kernels: int) -> float:
+    def host_time_s(self, kernels: float) -> float:
         """Host (framework + launch) time to issue ``kernels`` kernels."""
+
+    def kernels_of(self, op: ComputeOp) -> float:
+        """Kernels the framework launches for ``op`` (an eager framework splits a fused op into several)."""
 
     def collective_host_time_s(self, op: Collective) -> float:
         """Host time to issue one collective (its kernels plus the framework's wrapper and NCCL enqueue)."""

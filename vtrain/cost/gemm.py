@@ -76,6 +76,7 @@ class GemmCurve:
     sms: int
     align: int  # elements per 16-byte tensor-core load
     align_eff: Dict[int, float]  # eta_align for each alignment below ``align``
+    ceiling: float = 1.0  # the best achievable matmul (gpu.gemm_ceiling_by_precision)
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, precision: str) -> "GemmCurve":
@@ -95,7 +96,8 @@ class GemmCurve:
         return cls(precision=precision, peak_flops_per_s=peak_tflops * TFLOPS,
                    eta_max=gpu.gemm_efficiency_by_precision.get(precision, gpu.gemm_max_efficiency),
                    half_mn=gpu.gemm_half_efficiency_dim, half_k=half_k, fixed_time_s=gpu.gemm_fixed_time_s,
-                   wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff)
+                   wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff,
+                   ceiling=gpu.gemm_ceiling_by_precision.get(precision, 1.0))
 
     def efficiency(self, m: int, n: int, k: int, batch: int = 1, wave: bool = True) -> float:
         d, dk = self.half_mn, self.half_k
@@ -106,7 +108,7 @@ class GemmCurve:
         a = alignment_elements(m, n, k, widest=self.align)
         if a < self.align:
             eta *= self.align_eff[a]
-        return eta
+        return eta if eta < self.ceiling else self.ceiling
 
     def compute_time_s(self, m: int, n: int, k: int, batch: int = 1) -> float:
         """Compute-bound time of one GEMM (no memory roofline, no kernel floor): what the tables measure."""

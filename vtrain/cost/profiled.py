@@ -214,9 +214,12 @@ class ProfiledCostModel:
         self._cache[op] = t
         return t
 
-    def host_time_s(self, kernels: int) -> float:
+    def host_time_s(self, kernels: float) -> float:
         meta = self.profile.meta
         return 0.0 if meta.host_included else kernels * meta.host_time_per_kernel_s
+
+    def kernels_of(self, op: ComputeOp) -> float:
+        return float(op.kernels)  # the profile measured the framework's own kernels
 
     def collective_host_time_s(self, op: Collective) -> float:
         return self.host_time_s(op.kernels)

@@ -190,9 +190,26 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
         recompute: Tuple[Op, ...] = tuple(forward)
     elif plan.recompute == Recompute.SELECTIVE:
         recompute = att.selective_recompute + ffn.selective_recompute
+    elif plan.recompute == Recompute.SELECTIVE_OP:
+        recompute = tuple(op for op in forward if isinstance(op, MemoryOp)) + _every_second_matmul(model, plan)
     else:
         recompute = ()
     return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(recompute))
+
+
+def _every_second_matmul(model: ModelSpec, plan: ParallelPlan) -> Tuple[Op, ...]:
+    """torchtitan's per-op selective checkpointing saves every compute op's output but every second
+    matmul's (torchtitan/models/llama3/infra/parallelize.py, _apply_ac_to_transformer_block): with its
+    layer's matmuls wq, wk, wv, wo, w1, w3, w2 (Llama) it recomputes wk, wo and w3; with GPT's qkv,
+    proj, fc1, fc2 it recomputes proj and fc2."""
+    t, h, f = plan.tp, model.hidden_size, model.ffn_hidden_size
+    tokens = plan.tokens_per_rank
+    parts = [("wk", model.kv_size // t, h), ("wo", h, h // t), ("w3", f // t, h)] if model.gated_mlp else \
+        [("proj", h, h // t), ("fc2", h, f // t)]
+    prec = plan.precision
+    dt = prec.gemm_operand_bytes if prec.low else plan.dtype_bytes
+    return tuple(Gemm(f"{name}.recompute", m=tokens, n=n, k=k, dtype_bytes=dt, precision=prec.value if prec.low else "")
+                 for name, n, k in parts)
 
 
 def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:

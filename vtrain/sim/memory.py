@@ -36,6 +36,10 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Reco
     sp_div = t if plan.sequence_parallel else 1
     if rc == Recompute.FULL:
         return dt * sbh / sp_div
+    if rc == Recompute.SELECTIVE_OP:  # the block input and the outputs of the saved matmuls and attention
+        saved_mm = (h + model.kv_size + f) if model.gated_mlp else (h + 2 * model.kv_size + f)  # wq,wv,w1 | qkv,fc1
+        lse = float(a * s * b) * 4.0 / t
+        return dt * 2 * sbh / sp_div + dt * float(s * b) * (saved_mm + h) / t + lse
     lin = 1 if plan.precision.low else dt  # bytes of a saved linear-layer input
     mask = 1 if model.dropout > 0 else 0
     replicated = (2 * dt + 2 * lin + 2 * mask) * sbh  # 2 norm inputs, QKV and FC1 inputs, 2 dropout masks

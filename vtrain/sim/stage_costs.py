@@ -161,7 +161,7 @@ def _timed(ops: PassOps, cost: CostModel, where: Dict[str, GroupPlacement], slow
             out.append((t_c, cost.collective_host_time_s(op), t_c, 0.0, _GROUP_INDEX.get(op.group.value, 0)))
             continue
         t = cost.compute_time_s(op)
-        h = cost.host_time_s(op.kernels)
+        h = cost.host_time_s(cost.kernels_of(op))
         if i in paired:
             coll = items[paired[i]]
             assert isinstance(coll, Collective)

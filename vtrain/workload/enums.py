@@ -19,7 +19,8 @@ class Schedule(StrEnum):
 
 class Recompute(StrEnum):
     NONE = "none"
-    SELECTIVE = "selective"
+    SELECTIVE = "selective"  # Megatron: the attention core (Korthikanti et al. 2022)
+    SELECTIVE_OP = "selective_op"  # torchtitan's per-op SAC: element-wise ops and every second matmul
     FULL = "full"
 
 

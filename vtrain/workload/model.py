@@ -124,6 +124,10 @@ class ModelSpec:
             return base + global_batch * per_seq
         if recompute == "selective":
             return base + global_batch * self.num_layers * 4 * s * s * h
+        if recompute == "selective_op":  # every second matmul again (see graph.builder._every_second_matmul)
+            again = h * self.kv_size + h * h + h * self.ffn_hidden_size if self.gated_mlp else \
+                h * h + h * self.ffn_hidden_size
+            return base + global_batch * self.num_layers * 2 * s * again
         return base
 
 

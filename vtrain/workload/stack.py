@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-from vtrain.workload.fields import NON_NEGATIVE, POSITIVE, spec
+from vtrain.workload.fields import FRACTION, NON_NEGATIVE, POSITIVE, spec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,6 +26,12 @@ class StackSpec:
                                        doc="fixed host time per iteration (logging, loss scale, sync)")
     microbatch_overhead_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
                                         doc="host time per micro-batch per model chunk (forward call, loss)")
+    elementwise_traffic: float = spec(1.0, domain=POSITIVE,
+                                      doc="HBM traffic and kernels of the memory-bound ops relative to fused "
+                                          "kernels (Megatron/TE: 1; eager PyTorch runs each in several kernels)")
+    attention_kernel_efficiency: float = spec(1.0, domain=FRACTION,
+                                              doc="the framework's fused-attention kernel relative to the GPU's "
+                                                  "best (gpu.flash_attention_efficiency)")
     fuse_elementwise: bool = spec(False, doc="a compiler fuses adjacent memory-bound ops into one kernel "
                                              "(torch.compile); see vtrain.graph.fusion")
     fp8_weight_cache: bool = spec(False, doc="keeps FP8 weights (and transposes) across micro-batches "

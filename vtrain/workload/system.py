@@ -31,6 +31,14 @@ class GpuSpec:
                                              doc="GEMM factor when no dimension is 16-byte aligned")
     attention_efficiency: float = spec(0.5, domain=FRACTION,
                                        doc="batched attention GEMMs and fused attention, relative to GEMMs")
+    sustained_gemm_fraction: float = spec(
+        1.0, domain=FRACTION,
+        doc="share of its benchmarked GEMM rate a GPU sustains inside a training step (power and clock "
+            "limits under continuous load); 1 where the GEMM constants were fitted to training runs (A100)")
+    gemm_ceiling_by_precision: Dict[str, float] = spec(
+        factory=dict, domain=FRACTION,
+        doc="best achievable matmul per precision as a fraction of its peak (a brute-force shape search, "
+            "MAMF): no GEMM runs faster, whatever the size terms extrapolate to")
     gemm_efficiency_by_precision: Dict[str, float] = spec(
         factory=dict, domain=FRACTION, doc="large-GEMM efficiency per precision (absent: gemm_max_efficiency)")
     gemm_half_efficiency_k: Optional[float] = spec(
