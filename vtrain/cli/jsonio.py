@@ -38,6 +38,9 @@ def write_json(path: Path, obj: Any, indent: int | None = 2) -> Path:
     """Write ``obj`` as strict JSON to ``path`` atomically (a reader never sees half a file)."""
     text = dumps(obj, indent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path

@@ -38,17 +38,43 @@ class RunLogFile(logging.FileHandler):
             self.handleError(record)
 
 
+def say(text: str, logger: logging.Logger | None = None) -> None:
+    """A report line: logged (stdout and the run's vtrain.log) when vtrain's job logging is configured,
+    printed when a task runs outside Hydra (the Python API, tests)."""
+    if any(isinstance(h, RunLogFile) for h in logging.getLogger().handlers):
+        (logger or logging.getLogger("vtrain")).info(text)
+    else:
+        print(text, flush=True)
+
+
+_interrupted = False
+
+
+def mark_interrupted() -> None:
+    """Ctrl-C was pressed (called by the CLI's SIGINT handler)."""
+    global _interrupted
+    _interrupted = True
+
+
 class DropInterrupts(logging.Filter):
-    """Drop records that carry a KeyboardInterrupt traceback (Optuna logs one per interrupted trial)."""
+    """Drop records that carry a KeyboardInterrupt traceback (Optuna logs one per interrupted trial)
+    and, once Ctrl-C was pressed, the library's other complaints about the trial it interrupted."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info
-        return not (exc and exc[0] is not None and issubclass(exc[0], KeyboardInterrupt))
+        if exc and exc[0] is not None and issubclass(exc[0], KeyboardInterrupt):
+            return False
+        return not (_interrupted and not record.name.startswith("vtrain"))
 
 
 def quiet_interrupts(logger_names: Iterable[str] = ("optuna",)) -> None:
-    """Attach :class:`DropInterrupts` to the handlers of these loggers and of the root logger, so that
-    Ctrl-C ends with vtrain's one line instead of a library's traceback."""
+    """Attach :class:`DropInterrupts` to the handlers of these libraries' loggers (importing the library
+    installs its handler) and of the root logger, so that Ctrl-C ends with vtrain's one line instead of
+    a library's traceback."""
+    import importlib
+
+    for name in logger_names:
+        importlib.import_module(name)
     loggers: list[Any] = [logging.getLogger(n) for n in logger_names] + [logging.getLogger()]
     for lg in loggers:
         for h in lg.handlers:

@@ -11,26 +11,35 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from vtrain.cli import rundir, sweep
+from vtrain.cli import logs, rundir, sweep
 from vtrain.cli.overrides import TASKS, check_argv, first_line
 from vtrain.config.compose import CONF_DIR, resolve
 from vtrain.errors import ConfigError, VtrainError
 
 log = logging.getLogger(__name__)
 _crashed = False  # the task raised an unexpected exception: a bug, shown with its traceback
+_interrupted = False  # Ctrl-C was pressed: whatever a library raises while it unwinds is the interrupt
 
 
 def fail(message: str) -> NoReturn:
     print(f"vtrain: error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    logs.mark_interrupted()
+    raise KeyboardInterrupt
 
 
 def interrupted() -> NoReturn:
@@ -77,6 +86,8 @@ def hydra_main(cfg: DictConfig) -> int:
         _record("error", str(err))
         return 2
     except Exception as exc:
+        if _interrupted:  # e.g. Optuna's UnboundLocalError when Ctrl-C lands inside its trial bookkeeping
+            raise KeyboardInterrupt from None
         if not multirun:
             _crashed = True
             raise
@@ -95,6 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from vtrain.config.store import register_configs
 
     args = list(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
         check_argv(args)
         os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing many lines

@@ -9,7 +9,7 @@ import math
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from vtrain.cli.csvfile import write_csv
 from vtrain.cli.jsonio import write_json
@@ -68,10 +68,15 @@ def rows(jobs: List[JobRecord]) -> List[Dict[str, Any]]:
     return out
 
 
-def _best(jobs: List[JobRecord], key: str) -> Optional[JobRecord]:
-    ok = [j for j in jobs if j.status == "ok" and isinstance(j.metrics.get(key), (int, float))
-          and math.isfinite(j.metrics[key]) and j.metrics.get("fits", True)]
-    return min(ok, key=lambda j: j.metrics[key]) if ok else None
+def _best(jobs: List[JobRecord], keys: Tuple[str, ...]) -> Optional[JobRecord]:
+    """The job with the smallest value of the first of ``keys`` it has (a fitting plan only)."""
+    def value(j: JobRecord) -> Optional[float]:
+        v = next((j.metrics[k] for k in keys if k in j.metrics), None)
+        ok = j.status == "ok" and j.metrics.get("fits", True) and isinstance(v, (int, float))
+        return float(v) if ok and math.isfinite(v) else None  # type: ignore[arg-type]
+
+    scored = [(v, j.num, j) for j in jobs if (v := value(j)) is not None]
+    return min(scored)[2] if scored else None
 
 
 def _swept(jobs: List[JobRecord]) -> Dict[int, str]:
@@ -87,8 +92,9 @@ def render(jobs: List[JobRecord]) -> str:
     for j in jobs:
         what = j.metrics.get("best", "") if j.status == "ok" else f"{j.status}: {j.error}"
         lines.append(f"  #{j.num} {swept[j.num]}: {what}")
-    for key, title in (("days_to_train", "fastest"), ("cost_usd", "cheapest")):
-        b = _best(jobs, key)
+    ranks = ((("days_to_train", "fastest_days"), "fastest"), (("cost_usd", "cheapest_cost_usd"), "cheapest"))
+    for keys, title in ranks:
+        b = _best(jobs, keys)
         if b is not None:
             lines.append(f"{title} job: #{b.num} ({swept[b.num]})")
     return "\n".join(lines)

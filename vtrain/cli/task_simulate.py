@@ -2,15 +2,13 @@
 (Chrome trace) and timeline.png (Gantt chart) in the run directory."""
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from vtrain.cli import sweep
 from vtrain.cli.format import headline, plan_label, render_report
-
-log = logging.getLogger(__name__)
+from vtrain.cli.logs import say
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -21,7 +19,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.timeline import chrome_trace
 
     report, trace = simulate_with_trace(cfg, profile=profile_for(cfg))
-    log.info(render_report(report))
+    say(render_report(report))
     sweep.note(**headline(report))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "report.json", report.to_dict())
@@ -29,6 +27,6 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     write_json(out_dir / "timeline.json", chrome_trace(trace), indent=None)
     plot_timeline(trace, str(out_dir / "timeline.png"), f"{report.model} on {report.cluster}: "
                   f"{plan_label(report.plan)}, {report.iteration_time_s:.2f} s per iteration")
-    log.info(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
+    say(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
              f"and {out_dir / 'timeline.png'}")
     return 0

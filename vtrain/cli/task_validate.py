@@ -9,6 +9,7 @@ from typing import List, Sequence
 
 from omegaconf import DictConfig
 
+from vtrain.cli.logs import say
 from vtrain.config.compose import load_gpu_config, require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
@@ -68,22 +69,22 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     ok = [r for r in results if r.predicted_ms is not None]
     worst = sorted(ok, key=lambda r: -(r.ape_pct or 0.0))[:show]
     if show > 0 and ok:
-        print(f"{'row':>5} {'gpus':>5} {'(t,d,p)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
+        say(f"{'row':>5} {'gpus':>5} {'(t,d,p)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
               f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
         for r in worst:
             v = r.row.values
-            print(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['dp'] + ',' + v['pp'] + ')':>10} "
+            say(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['dp'] + ',' + v['pp'] + ')':>10} "
                   f"{v['micro_batch']:>3} {v['global_batch']:>5} {v['hidden_size']:>6} {v['num_layers']:>6} "
                   f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
                   f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
-        print(f"skipped row {r.row.index}: {r.skipped_reason}")
+        say(f"skipped row {r.row.index}: {r.skipped_reason}")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(results, out_dir / "validation.csv")
     if ok:
         scatter_plot(results, out_dir / "validation.png",
                      f"{Path(path).name} on {cfg.cluster.name}\n{summary.line()}")
-    print(summary.line())
-    print(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
+    say(summary.line())
+    say(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
     return 0
