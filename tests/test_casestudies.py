@@ -11,7 +11,7 @@ import pytest
 
 from vtrain.api import cost_model_for
 from vtrain.casestudies import STUDIES, study
-from vtrain.casestudies.scheduling import Job, Option, schedule
+from vtrain.casestudies.scheduler import Job, Option, schedule
 from vtrain.casestudies.sizing import ChinchillaFit
 from vtrain.config.build import build_workload
 from vtrain.config.compose import CONF_DIR, compose

@@ -4,11 +4,11 @@
 Drawn in batches: one PolyCollection per kind for the whole chart (not one call per bar), and at most
 ``max_bars`` rectangles: bars of one lane and kind closer than a fraction of a pixel are merged first
 (invisible at the PNG's resolution), more coarsely only when a trace is larger still. matplotlib is
-imported here only, without pyplot.
+imported here only, without pyplot (:mod:`vtrain.cli.figure`).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -71,10 +71,10 @@ def colours(kinds: Sequence[str]) -> Dict[str, str]:
 
 def plot_timeline(trace: Any, path: str, title: str = "", max_bars: int = MAX_BARS) -> int:
     """Write the Gantt chart of ``trace`` to ``path``; returns the number of bars drawn."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import PolyCollection
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
+
+    from vtrain.cli.figure import new_figure
 
     items = spans(trace)
     stages = max((sp.stage for sp in items), default=0) + 1
@@ -89,8 +89,7 @@ def plot_timeline(trace: Any, path: str, title: str = "", max_bars: int = MAX_BA
     ncol = min(4, max(1, len(kinds)))
     legend_rows = -(-len(kinds) // ncol)
     height = 1.0 + 0.32 * stages + 0.18 * legend_rows
-    fig = Figure(figsize=(WIDTH_IN, height))
-    FigureCanvasAgg(fig)
+    fig = new_figure(figsize=(WIDTH_IN, height))
     bottom_in = 0.55 + 0.18 * legend_rows  # tick labels, axis label, legend
     fig.subplots_adjust(left=0.75 / WIDTH_IN, right=1 - 0.15 / WIDTH_IN, top=1 - 0.35 / height,
                         bottom=bottom_in / height)  # fixed margins: no tight_layout pass
@@ -112,7 +111,7 @@ def plot_timeline(trace: Any, path: str, title: str = "", max_bars: int = MAX_BA
             verts.append(quad)
         block = np.concatenate(verts) if verts else np.empty((0, 4, 2))
         drawn += len(block)
-        ax.add_collection(PolyCollection(block, facecolors=colour[kind], linewidths=0), autolim=False)
+        ax.add_collection(PolyCollection(cast(Any, block), facecolors=colour[kind], linewidths=0), autolim=False)
     ax.set_xlim(0, horizon * 1.01)
     ax.set_ylim(stages - 0.5, -0.5)  # stage 0 on top
     handles = [Rectangle((0, 0), 1, 1, color=colour[k]) for k in kinds]

@@ -66,14 +66,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     max_evals = int(cfg.extra.get("max_evals", 300))
     on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if joint else "")
     say(f"fitting {len(BOUNDS)} constants of gpu={base.name} on {on} "
-          f"(Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
+        f"(Nelder-Mead, <= {max_evals} evaluations) ...")
     fit = fit_constants(datasets, base, max_evals=max_evals)
     gpu = replace(base, **fit.constants)
     pred = predict_s(single, gpu)
     weak_mape = mape_pct(predict_s(weak, gpu), weak_s)
     weak_key = "in_sample" if joint else "out_of_sample"
     result = {"gpu": base.name, "fit_on": fit_on, "constants": fit.constants, "evaluations": fit.evaluations,
-              "in_sample": {"single_node": summarise(pred, single_s).line()}}
+              "in_sample": {"single_node": summarise(pred.tolist(), single_s.tolist()).line()}}
     result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
     for k, v in fit.constants.items():
         say(f"  {k}: {v:.4g}")
@@ -82,7 +82,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if folds == "weak_scaling":  # leave one published row out, keep every single-node run
         cv_pred, per_group = leave_one_group_out(datasets, 1, list(range(len(weak))), base,
                                                  max_evals=max(60, max_evals // 2))
-        line = summarise(cv_pred, weak_s).line()
+        line = summarise(cv_pred.tolist(), weak_s.tolist()).line()
         result["cross_validated"] = {"folds": folds, "weak_scaling": line,
                                      "per_row": [{"row": weak[int(g)].model.name, "ape_pct": m}
                                                  for g, m, _ in per_group]}
@@ -92,7 +92,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     elif folds != "none":
         groups = [GROUPS[folds](w) for w in single]
         cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, max_evals=max(60, max_evals // 2))
-        line = summarise(cv_pred, single_s).line()
+        line = summarise(cv_pred.tolist(), single_s.tolist()).line()
         result["cross_validated"] = {"folds": folds, "single_node": line,
                                      "per_group": [{"group": g, "mape_pct": m, "n": n} for g, m, n in per_group]}
         say(f"leave-one-{folds}-out single-node: {line}")

@@ -105,7 +105,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             raise ConfigError(f"profile.seq_lens: {s} exceeds model.max_seq_len={model.max_seq_len}")
     name = device_name(dev)
     say(f"vtrain profile: {name} ({dev}), {dtype}, torch {torch.__version__}, {torch.get_num_threads()} threads "
-          f"-> {target}")
+        f"-> {target}")
     t0 = time.perf_counter()
     ops, notes = profile_ops(model, sweep, dev, dtype)
     adam, adam_notes = profile_adam(model, sweep, dev, dtype)
@@ -161,7 +161,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     spreads = sorted((r["p90_s"] - r["p10_s"]) / r["median_s"] for r in ops + adam)
     mid = spreads[len(spreads) // 2] if spreads else 0.0
     say(f"wrote {target} ({len(ops)} op rows, {len(adam)} adam rows, {len(colls)} collective rows) in "
-          f"{meta['elapsed_s']:.1f} s; median relative spread (p90-p10)/median = {mid:.1%}")
+        f"{meta['elapsed_s']:.1f} s; median relative spread (p90-p10)/median = {mid:.1%}")
     for n in notes:
         say(f"note: {n}")
     return 0

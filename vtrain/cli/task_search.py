@@ -49,14 +49,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     sweep.note(**headline(result))
     say(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
     say(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
-          f"$(cat {out_dir / 'best_time.yaml'})")
+        f"$(cat {out_dir / 'best_time.yaml'})")
     if not bool(cfg.tracking.enabled):
         return 0
     from vtrain.tracking.mlflow_logger import log_search
 
     tracked = log_search(result, cfg, out_dir, paths)
     say(f"MLflow: {tracked.child_runs} child runs logged, {tracked.seconds_per_child * 1e3:.1f} ms per trial "
-          f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
+        f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
     if tracked.note:
         say(f"  {tracked.note}")
     if tracked.ui_command:
