@@ -82,9 +82,12 @@ def plot_timeline(trace: Any, path: str, title: str = "", max_bars: int = MAX_BA
     streams = streams_in_order(items)
     layout = lane_layout(streams)
     bars = lane_bars(items, horizon, max_bars)
-    kinds = list(dict.fromkeys(k for (_, _, k) in bars))
-    colour = colours(kinds)
+    first = list(dict.fromkeys(k for (_, _, k) in bars))
     stream_of = {k: st for (_, st, k) in bars}
+    fixed = list(_FIXED)
+    kinds = sorted(first, key=lambda k: (streams.index(stream_of[k]), fixed.index(k) if k in fixed else len(fixed),
+                                         first.index(k)))
+    colour = colours(kinds)
 
     ncol = min(4, max(1, len(kinds)))
     legend_rows = -(-len(kinds) // ncol)

@@ -50,10 +50,14 @@ def say(text: str, logger: logging.Logger | None = None) -> None:
 _interrupted = False
 
 
-def mark_interrupted() -> None:
-    """Ctrl-C was pressed (called by the CLI's SIGINT handler)."""
+def mark_interrupted(value: bool = True) -> None:
+    """Ctrl-C was pressed (the CLI's SIGINT handler), or a new command starts (False)."""
     global _interrupted
-    _interrupted = True
+    _interrupted = value
+
+
+def interrupted() -> bool:
+    return _interrupted
 
 
 class DropInterrupts(logging.Filter):

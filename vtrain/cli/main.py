@@ -27,7 +27,6 @@ from vtrain.errors import ConfigError, VtrainError
 
 log = logging.getLogger(__name__)
 _crashed = False  # the task raised an unexpected exception: a bug, shown with its traceback
-_interrupted = False  # Ctrl-C was pressed: whatever a library raises while it unwinds is the interrupt
 
 
 def fail(message: str) -> NoReturn:
@@ -36,9 +35,7 @@ def fail(message: str) -> NoReturn:
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
-    global _interrupted
-    _interrupted = True
-    logs.mark_interrupted()
+    logs.mark_interrupted()  # whatever a library raises while it unwinds is this interrupt
     raise KeyboardInterrupt
 
 
@@ -86,7 +83,7 @@ def hydra_main(cfg: DictConfig) -> int:
         _record("error", str(err))
         return 2
     except Exception as exc:
-        if _interrupted:  # e.g. Optuna's UnboundLocalError when Ctrl-C lands inside its trial bookkeeping
+        if logs.interrupted():  # e.g. Optuna's UnboundLocalError when Ctrl-C lands inside its trial bookkeeping
             raise KeyboardInterrupt from None
         if not multirun:
             _crashed = True
@@ -105,8 +102,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     from vtrain.config.store import register_configs
 
+    global _crashed
+    _crashed = False  # main() may run several times in one process (tests)
+    logs.mark_interrupted(False)
+    sweep.exit_code = 0
     args = list(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGINT, _on_sigint)
+    previous = signal.signal(signal.SIGINT, _on_sigint)
     try:
         check_argv(args)
         os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing many lines
@@ -122,6 +123,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if _crashed:
             raise
         fail(first_line(exc))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     if sweep.exit_code:
         sys.exit(sweep.exit_code)
 
