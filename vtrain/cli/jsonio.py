@@ -31,7 +31,12 @@ def finite(obj: Any) -> Any:
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
-    return json.dumps(finite(obj), indent=indent, allow_nan=False)
+    """Strict JSON of ``obj``: serialised directly when every number is finite (the common case, and
+    fast for a large trace), else after :func:`finite`."""
+    try:
+        return json.dumps(obj, indent=indent, allow_nan=False, default=finite)  # finite: enums, paths, numpy
+    except ValueError:  # a NaN or an infinity somewhere
+        return json.dumps(finite(obj), indent=indent, allow_nan=False)
 
 
 def write_json(path: Path, obj: Any, indent: int | None = 2) -> Path:
