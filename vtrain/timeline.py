@@ -37,7 +37,9 @@ def spans(trace: Any) -> List[Span]:
     """Every span of a simulation trace. A trace that lists its own spans (``trace.spans``: tuples of
     stage, stream, kind, name, start, end) is taken as it is; the pipeline trace of today's engine is
     read from its compiled schedule (forward/backward passes on the compute stream) and its per-stage
-    tail events (stream, name, start, end)."""
+    tail events (stream, name, start, end). A list of spans is returned as it is."""
+    if isinstance(trace, list):
+        return trace
     own = getattr(trace, "spans", None)
     if own is not None:
         return [Span(*s) for s in own]
@@ -65,7 +67,8 @@ def streams_in_order(items: Iterable[Span]) -> List[str]:
 
 
 def chrome_trace(trace: Any) -> Dict[str, Any]:
-    """The trace as Chrome trace events: pid = stage, tid = stream, one complete event per span."""
+    """The trace (or its :func:`spans`) as Chrome trace events: pid = stage, tid = stream, one complete
+    event per span."""
     items = spans(trace)
     tids = {name: i for i, name in enumerate(streams_in_order(items))}
     stages = sorted({sp.stage for sp in items})

@@ -70,7 +70,7 @@ def colours(kinds: Sequence[str]) -> Dict[str, str]:
 
 
 def plot_timeline(trace: Any, path: str, title: str = "", max_bars: int = MAX_BARS) -> int:
-    """Write the Gantt chart of ``trace`` to ``path``; returns the number of bars drawn."""
+    """Write the Gantt chart of ``trace`` (or its spans) to ``path``; returns the number of bars drawn."""
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Rectangle
 

@@ -16,7 +16,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.cli.gantt import plot_timeline
     from vtrain.cli.jsonio import write_json
     from vtrain.cli.profiles import profile_for
-    from vtrain.timeline import chrome_trace
+    from vtrain.timeline import chrome_trace, spans
 
     report, trace = simulate_with_trace(cfg, profile=profile_for(cfg))
     say(render_report(report))
@@ -24,8 +24,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "report.json", report.to_dict())
     assert trace is not None
-    write_json(out_dir / "timeline.json", chrome_trace(trace), indent=None)
-    plot_timeline(trace, str(out_dir / "timeline.png"), f"{report.model} on {report.cluster}: "
+    items = spans(trace)  # read once, written twice
+    write_json(out_dir / "timeline.json", chrome_trace(items), indent=None)
+    plot_timeline(items, str(out_dir / "timeline.png"), f"{report.model} on {report.cluster}: "
                   f"{plan_label(report.plan)}, {report.iteration_time_s:.2f} s per iteration")
     say(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
              f"and {out_dir / 'timeline.png'}")

@@ -66,11 +66,11 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     ok = [r for r in results if r.predicted_ms is not None]
     worst = sorted(ok, key=lambda r: -(r.ape_pct or 0.0))[:show]
     if show > 0 and ok:
-        say(f"{'row':>5} {'gpus':>5} {'(t,d,p)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
+        say(f"{'row':>5} {'gpus':>5} {'(tp,pp,dp)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
             f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
         for r in worst:
             v = r.row.values
-            say(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['dp'] + ',' + v['pp'] + ')':>10} "
+            say(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['pp'] + ',' + v['dp'] + ')':>10} "
                 f"{v['micro_batch']:>3} {v['global_batch']:>5} {v['hidden_size']:>6} {v['num_layers']:>6} "
                 f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
                 f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
