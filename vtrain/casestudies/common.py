@@ -57,6 +57,7 @@ class StudyResult:
     text: str
     data: Any = field(default=None, compare=False)  # the study's own values, for the plot
     runs: List[Dict[str, Any]] = field(default_factory=list)  # MLflow child runs: {name, params, metrics}
+    headline: str = ""  # the finding in one line (a multirun's sweep summary shows it per job)
 
 
 def write_outputs(result: StudyResult, out_dir: Path, plot: Callable[[StudyResult, Path], None]) -> List[Path]:

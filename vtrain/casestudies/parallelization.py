@@ -178,5 +178,11 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                          "params": {"tp": r.plan.tp, "pp": r.plan.pp, "dp": r.plan.dp, "role": role},
                          "metrics": {k: float(v) for k, v in row.items()
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+    if cheaper:
+        c = cheaper[0]
+        headline = (f"cheapest at <= the baseline's time: (tp,pp,dp)=({c.plan.tp},{c.plan.pp},{c.plan.dp}), "
+                    f"{pct_saved(c.cost_usd, base.cost_usd):.2f}% cheaper than ({b.tp},{b.pp},{b.dp})")
+    else:
+        headline = f"no plan beats the baseline ({b.tp},{b.pp},{b.dp}) on cost at equal or lower time"
     return StudyResult("parallelization", str(cfg.case_study.title or "Cost-effective parallelization"),
-                       {"plans": rows}, summary, params, metrics, "\n".join(lines), data, runs)
+                       {"plans": rows}, summary, params, metrics, "\n".join(lines), data, runs, headline)

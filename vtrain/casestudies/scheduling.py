@@ -121,9 +121,12 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                        ["job", "model", "tokens_b"] + [f"{p['policy']}{s}" for p in pol_rows
                                                        for s in (":gpus", ":plan", ":jct_h")])]
     data = {"sims": sims, "cluster_gpus": w.cluster.num_gpus, "job_names": [j.name for j in jobs]}
+    best = min(pol_rows, key=lambda p: p["avg_jct_h"])
+    headline = f"best policy {best['policy']}: average JCT {best['avg_jct_h']:.1f} h" + (
+        f" ({best['avg_jct_vs_baseline_pct']:.1f}% below the baseline)" if base else "")
     return StudyResult("scheduling", str(cfg.case_study.title or "Multi-tenant GPU cluster scheduling"),
                        {"jobs": job_rows, "policies": pol_rows}, summary, params, metrics, "\n".join(lines), data,
-                       runs)
+                       runs, headline)
 
 
 def _queue_order(policy: str, options: Dict[str, List[Option]]) -> Callable[[Job], Any]:

@@ -226,5 +226,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
          f"they differ: the fixed-MFU choice reaches loss "
          f"{chin.loss:.4f} under vtrain's throughput, {chin.loss - vt.loss:+.4f} vs vtrain's choice"),
     ]
+    headline = (f"vtrain's choice {vt.shape.name} ({vt.params / 1e9:.1f}B params, {vt.tokens / 1e9:,.0f}B tokens, "
+                f"loss {vt.loss:.4f}); fixed-MFU choice {chin.shape.name}")
     return StudyResult("compute_optimal", str(cfg.case_study.title or "Compute-optimal model sizing"),
-                       {"shapes": rows}, summary, params, metrics, "\n".join(lines), {"results": results}, runs)
+                       {"shapes": rows}, summary, params, metrics, "\n".join(lines), {"results": results}, runs,
+                       headline)

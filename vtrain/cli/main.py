@@ -27,6 +27,7 @@ from vtrain.errors import ConfigError, VtrainError
 
 log = logging.getLogger(__name__)
 _crashed = False  # the task raised an unexpected exception: a bug, shown with its traceback
+_started = False  # a task started: exceptions after this are not the command line's
 
 
 def fail(message: str) -> NoReturn:
@@ -68,7 +69,8 @@ def _record(status: str, error: str = "") -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> int:
-    global _crashed
+    global _crashed, _started
+    _started = True
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = _multirun()
     rundir.start(out_dir, owned=multirun)
@@ -102,8 +104,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     from vtrain.config.store import register_configs
 
-    global _crashed
-    _crashed = False  # main() may run several times in one process (tests)
+    global _crashed, _started
+    _crashed = _started = False  # main() may run several times in one process (tests)
     logs.mark_interrupted(False)
     sweep.exit_code = 0
     args = list(sys.argv[1:] if argv is None else argv)
@@ -123,6 +125,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if _crashed:
             raise
         fail(first_line(exc))
+    except (AssertionError, TypeError, ValueError) as exc:  # OmegaConf internals while composing
+        if _started:
+            raise
+        fail(f"the overrides could not be applied to the config ({type(exc).__name__}: {exc})")
     finally:
         signal.signal(signal.SIGINT, previous)
     if sweep.exit_code:

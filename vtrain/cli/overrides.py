@@ -24,6 +24,9 @@ VALUE_FLAGS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "
                "--package", "-p", "--experimental-rerun", "--shell-completion", "-sc"}
 BARE_FLAGS = {"-m", "--multirun", "-h", "--help", "--hydra-help", "--version", "--resolve", "--run", "-r"}
 INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+# sections that are empty until a config group fills them (+model=..., +casestudy=...)
+SECTION_GROUP = {"model": "model", "cluster": "cluster", "gpu": "gpu", "case_study": "casestudy"}
+PRESET_GROUPS = ("experiment", "casestudy")  # presets that may select model and cluster themselves
 
 
 @lru_cache(maxsize=None)
@@ -78,6 +81,7 @@ def check_argv(argv: Sequence[str]) -> None:
         return
     multirun = any(f in ("-m", "--multirun") for f in flags)
     parser = OverridesParser.create()
+    parsed = []
     for text in texts:
         try:
             override = parser.parse_override(text)
@@ -85,6 +89,26 @@ def check_argv(argv: Sequence[str]) -> None:
             reason = str(exc).strip().splitlines()[-1].replace("missing EQUAL at '<EOF>'", "no '='")
             raise ConfigError(f"cannot read '{text}': {reason} (overrides are key=value)") from None
         check_override(override, text, multirun)
+        parsed.append((override, text))
+    check_sections(parsed)
+
+
+def check_sections(parsed: List[Tuple[Any, str]]) -> None:
+    """A key of ``model``, ``cluster``, ``gpu`` or ``case_study`` needs its group selected (or a preset
+    that may select it), with one option: Hydra composes a sweep's base config without a swept group."""
+    chosen = {o.key_or_group: o for o, _ in parsed if o.key_or_group in groups()}
+    presets = [chosen[g] for g in PRESET_GROUPS if g in chosen]
+    for o, text in parsed:
+        section, _, rest = o.key_or_group.partition(".")
+        group = SECTION_GROUP.get(section)
+        if group is None or not rest:
+            continue
+        selector = chosen.get(group) or (presets[0] if presets else None)
+        if selector is None:
+            raise ConfigError(f"{text}: {section} is empty until +{group}=<name> selects it")
+        if selector.is_sweep_override():
+            raise ConfigError(f"{text}: {section} comes from a swept config group, and Hydra composes a sweep "
+                              f"without it; set {o.key_or_group} in each config of the group or sweep it alone")
 
 
 def _values(override: Any) -> List[Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from vtrain.cli import sweep
 from vtrain.cli.logs import say
 from vtrain.config.compose import group_options
 from vtrain.errors import ConfigError
@@ -35,6 +36,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     paths = write_outputs(result, out_dir, plot)
     say(result.text)
     say(f"\n{result.title}: done in {elapsed:.1f} s; wrote " + ", ".join(str(p) for p in paths))
+    sweep.note(best=result.headline, study=name, study_seconds=elapsed, **result.metrics)
     if bool(cfg.tracking.enabled):
         from vtrain.casestudies.tracking import log_study
 
