@@ -4,7 +4,8 @@ warnings and errors go to stderr."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 
 class MaxLevel(logging.Filter):
@@ -36,6 +37,26 @@ class RunLogFile(logging.FileHandler):
             self.bytes_written += len(msg.encode(self.encoding or "utf-8"))
         except Exception:
             self.handleError(record)
+
+
+@contextmanager
+def restored_root_logger() -> Iterator[None]:
+    """Give back the root logger as it was (handlers, level) when the block ends, closing the handlers
+    Hydra's job logging added: the command line may run more than once in one process (tests, library
+    use) and must not leave a run's log file or a stale stdout attached."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for h in root.handlers[:]:
+            if h not in handlers:
+                root.removeHandler(h)
+                h.close()
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
 
 
 def say(text: str, logger: logging.Logger | None = None) -> None:

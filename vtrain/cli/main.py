@@ -116,7 +116,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         register_configs()
         if argv is not None:
             sys.argv = [sys.argv[0], *args]
-        hydra_main()
+        with logs.restored_root_logger():
+            hydra_main()
     except KeyboardInterrupt:
         interrupted()
     except VtrainError as err:

@@ -27,6 +27,8 @@ INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "search
 # sections that are empty until a config group fills them (+model=..., +casestudy=...)
 SECTION_GROUP = {"model": "model", "cluster": "cluster", "gpu": "gpu", "case_study": "casestudy"}
 PRESET_GROUPS = ("experiment", "casestudy")  # presets that may select model and cluster themselves
+# string fields that name a config of a group (loaded from conf/<group>/<name>.yaml): names, never paths
+NAME_FIELDS = {"cluster.gpu": "gpu", "profile.gpu": "gpu", "cluster.stack": "stack", "stack.name": "stack"}
 
 
 @lru_cache(maxsize=None)
@@ -169,16 +171,15 @@ def check_config_name(group: str, value: Any, field: str, shown: str = "") -> No
 
 
 def check_named_value(key: str, value: Any, shown: str) -> None:
-    """A string field named after a config group (``cluster.gpu``, ``profile.gpu``) names one of its
+    """A field that names a config (:data:`NAME_FIELDS`, e.g. ``cluster.gpu``) names one of its group's
     configs; ``task`` names a task."""
-    leaf = key.rpartition(".")[2]
     if key == "task":
         if value not in TASKS:
             hint = closest(str(value), list(TASKS))
             raise ConfigError(f"task={shown} is not one of {', '.join(TASKS)}"
                               + (f" (did you mean {hint}?)" if hint else ""))
-    elif leaf in groups() and value is not None:
-        check_config_name(leaf, value, key, shown)
+    elif key in NAME_FIELDS and value is not None and NAME_FIELDS[key] in groups():
+        check_config_name(NAME_FIELDS[key], value, key, shown)
 
 
 def _show(value: Any) -> str:
