@@ -84,9 +84,12 @@ def phases() -> None:
         write_json(Path(tmp) / "report.json", report.to_dict())
         write_json(Path(tmp) / "timeline.json", chrome_trace(trace), indent=None)
         mark("report.json + timeline.json")
+        import matplotlib.collections  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+
         from vtrain.cli.gantt import plot_timeline
 
-        mark("import matplotlib")
+        mark("import numpy and matplotlib")
         bars = plot_timeline(trace, str(Path(tmp) / "timeline.png"))
         mark(f"timeline.png ({bars:,} bars)")
     for name, s in marks:

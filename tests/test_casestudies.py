@@ -220,6 +220,7 @@ def test_cli_bad_input_is_one_line(tmp_path, override, expect):
 
 
 # ------------------------------------------------------------------------- CLI: files and MLflow
+@pytest.mark.slow
 def test_cli_writes_table_plot_and_logs_to_mlflow(tmp_path):
     db = tmp_path / "mlflow.db"
     out = tmp_path / "run"

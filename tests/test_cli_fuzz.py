@@ -122,6 +122,7 @@ CORE_GAPS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra,reason", CORE_GAPS, ids=[" ".join(e) for e, _ in CORE_GAPS])
 def test_core_gaps_found_by_the_fuzz(tmp_path, capfd, extra, reason):
     res = None

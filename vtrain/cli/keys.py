@@ -106,13 +106,13 @@ def type_error(value: Any, tp: Any, optional: bool) -> Optional[str]:
         if isinstance(value, float):  # OmegaConf does not narrow 1e3 or 2.0 to an int
             return f"must be {_word(tp)}"
         if isinstance(value, str):
-            return None if _is_int(value) else f"must be {_word(tp)}"
+            return None if _parses(value, int) else f"must be {_word(tp)}"
         return None
     if tp is float:
         if isinstance(value, bool) or isinstance(value, (list, dict)):
             return f"must be {_word(tp)}"
         if isinstance(value, str):
-            return None if _is_float(value) else f"must be {_word(tp)}"
+            return None if _parses(value, float) else f"must be {_word(tp)}"
         return None
     if tp is str:
         return None if not isinstance(value, (list, dict)) else f"must be {_word(tp)}"
@@ -127,17 +127,9 @@ def _plural(tp: Any) -> str:
     return {int: "integers", float: "numbers", bool: "booleans", str: "strings"}.get(tp, _word(tp))
 
 
-def _is_int(text: str) -> bool:
+def _parses(text: str, conv: Any) -> bool:
     try:
-        int(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
+        conv(text)
     except ValueError:
         return False
     return True

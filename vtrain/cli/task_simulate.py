@@ -13,12 +13,13 @@ from vtrain.cli.logs import say
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.api import simulate_with_trace
-    from vtrain.cli.gantt import plot_timeline
     from vtrain.cli.jsonio import write_json
     from vtrain.cli.profiles import profile_for
     from vtrain.timeline import chrome_trace, spans
 
     report, trace = simulate_with_trace(cfg, profile=profile_for(cfg))
+    from vtrain.cli.gantt import plot_timeline  # numpy and matplotlib: only once the plan is valid
+
     say(render_report(report))
     sweep.note(**headline(report))
     out_dir.mkdir(parents=True, exist_ok=True)
