@@ -96,10 +96,12 @@ def test_huge_trace_is_capped_and_covers_the_same_time(tmp_path):
     items = spans(trace)
     bars = lane_bars(items, horizon=100.0, max_bars=MAX_BARS)
     assert sum(len(b[0]) for b in bars.values()) <= MAX_BARS
-    for (stage, stream, kind), (bs, be) in bars.items():
-        mine = [sp for sp in items if (sp.stage, sp.stream, sp.kind) == (stage, stream, kind)]
-        assert bs.min() == pytest.approx(min(sp.start for sp in mine))
-        assert be.max() == pytest.approx(max(sp.end for sp in mine))
+    extent: dict = {}
+    for sp in items:
+        lo, hi = extent.get((sp.stage, sp.stream, sp.kind), (sp.start, sp.end))
+        extent[(sp.stage, sp.stream, sp.kind)] = (min(lo, sp.start), max(hi, sp.end))
+    for key, (bs, be) in bars.items():
+        assert (bs.min(), be.max()) == pytest.approx(extent[key])
     assert plot_timeline(trace, str(tmp_path / "big.png")) <= MAX_BARS
 
 

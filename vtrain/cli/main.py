@@ -63,8 +63,8 @@ def _multirun() -> bool:
 def _record(status: str, error: str = "") -> None:
     hc = HydraConfig.get()
     sweep.record_job(Path(str(hc.sweep.dir)), sweep.JobRecord(
-        num=int(hc.job.num), overrides=list(hc.overrides.task), status=status, run_dir=str(hc.runtime.output_dir),
-        error=error, metrics=sweep.take_notes()))
+        num=int(hc.job.num), overrides=list(hc.overrides.task), status=status,
+        run_dir="" if status == "error" else str(hc.runtime.output_dir), error=error, metrics=sweep.take_notes()))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
