@@ -1,12 +1,16 @@
-"""Bad input: one line naming the field and the rule, exit code 2, no traceback, nothing written."""
-import subprocess
-import sys
+"""Bad input: one line naming the field and the rule, exit code 2, no traceback, nothing written.
+
+Most cases run the command line in-process (tests/clirun.py); a few run it as a real process."""
 from pathlib import Path
 
 import pytest
 
+from tests.clirun import run_inprocess, run_subprocess
+
 BASE = ["task=simulate", "+model=gpt175b", "+cluster=a100x1024"]
-CASES = [
+
+# the core's rules, shown by the CLI as the core's one line
+CORE_RULES = [
     (["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=16"], "exceeds the 1024 GPUs"),
     (["parallelism.tp=5", "parallelism.pp=1", "parallelism.dp=1"], "tp=5 must divide attention heads=96"),
     (["parallelism.tp=8", "parallelism.pp=4", "parallelism.dp=1", "parallelism.first_stage_layers=20"],
@@ -26,26 +30,52 @@ CASES = [
     (["parallelism.schedule=zigzag"], "parallelism.schedule=zigzag is not one of"),
 ]
 
+# 20 common mistakes on the command line, each with the one line it must give
+MISTAKES = [
+    (["parallelism.tpp=4"], "parallelism.tpp is not a config key; did you mean parallelism.tp?"),
+    (["paralelism.tp=8"], "paralelism.tp is not a config key; did you mean parallelism.tp?"),
+    (["parallelism.tp=abc"], "parallelism.tp=abc must be an integer"),
+    (["model.hidden_size=1e3"], "model.hidden_size=1e3 must be an integer"),
+    (["parallelism.sequence_parallel=maybe"], "parallelism.sequence_parallel=maybe must be true or false"),
+    (["parallelism.tp=null"], "parallelism.tp=null must be an integer (it cannot be null)"),
+    (["search.micro_batch_sizes=[1,a]"], "search.micro_batch_sizes=[1,a] must be a list of integers"),
+    (["+parallelism.foo=1"], "parallelism.foo is not a config key; parallelism has: account_for_embedding, account_for_loss,"),
+    (["+foo=1"], "foo is not a config key"),
+    (["+mdoel=gpt175b"], "mdoel is not a config key; did you mean +model=<name>?"),
+    (["+parallelism.tp=8"], "parallelism.tp is already set: write parallelism.tp=<value> without +"),
+    (["+parallelism=megatron_gpt3"], "parallelism is chosen by default; write parallelism=megatron_gpt3 (without +)"),
+    (["cluster.gpu=../../etc/x"], "cluster.gpu=../../etc/x is unknown; one of: a100_40gb,"),
+    (["cluster.gpu=../gpu/h100_sxm"], "cluster.gpu=../gpu/h100_sxm is unknown (did you mean h100_sxm?)"),
+    (["+gpu=../model/gpt175b"], "gpu=../model/gpt175b is unknown"),
+    (["parallelism.tp=4,8"], "parallelism.tp=4,8 is a sweep: add -m"),
+    (["task=simulat"], "task=simulat is not one of search, simulate,"),
+    (["--model"], "unknown option --model: overrides are key=value"),
+    (["parallelism.tp"], "cannot read 'parallelism.tp': no '='"),
+    (["~parallelism"], "~parallelism: removing config entries (~) is not supported"),
+    (["training.precision=fp9"], "training.precision=fp9 is not one of"),
+]
 
-def run_cli(args, cwd):
-    return subprocess.run([sys.executable, "-m", "vtrain", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+
+@pytest.mark.parametrize("overrides,message", CORE_RULES + MISTAKES,
+                         ids=[" ".join(o) for o, _ in CORE_RULES + MISTAKES])
+def test_mistake_is_one_line_with_exit_2(tmp_path, capfd, overrides, message):
+    run_dir = tmp_path / "run"
+    res = run_inprocess([*BASE, *overrides, f"hydra.run.dir={run_dir}"], capfd)
+    line = res.one_line_error()
+    assert message in line
+    assert not run_dir.exists()  # nothing half-written, no run directory left
 
 
-@pytest.mark.parametrize("overrides,message", CASES)
-def test_bad_plan(tmp_path, overrides, message):
-    proc = run_cli([*BASE, *overrides], tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert message in proc.stderr
-    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert not any(Path(tmp_path).rglob("*.json")) and not (tmp_path / "outputs").exists() or \
-        not any(p.is_file() for p in (tmp_path / "outputs").rglob("*"))
+def test_without_plus_and_model_missing(tmp_path, capfd):
+    assert "write +model=gpt175b" in run_inprocess(["task=simulate", "model=gpt175b", "+cluster=a100x1024"],
+                                                   capfd).one_line_error()
+    line = run_inprocess(["task=simulate", "+cluster=a100x1024", f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+    assert "model is not set: add +model=<name>, one of:" in line and not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("args,message", [
     (["task=simulate", "+model=gpt9000", "+cluster=a100x1024"], "model=gpt9000 is unknown; one of: gpt175b"),
     (["task=simulate", "+model=gpt175b", "+cluster=nowhere"], "cluster=nowhere is unknown"),
-    (["task=simulate", "+cluster=a100x1024"], "model is not set: add +model=<name>, one of:"),
     (["task=simulate", "+model=gpt175b"], "cluster is not set: add +cluster=<name>, one of:"),
     (["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "+gpu=tpu"], "gpu=tpu is unknown"),
     (["task=dance", "+model=gpt175b", "+cluster=a100x1024"], "task=dance is not one of"),
@@ -54,33 +84,61 @@ def test_bad_plan(tmp_path, overrides, message):
     (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=single_node", "calibrate.folds=weak_scaling"],
      "calibrate.folds=weak_scaling needs calibrate.fit_on=joint"),
 ])
-def test_unknown_names(tmp_path, args, message):
-    proc = run_cli(args, tmp_path)
-    assert proc.returncode == 2
-    assert message in proc.stderr and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_unknown_names(tmp_path, capfd, args, message):
+    assert message in run_inprocess([*args, f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
 
 
-def test_simulate_writes_report_and_timeline(tmp_path):
-    proc = run_cli([*BASE, "parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8",
-                    "parallelism.micro_batch_size=1", "hydra.run.dir=run"], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "iteration time" in proc.stdout and "MFU" in proc.stdout
-    import json
-
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["gpus_used"] == 1024 and report["fits"] in (True, False)
-    trace = json.loads((tmp_path / "run" / "timeline.json").read_text())
-    assert any(e.get("ph") == "X" for e in trace["traceEvents"])
-    assert (tmp_path / "run" / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "vtrain" in (tmp_path / "run" / ".hydra" / "hydra.yaml").read_text()
+def test_real_process_one_line_and_exit_2(tmp_path):
+    """The same in a real interpreter: a command-line mistake and a core rule."""
+    for extra, message in (["parallelism.tpp=4"], "did you mean parallelism.tp?"), \
+                          (["parallelism.tp=5", "parallelism.pp=1", "parallelism.dp=1"], "tp=5 must divide"):
+        res = run_subprocess([*BASE, *extra], tmp_path)
+        assert message in res.one_line_error()
+        assert not (tmp_path / "outputs").exists() or not any(p.is_file() for p in (tmp_path / "outputs").rglob("*"))
 
 
-def test_multirun_bad_job_fails_alone(tmp_path):
-    """In a sweep, a job with bad input fails (its one line on stderr) and the other jobs still run."""
-    proc = run_cli(["-m", *BASE, "parallelism.tp=5,8", "parallelism.pp=16", "parallelism.dp=8",
-                    "tracking.enabled=false"], tmp_path)
-    assert proc.returncode != 0
-    assert "vtrain: error: tp=5 must divide attention heads=96" in proc.stderr
-    reports = list((tmp_path / "outputs" / "multirun").rglob("report.json"))
-    assert len(reports) == 1  # the tp=8 job
+def test_help_lists_tasks_groups_and_examples(capfd):
+    from vtrain.cli.overrides import TASKS, groups
+
+    res = run_inprocess(["--help"], capfd)
+    assert res.code == 0
+    for task in TASKS:
+        assert f"  {task} " in res.out
+    for group in groups():
+        assert f"\n{group}: " in res.out
+    examples = [ln for ln in res.out.splitlines() if ln.strip().startswith("python -m vtrain")]
+    assert len(examples) >= 5 and "== Examples ==" in res.out
+    assert "peak_tflops" not in res.out  # not Hydra's 150-line config dump
+
+
+def test_help_examples_are_valid_commands():
+    """Every example of --help passes the command-line check (names, keys, types)."""
+    import shlex
+
+    from vtrain.cli.overrides import check_argv
+
+    text = (Path(__file__).resolve().parents[1] / "vtrain" / "conf" / "hydra" / "help" / "vtrain.yaml").read_text()
+    examples = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("python -m vtrain +")
+                or ln.strip().startswith("python -m vtrain task") or ln.strip().startswith("python -m vtrain -m")]
+    assert len(examples) == 5
+    for ex in examples:
+        check_argv(shlex.split(ex)[3:])
+
+
+def test_multirun_bad_job_fails_alone_and_sweep_summary(tmp_path, capfd):
+    """In a sweep, a job with bad input fails (its one line on stderr), the others run, the sweep writes
+    sweep_summary.csv with one row per job and exits with 2."""
+    import csv
+
+    sweep = tmp_path / "sweep"
+    res = run_inprocess(["-m", *BASE, "parallelism.tp=5,8", "parallelism.pp=16", "parallelism.dp=8",
+                         "tracking.enabled=false", f"hydra.sweep.dir={sweep}"], capfd)
+    assert res.code == 2
+    assert "vtrain: error: tp=5 must divide attention heads=96" in res.err and "Traceback" not in res.err
+    assert len(list(sweep.rglob("report.json"))) == 1 and not (sweep / "0").exists()  # the tp=8 job
+    rows = list(csv.DictReader((sweep / "sweep_summary.csv").open()))
+    assert [(r["job"], r["status"]) for r in rows] == [("0", "error"), ("1", "ok")]
+    assert "tp=5 must divide" in rows[0]["error"] and "parallelism.tp=5" in rows[0]["overrides"]
+    assert float(rows[1]["days_to_train"]) > 0 and float(rows[1]["mfu_pct"]) > 1  # percent, not a fraction
+    assert "(tp,pp,dp)=(8,16,8)" in rows[1]["plan"]
+    assert "#0 parallelism.tp=5: error: tp=5 must divide" in res.out and "fastest job: #1" in res.out

@@ -1,19 +1,51 @@
 """Hydra callbacks of vtrain (registered under ``hydra.callbacks`` in ``conf/config.yaml``).
 
-:class:`PrepareSharedStores` runs once in the launching process of a multirun, before any job
-starts: it creates (or migrates) the MLflow SQLite tracking database and an Optuna RDB storage given
-as ``search.storage``, because several jobs creating one new SQLite schema at the same time race
-(some fail quietly). Single runs are untouched. Heavy imports happen only when a store is prepared.
+- :class:`RunDirGuard`: before Hydra makes the run (or sweep) directory, take one that no other
+  process uses (two runs started in the same second get ``<time>`` and ``<time>-2``) and record what
+  it held, so that clean-up after a bad input removes only what this process created
+  (:mod:`vtrain.cli.rundir`).
+- :class:`PrepareSharedStores`: once in the launching process of a multirun, before any job starts,
+  create (or migrate) the MLflow SQLite tracking database and an Optuna RDB storage given as
+  ``search.storage``: several jobs creating one new SQLite schema at the same time race (some fail
+  quietly). Single runs are untouched.
+- :class:`SweepSummary`: at the end of a multirun, ``sweep_summary.csv`` (one row per job: overrides,
+  status, headline metrics) and the best plan of each job on stdout (:mod:`vtrain.cli.sweep`).
+
+Heavy imports happen only when needed.
 """
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, read_write
 
 log = logging.getLogger(__name__)
+
+
+def _explicit(config: DictConfig, key: str) -> bool:
+    return any(str(o).startswith(f"{key}=") for o in config.hydra.overrides.hydra)
+
+
+class RunDirGuard(Callback):
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from vtrain.cli import rundir
+
+        path = rundir.claim(str(config.hydra.run.dir), exclusive=not _explicit(config, "hydra.run.dir"))
+        with read_write(config.hydra):
+            config.hydra.run.dir = str(path)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from vtrain.cli import rundir
+
+        if _explicit(config, "hydra.sweep.dir"):
+            return
+        path = rundir.claim(str(config.hydra.sweep.dir), exclusive=True)
+        with read_write(config.hydra):
+            config.hydra.sweep.dir = str(path)
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir={path}")  # jobs are composed anew from these
 
 
 class PrepareSharedStores(Callback):
@@ -22,8 +54,6 @@ class PrepareSharedStores(Callback):
         self.optuna = optuna
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from omegaconf import OmegaConf
-
         tracking = OmegaConf.select(config, "tracking", default=None)
         if self.mlflow and tracking is not None and bool(tracking.get("enabled", False)):
             from vtrain.tracking.store import prepare_store, tracking_uri
@@ -43,3 +73,12 @@ class PrepareSharedStores(Callback):
                 log.info(f"Optuna storage ready: {storage}")
             except Exception as exc:
                 log.warning(f"could not prepare the Optuna storage {storage}: {exc}")
+
+
+class SweepSummary(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from vtrain.cli import sweep
+
+        text = sweep.summarise(Path(str(config.hydra.sweep.dir)))
+        if text:
+            print(text, flush=True)  # the launching process has no job logging configured

@@ -1,31 +1,21 @@
 """Case study 1 (vTrain, MICRO'24): cost-effective parallelization of MT-NLG 530B.
 
-Every valid (t, d, p) with t from ``params.tp``, p dividing the layers, d dividing the global batch
-and t·d·p ≤ the cluster's GPUs is simulated with the rest of the plan fixed (``parallelism``: micro-batch,
-recompute, schedule). Each plan is compared with the published baseline plan, (8, 12, 35) on 3,360
-A100s for MT-NLG (Smith et al. 2022): a plan *beats the baseline on cost* if it fits memory, costs less
-and takes no longer; it *beats it on time* if it fits, is faster and costs no more. Savings are percent
-of the baseline's value.
+Every valid (tp, pp, dp) with tp from ``params.tp``, pp dividing the layers, dp dividing the global
+batch and tp·pp·dp ≤ the cluster's GPUs is simulated with the rest of the plan fixed (``parallelism``:
+micro-batch, recompute, schedule). Each plan is compared with the published baseline plan,
+(tp, pp, dp) = (8, 35, 12) on 3,360 A100s for MT-NLG (Smith et al. 2022): a plan *beats the baseline
+on cost* if it fits memory, costs less and takes no longer; it *beats it on time* if it fits, is faster
+and costs no more. Savings are percent of the baseline's value.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from vtrain.casestudies.common import (
-    DAY_S,
-    GIB,
-    StudyResult,
-    divisors,
-    fmt_table,
-    parse_params,
-    pct_saved,
-    simulate,
-    with_plan,
-)
+from vtrain.casestudies.common import DAY_S, GIB, StudyResult, fmt_table, parse_params, pct_saved
+from vtrain.casestudies.plans import divisors, pareto, simulate, with_plan
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
@@ -35,8 +25,8 @@ from vtrain.workload.workload import Workload
 @dataclass
 class BaselinePlan:
     tp: int = 8
-    dp: int = 12
     pp: int = 35
+    dp: int = 12
 
 
 @dataclass
@@ -51,20 +41,12 @@ class ParallelizationParams:
     show: int = 10  # rows printed per ranking
 
 
-@dataclass(frozen=True)
-class PlanRow:
-    tp: int
-    dp: int
-    pp: int
-    report: Report
-
-
 def _row(r: Report, base: Optional[Report], is_base: bool) -> Dict[str, Any]:
     p = r.plan.as_dict()
     row: Dict[str, Any] = {
-        "tp": p["tp"], "dp": p["dp"], "pp": p["pp"], "gpus": r.gpus_used, "micro_batches": p["num_microbatches"],
+        "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "gpus": r.gpus_used, "micro_batches": p["num_microbatches"],
         "iteration_time_s": r.iteration_time_s, "time_to_train_days": r.time_to_train_s / DAY_S,
-        "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu": r.mfu, "tokens_per_s": r.tokens_per_s,
+        "gpu_hours": r.gpu_hours, "cost_usd": r.cost_usd, "mfu_pct": 100 * r.mfu, "tokens_per_s": r.tokens_per_s,
         "peak_memory_gib": r.peak_memory_bytes / GIB, "fits": r.fits, "baseline": is_base,
     }
     if base is not None:
@@ -74,15 +56,8 @@ def _row(r: Report, base: Optional[Report], is_base: bool) -> Dict[str, Any]:
     return row
 
 
-def pareto(reports: List[Report]) -> List[Report]:
-    """Plans no other plan beats on both time and cost (ties kept once), sorted by time."""
-    front: List[Report] = []
-    best_cost = math.inf
-    for r in sorted(reports, key=lambda r: (r.time_to_train_s, r.cost_usd)):
-        if r.cost_usd < best_cost:
-            front.append(r)
-            best_cost = r.cost_usd
-    return front
+def _shape(r: Report) -> tuple[int, int, int]:
+    return r.plan.tp, r.plan.pp, r.plan.dp
 
 
 def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
@@ -98,7 +73,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         raise ConfigError("case_study.params.tp is empty: list the tensor-parallel sizes to sweep")
 
     b = prm.baseline
-    base_w = with_plan(w, tp=b.tp, dp=b.dp, pp=b.pp)
+    base_w = with_plan(w, tp=b.tp, pp=b.pp, dp=b.dp)
     base = simulate(base_w, cost)
     if base is None:
         from vtrain.config.validate import check_plan
@@ -113,30 +88,30 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                 gpus = tp * pp * dp
                 if gpus > max_gpus or gpus < prm.min_gpus:
                     continue
-                r = simulate(with_plan(w, tp=tp, dp=dp, pp=pp), cost)
+                r = simulate(with_plan(w, tp=tp, pp=pp, dp=dp), cost)
                 if r is not None:
                     reports.append(r)
     if not reports:
-        raise ConfigError(f"no valid (t,d,p) plan for {w.model.name} on ≤{max_gpus} GPUs with tp in {prm.tp}")
-    key = (b.tp, b.dp, b.pp)
-    if not any((r.plan.tp, r.plan.dp, r.plan.pp) == key for r in reports):
+        raise ConfigError(f"no valid (tp,pp,dp) plan for {w.model.name} on ≤{max_gpus} GPUs with tp in {prm.tp}")
+    key = (b.tp, b.pp, b.dp)
+    if not any(_shape(r) == key for r in reports):
         reports.append(base)  # the baseline is outside the swept ranges: keep it in the table
 
     tol = 1.0 + prm.time_tolerance
     fitting = [r for r in reports if r.fits]
-    is_base = lambda r: (r.plan.tp, r.plan.dp, r.plan.pp) == key  # noqa: E731
+    is_base = lambda r: _shape(r) == key  # noqa: E731
     cheaper = sorted((r for r in fitting if not is_base(r) and r.time_to_train_s <= base.time_to_train_s * tol
                       and r.cost_usd < base.cost_usd), key=lambda r: r.cost_usd)
     faster = sorted((r for r in fitting if not is_base(r) and r.cost_usd <= base.cost_usd * tol
                      and r.time_to_train_s < base.time_to_train_s), key=lambda r: r.time_to_train_s)
     front = pareto(fitting)
-    front_keys = {(r.plan.tp, r.plan.dp, r.plan.pp) for r in front}
-    cheaper_keys = {(r.plan.tp, r.plan.dp, r.plan.pp) for r in cheaper}
-    faster_keys = {(r.plan.tp, r.plan.dp, r.plan.pp) for r in faster}
+    front_keys = {_shape(r) for r in front}
+    cheaper_keys = {_shape(r) for r in cheaper}
+    faster_keys = {_shape(r) for r in faster}
 
     rows = []
     for r in sorted(reports, key=lambda r: (not r.fits, r.cost_usd)):
-        k = (r.plan.tp, r.plan.dp, r.plan.pp)
+        k = _shape(r)
         row = _row(r, base, is_base(r))
         row.update(pareto=k in front_keys, beats_baseline_cost=k in cheaper_keys, beats_baseline_time=k in faster_keys)
         rows.append(row)
@@ -159,23 +134,24 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     }
     metrics = {
         "baseline_time_days": base.time_to_train_s / DAY_S, "baseline_cost_usd": base.cost_usd,
-        "baseline_mfu": base.mfu, "plans_simulated": float(len(reports)), "plans_fitting": float(len(fitting)),
+        "baseline_mfu_pct": 100 * base.mfu, "plans_simulated": float(len(reports)),
+        "plans_fitting": float(len(fitting)),
         "plans_cheaper": float(len(cheaper)), "plans_faster": float(len(faster)),
     }
     if cheaper:
         metrics.update(best_cost_saved_pct=pct_saved(cheaper[0].cost_usd, base.cost_usd),
                        best_cost_time_saved_pct=pct_saved(cheaper[0].time_to_train_s, base.time_to_train_s),
-                       best_cost_mfu=cheaper[0].mfu)
+                       best_cost_mfu_pct=100 * cheaper[0].mfu)
     if faster:
         metrics.update(best_time_saved_pct=pct_saved(faster[0].time_to_train_s, base.time_to_train_s),
                        best_time_cost_saved_pct=pct_saved(faster[0].cost_usd, base.cost_usd))
     params = {"model": w.model.name, "cluster": w.cluster.name, "tp": prm.tp, "max_gpus": max_gpus,
-              "baseline": f"({b.tp},{b.dp},{b.pp})", "global_batch_size": gbs, "seq_len": w.plan.seq_len,
+              "baseline": f"({b.tp},{b.pp},{b.dp})", "global_batch_size": gbs, "seq_len": w.plan.seq_len,
               "micro_batch_size": w.plan.micro_batch_size, "recompute": w.plan.recompute.value,
               "schedule": w.plan.schedule.value, "tokens_to_train": w.tokens_to_train,
               "usd_per_gpu_hour": w.usd_per_gpu_hour}
 
-    cols = ["tp", "dp", "pp", "gpus", "time_to_train_days", "cost_usd", "mfu", "peak_memory_gib",
+    cols = ["tp", "pp", "dp", "gpus", "time_to_train_days", "cost_usd", "mfu_pct", "peak_memory_gib",
             "time_saved_pct", "cost_saved_pct"]
     br = _row(base, base, True)
     lines = [
@@ -183,7 +159,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         f"gbs {gbs}, mb {w.plan.micro_batch_size}, seq {w.plan.seq_len}, recompute {w.plan.recompute.value}, "
         f"{w.tokens_to_train / 1e9:,.0f}B tokens, ${w.usd_per_gpu_hour:.2f}/GPU-h",
         f"{len(reports)} valid plans simulated, {len(fitting)} fit in memory",
-        f"baseline (t,d,p)=({b.tp},{b.dp},{b.pp}) on {base.gpus_used} GPUs: {br['time_to_train_days']:.1f} days, "
+        f"baseline (tp,pp,dp)=({b.tp},{b.pp},{b.dp}) on {base.gpus_used} GPUs: {br['time_to_train_days']:.1f} days, "
         f"${base.cost_usd / 1e6:.2f}M, MFU {base.mfu * 100:.1f}%, {br['peak_memory_gib']:.1f} GiB"
         + ("" if base.fits else " (DOES NOT FIT)"),
         f"\ncheaper than the baseline at equal or lower time ({len(cheaper)} plans):",
@@ -198,9 +174,15 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     for role, rs in (("baseline", [base]), ("cheaper", cheaper[:3]), ("faster", faster[:3]), ("pareto", front)):
         for r in rs:
             row = _row(r, base, role == "baseline")
-            runs.append({"name": f"{role} ({r.plan.tp},{r.plan.dp},{r.plan.pp})",
-                         "params": {"tp": r.plan.tp, "dp": r.plan.dp, "pp": r.plan.pp, "role": role},
+            runs.append({"name": f"{role} ({r.plan.tp},{r.plan.pp},{r.plan.dp})",
+                         "params": {"tp": r.plan.tp, "pp": r.plan.pp, "dp": r.plan.dp, "role": role},
                          "metrics": {k: float(v) for k, v in row.items()
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+    if cheaper:
+        c = cheaper[0]
+        headline = (f"cheapest at <= the baseline's time: (tp,pp,dp)=({c.plan.tp},{c.plan.pp},{c.plan.dp}), "
+                    f"{pct_saved(c.cost_usd, base.cost_usd):.2f}% cheaper than ({b.tp},{b.pp},{b.dp})")
+    else:
+        headline = f"no plan beats the baseline ({b.tp},{b.pp},{b.dp}) on cost at equal or lower time"
     return StudyResult("parallelization", str(cfg.case_study.title or "Cost-effective parallelization"),
-                       {"plans": rows}, summary, params, metrics, "\n".join(lines), data, runs)
+                       {"plans": rows}, summary, params, metrics, "\n".join(lines), data, runs, headline)

@@ -5,31 +5,23 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from vtrain.casestudies.common import DAY_S, StudyResult
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from vtrain.cli.figure import colormap, new_figure
 
 
 def plot_parallelization(result: StudyResult, path: Path) -> None:
     """Training time vs cost of every plan; colour = tp, hollow = does not fit; baseline star; front."""
-    plt = _plt()
     d = result.data
     base = d["base"]
-    fig, ax = plt.subplots(figsize=(12, 6), dpi=110)
-    colors = {}
+    fig = new_figure(figsize=(12, 6), dpi=110)
+    ax = fig.subplots()
+    colors: Dict[int, str] = {}
     palette = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
     for r in d["reports"]:
         tp = r.plan.tp
         c = colors.setdefault(tp, palette[len(colors) % len(palette)])
         x, y = r.time_to_train_s / DAY_S, r.cost_usd / 1e6
         if r.fits:
-            ax.scatter(x, y, s=18, color=c, alpha=0.8, label=f"t={tp}" if f"t={tp}" not in _labels(ax) else None)
+            ax.scatter(x, y, s=18, color=c, alpha=0.8, label=f"tp={tp}" if f"tp={tp}" not in _labels(ax) else None)
         else:
             ax.scatter(x, y, s=18, facecolors="none", edgecolors=c, alpha=0.35, linewidths=0.8)
     front = d["front"]
@@ -38,7 +30,7 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
                 label="Pareto front (fits)")
     bx, by = base.time_to_train_s / DAY_S, base.cost_usd / 1e6
     ax.scatter([bx], [by], marker="*", s=260, color="red", edgecolors="k", zorder=5,
-               label=f"baseline ({base.plan.tp},{base.plan.dp},{base.plan.pp})")
+               label=f"baseline (tp,pp,dp)=({base.plan.tp},{base.plan.pp},{base.plan.dp})")
     ax.axvline(bx, color="red", lw=0.6, alpha=0.5)
     ax.axhline(by, color="red", lw=0.6, alpha=0.5)
     for key, marker, lab in (("cheaper", "D", "cheapest at ≤ baseline time"),
@@ -47,7 +39,7 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
             r = d[key][0]
             ax.scatter([r.time_to_train_s / DAY_S], [r.cost_usd / 1e6], marker=marker, s=90, facecolors="none",
                        edgecolors="k", linewidths=1.5, zorder=6,
-                       label=f"{lab}: ({r.plan.tp},{r.plan.dp},{r.plan.pp})")
+                       label=f"{lab}: ({r.plan.tp},{r.plan.pp},{r.plan.dp})")
     fitting = [r for r in d["reports"] if r.fits]
     if fitting:  # zoom on the interesting region: fitting plans up to 3x the baseline
         xs = [r.time_to_train_s / DAY_S for r in fitting if r.time_to_train_s <= 3 * base.time_to_train_s]
@@ -58,13 +50,12 @@ def plot_parallelization(result: StudyResult, path: Path) -> None:
     ax.set_xlabel("time to train (days)")
     ax.set_ylabel("cost (million USD)")
     s = result.summary
-    ax.set_title(f"{s['model']} on {s['cluster']}: {s['plans_simulated']} (t,d,p) plans "
+    ax.set_title(f"{s['model']} on {s['cluster']}: {s['plans_simulated']} (tp,pp,dp) plans "
                  f"(hollow: out of memory)", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def _labels(ax: Any) -> List[str]:
@@ -73,13 +64,13 @@ def _labels(ax: Any) -> List[str]:
 
 def plot_scheduling(result: StudyResult, path: Path) -> None:
     """Gantt chart per policy: x = hours, y = GPUs (node ranges), one colour per job."""
-    plt = _plt()
     d: Dict[str, Any] = result.data
     sims = d["sims"]
     total = d["cluster_gpus"]
     n = len(sims)
-    fig, axes = plt.subplots(n, 1, figsize=(11, 2.6 * n + 0.8), dpi=110, sharex=True, squeeze=False)
-    cmap = plt.get_cmap("tab20")
+    fig = new_figure(figsize=(11, 2.6 * n + 0.8), dpi=110)
+    axes = fig.subplots(n, 1, sharex=True, squeeze=False)
+    cmap = colormap("tab20")
     names = d["job_names"]
     horizon = max(s.makespan_s for s in sims) / 3600.0
     for ax, sim in zip(axes[:, 0], sims):
@@ -107,15 +98,14 @@ def plot_scheduling(result: StudyResult, path: Path) -> None:
     fig.suptitle(f"{result.summary['cluster']}: {len(names)} jobs", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path)
-    plt.close(fig)
 
 
 def plot_sizing(result: StudyResult, path: Path) -> None:
     """Predicted loss vs model size under the fixed-MFU assumption and with vtrain's best plans."""
-    plt = _plt()
     rows = result.tables["shapes"]
     s = result.summary
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 5), dpi=115)
+    fig = new_figure(figsize=(12, 5), dpi=115)
+    ax, ax2 = fig.subplots(1, 2)
     ok = [r for r in rows if r["feasible_vtrain"]]
     n_all = [r["params_b"] for r in rows]
     ax.plot(n_all, [r["loss_fixed_mfu"] for r in rows], "o--", color="tab:gray",
@@ -150,7 +140,7 @@ def plot_sizing(result: StudyResult, path: Path) -> None:
     ax2.set_xticklabels([r["shape"] for r in rows], rotation=45, ha="right", fontsize=7)
     ax2.set_ylabel("training tokens D (billions)")
     ax3 = ax2.twinx()
-    ax3.plot(range(len(ok)), [r["mfu_vtrain"] * 100 for r in ok], "x-", color="tab:red", label="vtrain MFU (%)")
+    ax3.plot(range(len(ok)), [r["mfu_vtrain_pct"] for r in ok], "x-", color="tab:red", label="vtrain MFU (%)")
     ax3.axhline(s["assumed_mfu"] * 100, color="tab:red", lw=0.7, ls=":")
     ax3.set_ylabel("MFU (%)")
     h1, l1 = ax2.get_legend_handles_labels()
@@ -159,4 +149,3 @@ def plot_sizing(result: StudyResult, path: Path) -> None:
     ax2.set_title("tokens and MFU per shape", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)

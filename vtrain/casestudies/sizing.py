@@ -24,7 +24,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, DictConfig
 
-from vtrain.casestudies.common import DAY_S, PlanSpace, StudyResult, best_plan, fmt_table, parse_params, plan_str
+from vtrain.casestudies.common import DAY_S, StudyResult, fmt_table, parse_params, plan_str
+from vtrain.casestudies.plans import GpuCountSpace, best_plan
 from vtrain.config.validate import check_model
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
@@ -112,7 +113,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                           f"(cluster {w.cluster.name})")
     deadline_s = prm.deadline_days * DAY_S
     peak = w.cluster.gpu.peak_flops_per_s(w.plan.precision.value)
-    space = PlanSpace(tuple(prm.plan_tp), prm.plan_max_pp, tuple(prm.plan_micro_batch_sizes), tuple(prm.plan_recompute))
+    space = GpuCountSpace.of(prm)
     tokens_per_iter = w.plan.global_batch_size * w.plan.seq_len
 
     results: List[ShapeResult] = []
@@ -166,7 +167,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
             "tokens_fixed_mfu": r.tokens_fixed, "loss_fixed_mfu": r.loss_fixed,
             "feasible_vtrain": math.isfinite(r.loss),
             "plan": plan_str(b.plan) if b else "none fits", "gpus": b.gpus_used if b else 0,
-            "mfu_vtrain": b.mfu if b else 0.0, "iteration_time_s": b.iteration_time_s if b else math.nan,
+            "mfu_vtrain_pct": 100 * b.mfu if b else 0.0, "iteration_time_s": b.iteration_time_s if b else math.nan,
             "tokens_vtrain": r.tokens, "tokens_per_param": r.tokens / r.params,
             "loss_vtrain": r.loss if math.isfinite(r.loss) else None,
             "train_days": r.time_s / DAY_S if b else math.nan,
@@ -217,7 +218,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         f"{prm.deadline_days:g} days, {w.cluster.name} ({n_gpus} x {w.cluster.gpu.name}), GPU counts {counts}",
         f"closed-form Chinchilla optimum at {prm.assumed_mfu * 100:.0f}% MFU on all GPUs: C = {c_eff:.3g} FLOPs -> "
         f"N = {n_opt / 1e9:.1f}B, D = {d_opt / 1e9:,.0f}B tokens, loss {fit.loss(n_opt, d_opt):.4f}",
-        fmt_table(rows, ["shape", "params_b", "tokens_fixed_mfu", "loss_fixed_mfu", "plan", "gpus", "mfu_vtrain",
+        fmt_table(rows, ["shape", "params_b", "tokens_fixed_mfu", "loss_fixed_mfu", "plan", "gpus", "mfu_vtrain_pct",
                          "tokens_vtrain", "loss_vtrain", "train_days"]),
         describe(chin, "fixed-MFU choice"),
         describe(vt, "vtrain choice   "),
@@ -225,5 +226,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
          f"they differ: the fixed-MFU choice reaches loss "
          f"{chin.loss:.4f} under vtrain's throughput, {chin.loss - vt.loss:+.4f} vs vtrain's choice"),
     ]
+    headline = (f"vtrain's choice {vt.shape.name} ({vt.params / 1e9:.1f}B params, {vt.tokens / 1e9:,.0f}B tokens, "
+                f"loss {vt.loss:.4f}); fixed-MFU choice {chin.shape.name}")
     return StudyResult("compute_optimal", str(cfg.case_study.title or "Compute-optimal model sizing"),
-                       {"shapes": rows}, summary, params, metrics, "\n".join(lines), {"results": results}, runs)
+                       {"shapes": rows}, summary, params, metrics, "\n".join(lines), {"results": results}, runs,
+                       headline)

@@ -1,7 +1,7 @@
 """Human-readable rendering of a Report."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping
 
 from vtrain.report import Report
 from vtrain.workload.plan import ParallelPlan
@@ -28,7 +28,25 @@ def plan_label(plan: Mapping[str, Any] | ParallelPlan) -> str:
         extra.append("sp")
     if plan["distributed_optimizer"]:
         extra.append("dist-opt")
-    return f"(t,p,d)=({plan['tp']},{plan['pp']},{plan['dp']}) mb={plan['micro_batch_size']} " + " ".join(extra)
+    return f"{plan_shape(plan)} mb={plan['micro_batch_size']} " + " ".join(extra)
+
+
+def plan_shape(plan: Mapping[str, Any] | ParallelPlan) -> str:
+    """The one plan notation of vtrain's outputs: ``(tp,pp,dp)=(8,16,8)``."""
+    if isinstance(plan, ParallelPlan):
+        return f"(tp,pp,dp)=({plan.tp},{plan.pp},{plan.dp})"
+    return f"(tp,pp,dp)=({plan['tp']},{plan['pp']},{plan['dp']})"
+
+
+def headline(r: Report) -> Dict[str, Any]:
+    """A report's key figures for a sweep summary row (``best``: one line)."""
+    days = r.time_to_train_s / 86400
+    return {"best": f"{plan_label(r.plan)} on {r.gpus_used} GPUs: {fmt_duration(r.iteration_time_s)} per iteration, "
+                    f"{days:,.1f} days, ${r.cost_usd:,.0f}, MFU {r.mfu * 100:.1f}%"
+                    + ("" if r.fits else ", DOES NOT FIT"),
+            "plan": plan_label(r.plan), "gpus": r.gpus_used, "iteration_time_s": r.iteration_time_s,
+            "days_to_train": days, "cost_usd": r.cost_usd, "mfu_pct": r.mfu * 100,
+            "peak_memory_gib": r.peak_memory_bytes / GIB, "fits": r.fits}
 
 
 def render_report(r: Report) -> str:

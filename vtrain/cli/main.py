@@ -1,107 +1,139 @@
 """The Hydra entry point: ``python -m vtrain task=<task> +model=... +cluster=...``.
 
-Bad input ends with one line on stderr (field and rule) and exit code 2, no traceback, and the run
-directory Hydra made for the failed job is removed.
+Bad input ends with one line on stderr (``vtrain: error: <key and rule>``) and exit code 2, no
+traceback, and nothing left that this run created (:mod:`vtrain.cli.rundir`). The command line is
+checked before Hydra composes it (:mod:`vtrain.cli.overrides`); what Hydra still rejects is reported in
+one line too. Ctrl-C ends with one line and exit code 130. In a multirun, a job with bad input fails
+alone (its line on stderr, its row in ``sweep_summary.csv``) and the sweep exits with 2.
 """
 from __future__ import annotations
 
 import importlib
-import shutil
+import logging
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any, NoReturn, Optional, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from vtrain.config.compose import CONF_DIR, group_options, resolve
-from vtrain.config.store import register_configs
-from vtrain.errors import VtrainError
+from vtrain.cli import logs, rundir, sweep
+from vtrain.cli.overrides import TASKS, check_argv, first_line
+from vtrain.config.compose import CONF_DIR, resolve
+from vtrain.errors import ConfigError, VtrainError
 
-TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure", "casestudy")
+log = logging.getLogger(__name__)
+_crashed = False  # the task raised an unexpected exception: a bug, shown with its traceback
+_started = False  # a task started: exceptions after this are not the command line's
 
 
-def fail(message: str) -> None:
-    print(f"vtrain: error: {message}", file=sys.stderr)
+def fail(message: str) -> NoReturn:
+    print(f"vtrain: error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
 
 
-def precheck_argv(argv: list[str]) -> None:
-    """Unknown config-group options fail before Hydra prints its multi-line error."""
-    for arg in argv:
-        if "=" not in arg or arg.startswith("-"):
-            continue
-        key, value = arg.split("=", 1)
-        group = key.lstrip("+~")
-        if "@" in group or "." in group or group.startswith("hydra") or not (CONF_DIR / group).is_dir():
-            continue
-        for choice in value.split(","):  # multirun lists
-            if choice and not (CONF_DIR / group / f"{choice}.yaml").is_file():
-                fail(f"{group}={choice} is unknown; one of: {', '.join(group_options(group))}")
-    for arg in argv:
-        if arg.startswith("task="):
-            for t in arg.split("=", 1)[1].split(","):
-                if t not in TASKS:
-                    fail(f"task={t} is not one of {', '.join(TASKS)}")
+def _on_sigint(signum: int, frame: Any) -> None:
+    logs.mark_interrupted()  # whatever a library raises while it unwinds is this interrupt
+    raise KeyboardInterrupt
 
 
-def _run(cfg: DictConfig) -> int:
+def interrupted() -> NoReturn:
+    print("vtrain: interrupted (Ctrl-C); finished trials and written files are kept", file=sys.stderr, flush=True)
+    sys.exit(130)
+
+
+def run_task(cfg: DictConfig, out_dir: Path) -> None:
     task = str(cfg.task)
     if task not in TASKS:
-        raise VtrainError(f"task={task} is not one of {', '.join(TASKS)}")
+        raise ConfigError(f"task={task} is not one of {', '.join(TASKS)}")
     if task not in ("validate", "calibrate", "profile", "measure"):
         resolve(cfg)
-    module = importlib.import_module(f"vtrain.cli.task_{task}")
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
-    return int(module.run(cfg, out_dir) or 0)
+    importlib.import_module(f"vtrain.cli.task_{task}").run(cfg, out_dir)
 
 
-class JobInputError(Exception):
-    """A multirun job's one-line input error: raised (not exited) so the launcher records that job as
-    failed and the sweep goes on. ``sys.exit`` inside a submitit job leaves no result file, and a SLURM
-    without job accounting then waits for it forever."""
-
-
-def _in_multirun() -> bool:
+def _multirun() -> bool:
     from hydra.types import RunMode
 
-    try:
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except Exception:
-        return False
+    return HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _record(status: str, error: str = "") -> None:
+    hc = HydraConfig.get()
+    sweep.record_job(Path(str(hc.sweep.dir)), sweep.JobRecord(
+        num=int(hc.job.num), overrides=list(hc.overrides.task), status=status,
+        run_dir="" if status == "error" else str(hc.runtime.output_dir), error=error, metrics=sweep.take_notes()))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> int:
+    global _crashed, _started
+    _started = True
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    multirun = _multirun()
+    rundir.start(out_dir, owned=multirun)
+    sweep.take_notes()
     try:
-        return _run(cfg)
+        run_task(cfg, out_dir)
     except VtrainError as err:
-        _remove_empty_run_dir()
-        if _in_multirun():
-            print(f"vtrain: error: {err}", file=sys.stderr)
-            raise JobInputError(f"vtrain: error: {err}") from None
-        fail(str(err))
-    except KeyboardInterrupt:
-        fail("interrupted")
+        rundir.discard()
+        print(f"vtrain: error: {err}", file=sys.stderr, flush=True)
+        if not multirun:
+            sys.exit(2)
+        _record("error", str(err))
+        return 2
+    except Exception as exc:
+        if logs.interrupted():  # e.g. Optuna's UnboundLocalError when Ctrl-C lands inside its trial bookkeeping
+            raise KeyboardInterrupt from None
+        if not multirun:
+            _crashed = True
+            raise
+        log.exception("job crashed")  # a bug: the traceback on stderr and in the job's log
+        _record("crash", f"{type(exc).__name__}: {exc}")
+        return 1
+    if multirun:
+        _record("ok")
     return 0
 
 
-def _remove_empty_run_dir() -> None:
-    """Hydra writes .hydra/ and a log before the task runs; a failed input leaves nothing behind."""
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from vtrain.config.store import register_configs
+
+    global _crashed, _started
+    _crashed = _started = False  # main() may run several times in one process (tests)
+    logs.mark_interrupted(False)
+    sweep.exit_code = 0
+    args = list(sys.argv[1:] if argv is None else argv)
+    previous = signal.signal(signal.SIGINT, _on_sigint)
     try:
-        out = Path(HydraConfig.get().runtime.output_dir)
-    except Exception:
-        return
-    if not out.is_dir():
-        return
-    if not [p for p in out.iterdir() if p.name not in (".hydra", "vtrain.log", "__main__.log")]:
-        shutil.rmtree(out, ignore_errors=True)
-
-
-def main() -> None:
-    precheck_argv(sys.argv[1:])
-    register_configs()
-    hydra_main()
+        check_argv(args)
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing many lines
+        register_configs()
+        if argv is not None:
+            sys.argv = [sys.argv[0], *args]
+        with logs.restored_root_logger():
+            hydra_main()
+    except KeyboardInterrupt:
+        interrupted()
+    except VtrainError as err:
+        fail(str(err))
+    except (HydraException, OmegaConfBaseException) as exc:
+        if _crashed:
+            raise
+        fail(first_line(exc))
+    except (AssertionError, TypeError, ValueError) as exc:  # OmegaConf internals while composing
+        if _started:
+            raise
+        fail(f"the overrides could not be applied to the config ({type(exc).__name__}: {exc})")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if sweep.exit_code:
+        sys.exit(sweep.exit_code)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from vtrain.calibration.fit import (
     mape_pct,
     predict_s,
 )
+from vtrain.cli.logs import say
 from vtrain.config.compose import CONF_DIR, require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, single_node_workloads, weak_scaling_workloads
@@ -74,8 +75,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     base = Constants.of(single[0])  # predict_s runs the weak-scaling rows on these constants too
     max_evals = int(cfg.extra.get("max_evals", 300))
     on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if joint else "")
-    print(f"fitting {len(BOUNDS)} constants of gpu={base.gpu.name} and stack={base.stack.name} on {on} "
-          f"(Nelder-Mead, <= {max_evals} evaluations) ...", flush=True)
+    say(f"fitting {len(BOUNDS)} constants of gpu={base.gpu.name} and stack={base.stack.name} on {on} "
+          f"(Nelder-Mead, <= {max_evals} evaluations) ...")
     fit = fit_constants(datasets, base, max_evals=max_evals)
     fitted = base.with_values(fit.constants)
     pred = predict_s(single, fitted)
@@ -83,37 +84,37 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     weak_key = "in_sample" if joint else "out_of_sample"
     result = {"gpu": base.gpu.name, "stack": base.stack.name, "fit_on": fit_on, "constants": fit.constants,
               "evaluations": fit.evaluations,
-              "in_sample": {"single_node": summarise(pred, single_s).line()}}
+              "in_sample": {"single_node": summarise(pred.tolist(), single_s.tolist()).line()}}
     result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
     for k, v in fit.constants.items():
-        print(f"  {k}: {v:.4g}")
-    print(f"in-sample single-node: {result['in_sample']['single_node']}")
-    print(f"{weak_key.replace('_', '-')} weak-scaling MAPE: {weak_mape:.2f}%")
+        say(f"  {k}: {v:.4g}")
+    say(f"in-sample single-node: {result['in_sample']['single_node']}")
+    say(f"{weak_key.replace('_', '-')} weak-scaling MAPE: {weak_mape:.2f}%")
     if folds == "weak_scaling":  # leave one published row out, keep every single-node run
         cv_pred, per_group = leave_one_group_out(datasets, 1, list(range(len(weak))), base,
                                                  max_evals=max(60, max_evals // 2))
-        line = summarise(cv_pred, weak_s).line()
+        line = summarise(cv_pred.tolist(), weak_s.tolist()).line()
         result["cross_validated"] = {"folds": folds, "weak_scaling": line,
                                      "per_row": [{"row": weak[int(g)].model.name, "ape_pct": m}
                                                  for g, m, _ in per_group]}
-        print(f"leave-one-row-out weak-scaling: {line}")
+        say(f"leave-one-row-out weak-scaling: {line}")
         for g, m, _ in per_group:
-            print(f"  held out {weak[int(g)].model.name}: error {m:.2f}%")
+            say(f"  held out {weak[int(g)].model.name}: error {m:.2f}%")
     elif folds != "none":
         groups = [GROUPS[folds](w) for w in single]
         cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, max_evals=max(60, max_evals // 2))
-        line = summarise(cv_pred, single_s).line()
+        line = summarise(cv_pred.tolist(), single_s.tolist()).line()
         result["cross_validated"] = {"folds": folds, "single_node": line,
                                      "per_group": [{"group": g, "mape_pct": m, "n": n} for g, m, n in per_group]}
-        print(f"leave-one-{folds}-out single-node: {line}")
+        say(f"leave-one-{folds}-out single-node: {line}")
         for g, m, n in per_group:
-            print(f"  held out {folds}={g}: MAPE {m:.2f}% (n={n})")
+            say(f"  held out {folds}={g}: MAPE {m:.2f}% (n={n})")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "calibration.json").write_text(json.dumps(result, indent=2, default=str))
     if cfg.calibrate.write:
         gpu_part = {k: v for k, v in fit.constants.items() if k in GPU_CONSTANTS}
         stack_part = {k: v for k, v in fit.constants.items() if k in STACK_CONSTANTS}
-        print(f"updated {write_constants('gpu', base.gpu.name, gpu_part)} and "
+        say(f"updated {write_constants('gpu', base.gpu.name, gpu_part)} and "
               f"{write_constants('stack', base.stack.name, stack_part)}")
-    print(f"wrote {out_dir / 'calibration.json'}")
+    say(f"wrote {out_dir / 'calibration.json'}")
     return 0

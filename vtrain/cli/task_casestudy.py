@@ -10,6 +10,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from vtrain.cli import sweep
+from vtrain.cli.logs import say
 from vtrain.config.compose import group_options
 from vtrain.errors import ConfigError
 
@@ -32,8 +34,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     result = run_study(cfg, w, cost)
     elapsed = time.perf_counter() - t0
     paths = write_outputs(result, out_dir, plot)
-    print(result.text)
-    print(f"\n{result.title}: done in {elapsed:.1f} s; wrote " + ", ".join(str(p) for p in paths))
+    say(result.text)
+    say(f"\n{result.title}: done in {elapsed:.1f} s; wrote " + ", ".join(str(p) for p in paths))
+    sweep.note(best=result.headline, study=name, study_seconds=elapsed, **result.metrics)
     if bool(cfg.tracking.enabled):
         from vtrain.casestudies.tracking import log_study
 
@@ -42,5 +45,5 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                           params=result.params, metrics={**result.metrics, "study_seconds": elapsed},
                           artifacts=paths, tags={"vtrain.casestudy": name, "vtrain.run_dir": str(out_dir)},
                           children=result.runs)
-        print(f"MLflow: {where}")
+        say(f"MLflow: {where}")
     return 0

@@ -17,6 +17,7 @@ from typing import Any, Dict
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from vtrain.cli.logs import say
 from vtrain.config.compose import CONF_DIR, resolve
 from vtrain.errors import ConfigError
 
@@ -74,28 +75,29 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         torch.set_num_threads(int(p.threads))
     w = build_workload(cfg)
     profile = find_profile(cfg, required=True)
+    assert profile is not None  # required=True raises instead of returning None
     report = simulate(cfg, profile=profile)
     plan = w.plan
     name = device_name(dev)
-    print(f"vtrain measure: {w.model.name} ({w.model.num_layers} layers, hidden {w.model.hidden_size}) on {name} "
-          f"({dev}, {dtype}); micro-batch {plan.micro_batch_size} x {plan.num_microbatches}, seq {plan.seq_len}, "
-          f"{'flash' if plan.flash_attention else 'unfused'} attention")
+    say(f"vtrain measure: {w.model.name} ({w.model.num_layers} layers, hidden {w.model.hidden_size}) on {name} "
+        f"({dev}, {dtype}); micro-batch {plan.micro_batch_size} x {plan.num_microbatches}, seq {plan.seq_len}, "
+        f"{'flash' if plan.flash_attention else 'unfused'} attention")
     b = report.breakdown
-    print(f"predicted: {fmt_duration(report.iteration_time_s)}  (profile {Path(profile.meta.path).name}: "
-          f"compute {fmt_duration(b.compute_s)}, optimizer {fmt_duration(b.optimizer_s)}, "
-          f"host {fmt_duration(b.host_overhead_s)})")
+    say(f"predicted: {fmt_duration(report.iteration_time_s)}  (profile {Path(profile.meta.path).name}: "
+        f"compute {fmt_duration(b.compute_s)}, optimizer {fmt_duration(b.optimizer_s)}, "
+        f"host {fmt_duration(b.host_overhead_s)})")
     if report.extrapolated_ops:
-        print(f"  extrapolated outside the profile: {', '.join(report.extrapolated_ops)}")
+        say(f"  extrapolated outside the profile: {', '.join(report.extrapolated_ops)}")
     clock = str(profile.meta.raw.get("timing", {}).get("clock", "wall")) if dev.type == "cpu" else "wall"
     clock = clock if clock in ("cpu", "wall") else "wall"
     run_ = measure_training(w.model, plan.micro_batch_size, plan.seq_len, plan.num_microbatches, dev,
                             torch_dtype(dtype), plan.flash_attention, int(p.warmup), int(p.measure_iterations), clock)
     t = run_.timing
     err = report.iteration_time_s / t.median_s - 1.0
-    print(f"measured:  {fmt_duration(t.median_s)}  ({clock} clock as the profile; median of {t.samples} iterations "
-          f"after {max(1, int(p.warmup))} warm-up; p10 {fmt_duration(t.p10_s)}, p90 {fmt_duration(t.p90_s)}, "
-          f"spread {t.spread:.1%}; wall clock median {fmt_duration(run_.wall.median_s)})")
-    print(f"error: {err:+.1%} (predicted / measured - 1); loss {run_.loss:.3f}; {run_.params:,} parameters")
+    say(f"measured:  {fmt_duration(t.median_s)}  ({clock} clock as the profile; median of {t.samples} iterations "
+        f"after {max(1, int(p.warmup))} warm-up; p10 {fmt_duration(t.p10_s)}, p90 {fmt_duration(t.p90_s)}, "
+        f"spread {t.spread:.1%}; wall clock median {fmt_duration(run_.wall.median_s)})")
+    say(f"error: {err:+.1%} (predicted / measured - 1); loss {run_.loss:.3f}; {run_.params:,} parameters")
     result: Dict[str, Any] = {
         "model": w.model.name, "num_layers": w.model.num_layers, "hidden_size": w.model.hidden_size,
         "num_heads": w.model.num_heads, "vocab_size": w.model.vocab_size, "micro_batch_size": plan.micro_batch_size,
@@ -116,5 +118,5 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             if new:
                 wr.writeheader()
             wr.writerow({k: ";".join(v) if isinstance(v, list) else v for k, v in result.items()})
-        print(f"appended to {path}")
+        say(f"appended to {path}")
     return 0

@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig, OmegaConf
 
+from vtrain.cli.logs import say
 from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError, ProfileError
 
@@ -63,7 +64,7 @@ def import_only(cfg: DictConfig) -> int:
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "notes": [f"imported {len(rows)} nccl-tests rows from {p.import_nccl}"]}
     target = write_profile(Path(str(p.out_dir)), meta, [], rows)
-    print(f"wrote {target} ({len(rows)} collective rows from {p.import_nccl})")
+    say(f"wrote {target} ({len(rows)} collective rows from {p.import_nccl})")
     return 0
 
 
@@ -103,8 +104,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         if s > model.max_seq_len and str(model.position_embedding.value) == "learned":
             raise ConfigError(f"profile.seq_lens: {s} exceeds model.max_seq_len={model.max_seq_len}")
     name = device_name(dev)
-    print(f"vtrain profile: {name} ({dev}), {dtype}, torch {torch.__version__}, {torch.get_num_threads()} threads "
-          f"-> {target}")
+    say(f"vtrain profile: {name} ({dev}), {dtype}, torch {torch.__version__}, {torch.get_num_threads()} threads "
+        f"-> {target}")
     t0 = time.perf_counter()
     ops, notes = profile_ops(model, sweep, dev, dtype)
     adam, adam_notes = profile_adam(model, sweep, dev, dtype)
@@ -114,7 +115,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         from vtrain.profiler.collectives import profile_collectives
 
         colls, msg = profile_collectives(int(p.collective_max_mib), int(p.warmup), int(p.repeats))
-        print(msg)
+        say(msg)
         notes.append(msg)
     elif dev.type == "cpu":
         notes.append("collectives: not timed on cpu (one device)")
@@ -159,9 +160,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     write_profile(target, meta, ops + adam, colls)
     spreads = sorted((r["p90_s"] - r["p10_s"]) / r["median_s"] for r in ops + adam)
     mid = spreads[len(spreads) // 2] if spreads else 0.0
-    print(f"wrote {target} ({len(ops)} op rows, {len(adam)} adam rows, {len(colls)} collective rows) in "
-          f"{meta['elapsed_s']:.1f} s; median relative spread (p90-p10)/median = {mid:.1%}")
+    say(f"wrote {target} ({len(ops)} op rows, {len(adam)} adam rows, {len(colls)} collective rows) in "
+        f"{meta['elapsed_s']:.1f} s; median relative spread (p90-p10)/median = {mid:.1%}")
     for n in notes:
-        print(f"note: {n}")
+        say(f"note: {n}")
     return 0
 

@@ -3,10 +3,32 @@ files, then log everything to MLflow. optuna and mlflow are imported only here, 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Dict
 
 from omegaconf import DictConfig
 
+from vtrain.cli import sweep
+from vtrain.cli.format import plan_label
+from vtrain.cli.logs import quiet_interrupts, say
 from vtrain.errors import VtrainError
+
+
+def headline(result: Any) -> Dict[str, Any]:
+    """The fastest and the cheapest plan of a search, for a sweep summary row."""
+    out: Dict[str, Any] = {"trials": len(result.records), "front_size": len(result.front)}
+    text = []
+    for key, title in (("time", "fastest"), ("cost", "cheapest")):
+        rec = result.best.get(key)
+        if rec is None:
+            continue
+        m = rec.metrics
+        days = m["time_to_train_s"] / 86400
+        out.update({f"{title}_plan": plan_label(rec.plan or {}), f"{title}_days": days,
+                    f"{title}_cost_usd": m["cost_usd"], f"{title}_mfu_pct": 100 * m["mfu"]})
+        text.append(f"{title} {plan_label(rec.plan or {})} on {m['gpus_used']:.0f} GPUs, {days:,.1f} days, "
+                    f"${m['cost_usd']:,.0f}")
+    out["best"] = "; ".join(text)
+    return out
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -16,6 +38,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.search.summary import render
     from vtrain.tracking.background import Logger
 
+    quiet_interrupts()  # Ctrl-C: vtrain's one line, not Optuna's traceback of the interrupted trial
     tracker = Logger(cfg) if bool(cfg.tracking.enabled) else None  # mlflow set up on the other core meanwhile
     try:
         result = run_search(cfg, out_dir, profile=profile_for(cfg))
@@ -30,18 +53,19 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         if tracker is not None:
             tracker.close()
         raise VtrainError(no_plan_message(result, out_dir / "trials.csv"))
-    print(render(result))
-    print(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
-    print(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
-          f"$(cat {out_dir / 'best_time.yaml'})")
+    say(render(result))
+    sweep.note(**headline(result))
+    say(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
+    say(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
+        f"$(cat {out_dir / 'best_time.yaml'})")
     if tracker is None:
         return 0
     tracked = tracker.log(result, out_dir, paths)
-    print(f"MLflow: {tracked.child_runs} child runs logged in {tracked.seconds:.2f} s "
-          f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
+    say(f"MLflow: {tracked.child_runs} child runs logged in {tracked.seconds:.2f} s "
+        f"(experiment {tracked.experiment_id}, parent run {tracked.parent_run_id})")
     if tracked.note:
-        print(f"  {tracked.note}")
+        say(f"  {tracked.note}")
     if tracked.ui_command:
-        print(f"  {tracked.ui_command}")
-    print(f"  {tracked.runs_url}")
+        say(f"  {tracked.ui_command}")
+    say(f"  {tracked.runs_url}")
     return 0

@@ -8,6 +8,7 @@ from typing import List, Sequence
 
 from omegaconf import DictConfig
 
+from vtrain.cli.logs import say
 from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
@@ -35,15 +36,13 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
-    import matplotlib
+    from vtrain.cli.figure import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in results if r.predicted_ms is not None]
-    meas = [r.measured_ms for r in ok]
-    pred = [r.predicted_ms for r in ok]
-    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    pairs = [(r.measured_ms, r.predicted_ms) for r in results if r.predicted_ms is not None]
+    meas = [m for m, _ in pairs]
+    pred = [p for _, p in pairs]
+    fig = new_figure(figsize=(5.5, 5.5))
+    ax = fig.add_subplot()
     ax.scatter(meas, pred, s=6, alpha=0.5)
     lo, hi = min(meas + pred), max(meas + pred)
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
@@ -57,7 +56,6 @@ def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -74,26 +72,26 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     ok = [r for r in results if r.predicted_ms is not None]
     worst = sorted(ok, key=lambda r: -(r.ape_pct or 0.0))[:show]
     if show > 0 and ok:
-        print(f"{'row':>5} {'gpus':>5} {'(t,d,p)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
-              f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
+        say(f"{'row':>5} {'gpus':>5} {'(tp,pp,dp)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
+            f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
         for r in worst:
             v = r.row.values
-            print(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['dp'] + ',' + v['pp'] + ')':>10} "
+            say(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['pp'] + ',' + v['dp'] + ')':>10} "
                   f"{v['micro_batch']:>3} {v['global_batch']:>5} {v.get('hidden_size', v.get('model', '')):>6} "
                   f"{v.get('num_layers', ''):>6} "
                   f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
                   f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
-        print(f"skipped row {r.row.index}: {r.skipped_reason}")
+        say(f"skipped row {r.row.index}: {r.skipped_reason}")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(results, out_dir / "validation.csv")
     if ok:
         scatter_plot(results, out_dir / "validation.png",
                      f"{Path(path).name} on {cfg.cluster.name}\n{summary.line()}")
-    print(summary.line())
+    say(summary.line())
     mem = memory_summary_of(results)
     if mem is not None:
-        print(f"peak memory: {mem.line()}")
-    print(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
+        say(f"peak memory: {mem.line()}")
+    say(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
     return 0
