@@ -39,7 +39,7 @@ MISTAKES = [
     (["parallelism.sequence_parallel=maybe"], "parallelism.sequence_parallel=maybe must be true or false"),
     (["parallelism.tp=null"], "parallelism.tp=null must be an integer (it cannot be null)"),
     (["search.micro_batch_sizes=[1,a]"], "search.micro_batch_sizes=[1,a] must be a list of integers"),
-    (["+parallelism.foo=1"], "parallelism.foo is not a config key; parallelism has: account_for_embedding, account_for_loss,"),
+    (["+parallelism.foo=1"], "parallelism.foo is not a config key; parallelism has: account_for_embedding,"),
     (["+foo=1"], "foo is not a config key"),
     (["+mdoel=gpt175b"], "mdoel is not a config key; did you mean +model=<name>?"),
     (["+parallelism.tp=8"], "parallelism.tp is already set: write parallelism.tp=<value> without +"),
