@@ -28,7 +28,7 @@ INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "search
 SECTION_GROUP = {"model": "model", "cluster": "cluster", "gpu": "gpu", "case_study": "casestudy"}
 PRESET_GROUPS = ("experiment", "casestudy")  # presets that may select model and cluster themselves
 # string fields that name a config of a group (loaded from conf/<group>/<name>.yaml): names, never paths
-NAME_FIELDS = {"cluster.gpu": "gpu", "profile.gpu": "gpu"}
+NAME_FIELDS = {"cluster.gpu": "gpu", "profile.gpu": "gpu", "validate.stack": "stack"}
 
 
 @lru_cache(maxsize=None)
