@@ -14,7 +14,7 @@ CORE_RULES = [
     (["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=16"], "exceeds the 1024 GPUs"),
     (["parallelism.tp=5", "parallelism.pp=1", "parallelism.dp=1"], "tp=5 must divide attention heads=96"),
     (["parallelism.tp=8", "parallelism.pp=4", "parallelism.dp=1", "parallelism.first_stage_layers=20"],
-     "the 76 layers left by first/last_stage_layers must divide evenly over the other 3 stage(s)"),
+     "first_stage_layers=20 / last_stage_layers=0 leave 76 layers, which must divide evenly over the other 3 stage(s)"),
     (["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=1", "parallelism.zero_stage=3"],
      "zero_stage=3 needs dp*cp>1"),
     (["parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=1", "parallelism.cp=3"], "2*cp=2*3 must divide seq_len"),

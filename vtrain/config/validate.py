@@ -110,14 +110,15 @@ def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
         fixed = [x for x in (first, last) if x]
         middle = p.pp - len(fixed)
         rest = m.num_layers - sum(fixed)
-        require(rest >= 0, f"first_stage_layers+last_stage_layers={sum(fixed)} exceeds layers={m.num_layers}")
+        require(rest >= 0, f"first_stage_layers={first} + last_stage_layers={last} exceed the model's "
+                f"num_layers={m.num_layers}")
         if middle:
             require(rest % (middle * p.chunks) == 0 and rest > 0,
-                    f"the {rest} layers left by first/last_stage_layers must divide evenly over the other "
-                    f"{middle} stage(s) x {p.chunks} chunk(s)")
+                    f"first_stage_layers={first} / last_stage_layers={last} leave {rest} layers, which must "
+                    f"divide evenly over the other {middle} stage(s) x {p.chunks} chunk(s)")
         else:
-            require(rest == 0, f"first_stage_layers+last_stage_layers={sum(fixed)} must equal layers="
-                    f"{m.num_layers} with pp=2")
+            require(rest == 0, f"first_stage_layers={first} + last_stage_layers={last} must equal "
+                    f"num_layers={m.num_layers} with pp=2")
         require(min(fixed) >= p.chunks, "each stage needs at least one layer per model chunk")
         return
     extra = int(p.account_for_embedding) + int(p.account_for_loss)

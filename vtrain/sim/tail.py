@@ -40,16 +40,15 @@ def _bucketed_ready(coll: Collective, chunk: int, start_s: float, dur_s: float, 
     The recurrence has a closed form: its maximum is reached at the first or the last bucket."""
     step = dur_s / n_b
     end = max(cur + n_b * bucket_time_s, start_s + step + n_b * bucket_time_s, start_s + n_b * step + bucket_time_s)
-    if keep_events:
-        group = max(1, math.ceil(n_b / _MAX_BUCKET_EVENTS))  # bars of `group` consecutive buckets
+    if keep_events:  # bars of `group` consecutive buckets, each priced by the same closed form
+        group = max(1, math.ceil(n_b / _MAX_BUCKET_EVENTS))
         t = cur
         for k0 in range(0, n_b, group):
             k1 = min(n_b, k0 + group)
             first = max(t, start_s + (k0 + 1) * step)
-            t = first + bucket_time_s
-            for k in range(k0 + 1, k1):
-                t = max(t, start_s + (k + 1) * step) + bucket_time_s
-            label = f"bucket {k0}" if k1 == k0 + 1 else f"buckets {k0}-{k1 - 1}"
+            n = k1 - k0
+            t = max(first + n * bucket_time_s, start_s + k1 * step + bucket_time_s)
+            label = f"bucket{k0}" if n == 1 else f"buckets {k0}-{k1 - 1}"
             events.append((Stream.DATA_PARALLEL.value, f"dp {coll.kind.value} chunk{chunk} {label}", first, t))
     return end
 

@@ -53,7 +53,7 @@ def _num(x: float) -> str:
 
 POSITIVE = Domain(lo=0.0, lo_open=True)
 NON_NEGATIVE = Domain(lo=0.0)
-FRACTION = Domain(lo=0.0, hi=1.0, lo_open=True)  # an efficiency: 0 < x <= 1
+FRACTION = Domain(lo=0.01, hi=1.0)  # an efficiency: 1% <= x <= 100% (below 1% is no longer a physical GPU)
 PROBABILITY = Domain(lo=0.0, hi=1.0, hi_open=True)  # 0 <= x < 1
 POSITIVE_INT = Domain(lo=1.0, integer=True)
 NON_NEGATIVE_INT = Domain(lo=0.0, integer=True)

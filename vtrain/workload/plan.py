@@ -56,7 +56,8 @@ class ParallelPlan:
                                      "(TE userbuffers, torchtitan async TP); needs sequence_parallel")
     overlap_grad_reduce: bool = spec(True, group=PAR,
                                      doc="bucketed DP gradient reduction overlapped with the backward pass")
-    grad_bucket_mib: float = spec(40.0, group=PAR, unit="MiB", domain=POSITIVE, doc="DP gradient bucket size")
+    grad_bucket_mib: float = spec(40.0, group=PAR, unit="MiB", domain=Domain(lo=0.1),
+                                  doc="DP gradient bucket size (NCCL buckets below 100 KiB are latency, not a plan)")
     global_batch_size: int = spec(1536, group=TRAIN, domain=POSITIVE_INT, doc="sequences per iteration")
     seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
