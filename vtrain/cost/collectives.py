@@ -59,6 +59,8 @@ def collective_time_s(kind: CollectiveKind, nbytes: float, where: GroupPlacement
     intra, inter = cluster.intra_node, cluster.inter_node
     intra_bw = intra.bandwidth_bytes_per_s * intra.efficiency
     inter_bw = cluster.inter_node_bytes_per_s_per_gpu
+    if kind == CollectiveKind.ALL_TO_ALL:
+        return all_to_all_time_s(nbytes, where, cluster)
     if kind == CollectiveKind.P2P:
         if where.nodes > 1:
             return inter.latency_s + nbytes / inter_bw
@@ -71,3 +73,19 @@ def collective_time_s(kind: CollectiveKind, nbytes: float, where: GroupPlacement
     t_inter = ring_time_s(nodes, nbytes / k, inter_bw, inter, factor)
     t_intra = ring_time_s(k, nbytes, intra_bw, intra, 1.0, with_call_latency=False)
     return t_inter + (2.0 if kind == CollectiveKind.ALL_REDUCE else 1.0) * t_intra
+
+
+def all_to_all_time_s(nbytes: float, where: GroupPlacement, cluster: ClusterSpec) -> float:
+    """All-to-all of ``nbytes`` per GPU (1/n to each rank): the (k-1)/n for the ranks of its NVLink domain
+    go over NVLink while the (n-k)/n for the others go over the GPU's share of the node's NICs, at once
+    (NCCL runs the n-1 sends and receives concurrently; nccl-tests PERFORMANCE.md: alltoall busbw =
+    algbw·(n-1)/n). One call latency of the slower tier."""
+    n, k = where.size, min(where.per_node, where.size)
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    intra, inter = cluster.intra_node, cluster.inter_node
+    t_intra = (k - 1) / n * nbytes / (intra.bandwidth_bytes_per_s * intra.efficiency)
+    if where.nodes == 1:
+        return intra.latency_s + t_intra
+    t_inter = (n - k) / n * nbytes / cluster.inter_node_bytes_per_s_per_gpu
+    return inter.latency_s + max(t_intra, t_inter)

@@ -13,6 +13,7 @@ class CollectiveKind(str, Enum):
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
     P2P = "p2p"
 
 
@@ -21,6 +22,9 @@ class Group(str, Enum):
     DP = "dp"
     PP = "pp"
     EMBEDDING = "embedding"
+    EP = "ep"  # expert parallel: token dispatch and combine
+    ETP = "etp"  # expert tensor parallel
+    EDP = "edp"  # expert data parallel: expert gradient reduction
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,11 @@ def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> fl
     p, m = plan.pp, plan.num_microbatches
     if plan.schedule == Schedule.GPIPE:
         return float(m * layers_per_stage)
+    if plan.schedule in (Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV):
+        # chunk activations alive, each of half the stage's layers: ZB-V keeps 1F1B's 2p (Qi et al. 2024,
+        # Sec. 6); DualPipe p+1 stage copies and DualPipeV 2p+1 chunks (DualPipe README, "Activation")
+        alive = {Schedule.ZBV: 2 * p, Schedule.DUALPIPE: p + 1, Schedule.DUALPIPEV: 2 * p + 1}[plan.schedule]
+        return float(min(alive, 2 * m) * layers_per_stage / 2)
     if plan.schedule == Schedule.INTERLEAVED and plan.chunks > 1:
         v = plan.chunks
         chunks_alive = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)

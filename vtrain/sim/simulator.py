@@ -6,17 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream, build_comm_plan
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import build_model_graph
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
+from vtrain.sim.busy import stage_busy
 from vtrain.sim.engine import PipelineRun
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
+from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
-from vtrain.sim.schedule import CompiledSchedule
+from vtrain.sim.schedule import CompiledSchedule, splits_backward
 from vtrain.sim.stage_costs import StageCosts, build_stage_costs
 from vtrain.sim.tail import Event, StageTail, simulate_tail
-from vtrain.workload.enums import Recompute
+from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.partition import StagePartition, partition
 from vtrain.workload.workload import Workload
 
@@ -42,12 +45,14 @@ class SimulationTrace:
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
                      tail: StageTail, iteration: float, peak_bytes: float) -> StageBreakdown:
     m = w.plan.num_microbatches
-    passes = sc.forward[s] + sc.backward[s]
-    compute = m * sum(c.gpu_compute_s for c in passes)
-    tp = m * sum(c.comm_s for c in passes)
+    passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
+    per_chunk = m // 2 if w.plan.schedule == Schedule.DUALPIPE else m
+    compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk)
     overhead = w.stack.iteration_overhead_s
     groups = {"tp": tp, "pp": pipe.p2p_s[s], "dp": tail.dp_exposed_s + tail.param_gather_s,
               "embedding": tail.embedding_s}
+    if w.model.is_moe:
+        groups["ep"] = ep
     exposed = sum(groups.values())
     host_wait = pipe.host_s[s] + overhead
     bubble = pipe.bubble_s[s] + tail.sync_wait_s
@@ -55,14 +60,15 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
     for c in range(part.v):
         q = part.position(s, c)
         pp_busy += m * ((sc.p2p_fwd_s[q + 1] if q + 1 < part.positions else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
-    host_busy = m * sum(c.host_s for c in passes) + overhead
+    host_busy = per_chunk * sum(c.host_s for c in passes) + overhead
     streams = (
-        StreamUsage(Stream.COMPUTE.value, {"compute": compute, "tp_comm": tp, "optimizer": tail.optimizer_s},
-                    max(0.0, iteration - compute - tp - tail.optimizer_s)),
+        StreamUsage(Stream.COMPUTE.value, {"compute": compute, "tp_comm": tp, "optimizer": tail.optimizer_s,
+                                           **({"ep_comm": ep} if w.model.is_moe else {})},
+                    max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
         StreamUsage(Stream.DATA_PARALLEL.value, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
         StreamUsage(Stream.PIPELINE.value, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
         StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
-    )
+    ) + ((StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),) if w.model.is_moe else ())
     return StageBreakdown(stage=s, compute_s=compute, host_overhead_s=host_wait, exposed_comm_s=exposed,
                           bubble_s=bubble, optimizer_s=tail.optimizer_s, peak_memory_bytes=peak_bytes,
                           layers=part.stage_layers(s), params=part.stage_params(s), exposed_comm_by_group=groups,
@@ -75,14 +81,19 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     w_b, g_b, o_b = state_bytes_per_param(plan)
     logits_bytes = plan.micro_batch_size * plan.seq_len * model.vocab_shard(plan.tp) * (plan.dtype_bytes + 4)
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
-    last = (part.positions - 1) % plan.pp
+    last = part.stage_of(part.chain_len - 1)
+    moe = moe_memory(model, plan, part) if (model.is_moe or model.is_mla or model.mtp_layers) else None
     out = []
     for s in range(plan.pp):
         params = part.stage_params(s)
+        opt = params * o_b
+        acts = inflight_layers(plan, s, part.stage_layers(s)) * act_layer + working
+        other = w.stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0)
+        if moe is not None:
+            opt, acts, other = moe(s, opt, acts, other)
         out.append(MemoryBreakdown(
-            weights_bytes=params * w_b, gradients_bytes=params * g_b, optimizer_bytes=params * o_b,
-            activations_bytes=inflight_layers(plan, s, part.stage_layers(s)) * act_layer + working,
-            other_bytes=w.stack.memory_reserved_bytes + (logits_bytes if s == last else 0.0)))
+            weights_bytes=params * w_b, gradients_bytes=params * g_b, optimizer_bytes=opt,
+            activations_bytes=acts, other_bytes=other))
     return out
 
 
@@ -107,13 +118,16 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     gpu = cluster.gpu
     part = partition(model, plan)
     comm: CommPlan = build_comm_plan(w, part)
-    graph = build_model_graph(model, plan, comm.tp)
-    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s)
+    graph = build_model_graph(model, plan, comm.tp, comm.ep)
+    fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
+    fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
+    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
+                           split=splits_backward(plan.schedule), fuse=fuse)
     m = plan.num_microbatches
     durations = sc.durations()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), sc.latencies(),
-                             sc.host_times(), full=full)
+                             sc.host_times(), full=full, fused=plan.overlap_moe_comm)
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan.dp, plan.distributed_optimizer, keep_trace)
     iteration = end + stack.iteration_overhead_s
 

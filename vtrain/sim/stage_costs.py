@@ -8,16 +8,16 @@ ms per layer in Megatron), large ones GPU-bound, with the soft transition real r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
-from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.builder import ModelGraph, PassOps
-from vtrain.graph.ops import Collective
+from vtrain.graph.ops import Collective, Gemm, Group, Op
 from vtrain.workload.partition import StagePartition
 
-Timed = Tuple[float, float, bool, float]  # (GPU time, host issue time, is a collective, FLOPs)
+Timed = Tuple[float, float, int, float]  # (GPU time, host issue time, 0 | TP_COMM | EP_COMM, FLOPs)
+TP_COMM, EP_COMM = 1, 2  # a collective on the compute stream; of the expert-parallel groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,7 @@ class PassCost:
     latency_s: float  # host start to GPU end when the GPU is idle (host-bound path)
     host_s: float  # host time to issue the whole pass
     flops: float
+    ep_comm_s: float = 0.0  # of comm_s, the expert-parallel dispatch/combine (exposed)
 
     @property
     def gpu_s(self) -> float:
@@ -43,6 +44,12 @@ class PassCost:
     def duration_s(self) -> float:
         """Wall time of the pass alone (host and GPU start together)."""
         return max(self.gpu_s, self.latency_s)
+
+    def __add__(self, other: "PassCost") -> "PassCost":
+        """Two passes back to back (a B pass and its W pass: the whole backward)."""
+        return PassCost(self.gpu_compute_s + other.gpu_compute_s, self.comm_s + other.comm_s,
+                        self.latency_s + other.latency_s, self.host_s + other.host_s, self.flops + other.flops,
+                        self.ep_comm_s + other.ep_comm_s)
 
     @property
     def host_excess_s(self) -> float:
@@ -60,38 +67,53 @@ class _LaunchQueue:
     hides them when it is the bottleneck. (A blocking variant, host waiting for every collective, fit
     the A100 measurements worse: 11.1% vs 8.9% MAPE.)"""
 
-    __slots__ = ("host", "gpu", "compute", "comm", "flops")
+    __slots__ = ("host", "gpu", "compute", "comm", "flops", "ep")
 
     def __init__(self, host_start_s: float = 0.0) -> None:
         self.host = host_start_s
         self.gpu = _IDLE
-        self.compute = self.comm = self.flops = 0.0
+        self.compute = self.comm = self.flops = self.ep = 0.0
 
     def run(self, timed: Sequence[Timed]) -> None:
         host, gpu = self.host, self.gpu
-        compute = comm = flops = 0.0
+        compute = comm = flops = ep = 0.0
         for t, h, is_comm, f in timed:
             host += h
             gpu = (host if host > gpu else gpu) + t
             if is_comm:
                 comm += t
+                if is_comm == EP_COMM:
+                    ep += t
             else:
                 compute += t
             flops += f
         self.compute += compute
         self.comm += comm
         self.flops += flops
+        self.ep += ep
         self.host, self.gpu = host, gpu
 
 
-def _timed(ops: PassOps, cost: CostModel, tp_where: GroupPlacement) -> List[Timed]:
+def _timed(ops: PassOps | Sequence[Op], cost: CostModel, comm: CommPlan) -> List[Timed]:
     out: List[Timed] = []
-    for op in ops.ops:
+    for op in (ops.ops if isinstance(ops, PassOps) else ops):
         if isinstance(op, Collective):
-            out.append((cost.collective_time_s(op, tp_where), cost.collective_host_time_s(op), True, 0.0))
+            kind = EP_COMM if op.group in (Group.EP, Group.ETP) else TP_COMM
+            out.append((cost.collective_time_s(op, comm.where(op.group)), cost.collective_host_time_s(op), kind, 0.0))
         else:
-            out.append((cost.compute_time_s(op), cost.host_time_s(op.kernels), False, op.flops))
+            out.append((cost.compute_time_s(op), cost.host_time_s(op.kernels), 0, op.flops))
     return out
+
+
+def is_weight_grad(op: Op) -> bool:
+    """A W pass op: a weight-gradient GEMM or the embedding's gradient accumulation."""
+    return op.name.endswith(".wgrad") and isinstance(op, Gemm) or op.name == "embedding.grad"
+
+
+def _split(ops: PassOps, cost: CostModel, comm: CommPlan) -> Tuple[List[Timed], List[Timed]]:
+    """(B, W) of a backward pass: the input-gradient ops and the weight-gradient ops."""
+    return (_timed([op for op in ops.ops if not is_weight_grad(op)], cost, comm),
+            _timed([op for op in ops.ops if is_weight_grad(op)], cost, comm))
 
 
 def price_chunk(parts: Sequence[Tuple[List[Timed], int]], host_start_s: float) -> PassCost:
@@ -119,7 +141,7 @@ def price_chunk(parts: Sequence[Tuple[List[Timed], int]], host_start_s: float) -
                 q.compute, q.comm, q.flops = q.compute + k * delta[2], q.comm + k * delta[3], q.flops + k * delta[4]
                 break
             prev = delta
-    return PassCost(q.compute, q.comm, max(q.gpu, 0.0), q.host, q.flops)
+    return PassCost(q.compute, q.comm, max(q.gpu, 0.0), q.host, q.flops, q.ep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +149,22 @@ class StageCosts:
     """Per (stage, chunk): forward and backward(+recompute) pass costs; per boundary: p2p times."""
 
     forward: Tuple[Tuple[PassCost, ...], ...]  # [stage][chunk]
-    backward: Tuple[Tuple[PassCost, ...], ...]
+    backward: Tuple[Tuple[PassCost, ...], ...]  # recompute + backward (input gradient only when split)
     p2p_fwd_s: Tuple[float, ...]  # boundary into position q (q = 0..P-1; 0 unused)
     p2p_bwd_s: Tuple[float, ...]  # boundary out of position q+1 into q
+    weight: Tuple[Tuple[PassCost, ...], ...] = ()  # [stage][chunk]: the W passes of a B/W-split schedule
+    fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()  # [stage][f chunk][b chunk]: overlapped pairs
 
     def _flat(self, attr: str) -> List[float]:
-        """Flat list indexed like CompiledSchedule.dur_key: stage·2v + is_bwd·v + chunk."""
+        """Flat list indexed like CompiledSchedule.dur_key: stage·kinds·v + kind·v + chunk, then the fused
+        pairs and a zero-length wait (:func:`vtrain.sim.schedule.fused_key`)."""
         out: List[float] = []
-        for fwd, bwd in zip(self.forward, self.backward):
+        for s, (fwd, bwd) in enumerate(zip(self.forward, self.backward)):
             out += [getattr(c, attr) for c in fwd] + [getattr(c, attr) for c in bwd]
+            if self.weight:
+                out += [getattr(c, attr) for c in self.weight[s]]
+        if self.fused:
+            out += [getattr(c, attr) for row in self.fused for cb in row for c in cb] + [0.0]
         return out
 
     def durations(self) -> List[float]:
@@ -156,36 +185,77 @@ class StageCosts:
 
 
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
-                      microbatch_overhead_s: float) -> StageCosts:
+                      microbatch_overhead_s: float, split: bool = False,
+                      fuse: Optional[Tuple[float]] = None) -> StageCosts:
+    """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share
+    of the dispatcher,) to price fused forward/backward pairs (:func:`vtrain.sim.overlap.fused_pass`)."""
     p, v = part.p, part.v
-    tp_where = comm.tp_where
-    layer_f = _timed(graph.layer.forward, cost, tp_where)
-    layer_b = _timed(graph.layer.recompute, cost, tp_where) + _timed(graph.layer.backward, cost, tp_where)
-    emb_f, emb_b = _timed(graph.embedding.forward, cost, tp_where), _timed(graph.embedding.backward, cost, tp_where)
-    head_f, head_b = _timed(graph.head.forward, cost, tp_where), _timed(graph.head.backward, cost, tp_where)
-    priced: Dict[Tuple[bool, bool, int], Tuple[PassCost, PassCost]] = {}
-    last = part.positions - 1
-    forward, backward = [], []
+    layer_f = _timed(graph.layer.forward, cost, comm)
+    layer_b = _timed(graph.layer.recompute, cost, comm) + _timed(graph.layer.backward, cost, comm)
+    emb_f, emb_b = _timed(graph.embedding.forward, cost, comm), _timed(graph.embedding.backward, cost, comm)
+    head_f, head_b = _timed(graph.head.forward, cost, comm), _timed(graph.head.backward, cost, comm)
+    comps = {"layer": graph.layer, "emb": graph.embedding, "head": graph.head, "moe": graph.moe_layer,
+             "mtp": graph.mtp}
+    bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
+    for name, g in comps.items():
+        if g is not None and split:
+            b_ops, w_ops = _split(g.backward, cost, comm)
+            bw[name] = (_timed(g.recompute, cost, comm) + b_ops, w_ops)
+    moe_f = _timed(graph.moe_layer.forward, cost, comm) if graph.moe_layer else []
+    moe_b = (_timed(graph.moe_layer.recompute, cost, comm) + _timed(graph.moe_layer.backward, cost, comm)
+             if graph.moe_layer else [])
+    mtp_f = _timed(graph.mtp.forward, cost, comm) if graph.mtp else []
+    mtp_b = _timed(graph.mtp.backward, cost, comm) if graph.mtp else []
+    mtp_moe = graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0
+    priced: Dict[Tuple[bool, bool, int, int], Tuple[PassCost, PassCost, Optional[PassCost]]] = {}
+    forward, backward, weight = [], [], []
     for s in range(p):
-        f_row, b_row = [], []
+        f_row, b_row, w_row = [], [], []
         for c in range(v):
             q = part.position(s, c)
-            key = (q == 0, q == last, part.layers[q])
+            key = (part.is_first(q), part.is_last(q), part.layers[q], part.moe_at(q))
             if key not in priced:
-                first, is_last, n = key
-                fparts = ([(emb_f, 1)] if first else []) + [(layer_f, n)] + ([(head_f, 1)] if is_last else [])
-                bparts = ([(head_b, 1)] if is_last else []) + [(layer_b, n)] + ([(emb_b, 1)] if first else [])
-                priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0))
-            f, b = priced[key]
+                first, is_last, n, nm = key
+                k = part.mtp_layers if is_last else 0
+                mtp_layer = (moe_f, moe_b, "moe") if mtp_moe else (layer_f, layer_b, "layer")
+
+                def parts(which: int) -> Tuple[List[Tuple[List[Timed], int]], List[Tuple[List[Timed], int]]]:
+                    """(forward, backward) parts; which: 0 whole backward, 1 its B, 2 its W."""
+                    def b_of(name: str, whole: List[Timed]) -> List[Timed]:
+                        return whole if which == 0 else bw[name][which - 1]
+                    fp = [(emb_f, int(first)), (layer_f, n - nm), (moe_f, nm), (mtp_f, k), (mtp_layer[0], k),
+                          (head_f, int(is_last) * (1 + k))]
+                    bp = [(b_of("head", head_b), int(is_last) * (1 + k)), (b_of(mtp_layer[2], mtp_layer[1]), k),
+                          (b_of("mtp", mtp_b), k), (b_of("moe", moe_b), nm), (b_of("layer", layer_b), n - nm),
+                          (b_of("emb", emb_b), int(first))]
+                    return [x for x in fp if x[1] > 0], [x for x in bp if x[1] > 0]
+                fparts, bparts = parts(0)
+                if split:
+                    priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(parts(1)[1], 0.0),
+                                   price_chunk(parts(2)[1], 0.0))
+                else:
+                    priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0), None)
+            f, b, w = priced[key]
             f_row.append(f)
             b_row.append(b)
+            if w is not None:
+                w_row.append(w)
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
-    gather_s = cost.collective_time_s(comm.p2p_gather, tp_where) if comm.p2p_gather is not None else 0.0
+        weight.append(tuple(w_row))
+    gather_s = cost.collective_time_s(comm.p2p_gather, comm.tp_where) if comm.p2p_gather is not None else 0.0
     p2p_f = [0.0] * part.positions
     p2p_b = [0.0] * part.positions
     for q in range(1, part.positions):
         msg = comm.boundary[q]
-        assert msg is not None
-        p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, comm.boundary_where[q]) + gather_s
-    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b))
+        if msg is not None:
+            p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, comm.boundary_where[q]) + gather_s
+    fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()
+    if fuse is not None:
+        from vtrain.sim.overlap import fused_pass
+
+        whole = [[b + w for b, w in zip(backward[s], weight[s])] if split else list(backward[s]) for s in range(p)]
+        fused = tuple(tuple(tuple(fused_pass(forward[s][cf], whole[s][cb], fuse[0]) for cb in range(v))
+                            for cf in range(v)) for s in range(p))
+    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b),
+                      tuple(weight) if split else (), fused)

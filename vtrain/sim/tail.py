@@ -11,6 +11,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
+from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.ops import Collective
 from vtrain.sim.pipeline import PipelineResult
 from vtrain.workload.partition import StagePartition
@@ -59,13 +60,13 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     """(end of the iteration, per-stage tail). ``durations`` are the passes' compute-stream times;
     ``sharded_optimizer``: optimizer states sharded over DP (each rank steps 1/dp of the parameters)."""
     p, cs = part.p, pipe.schedule
-    priced: Dict[Tuple[str, float], float] = {}  # middle stages hold identical chunks: price each size once
+    priced: Dict[Tuple[str, str, float], float] = {}  # middle stages hold identical chunks: price each size once
 
-    def dp_time(kind: Collective, nbytes: float) -> float:
-        key = (kind.kind.value, nbytes)
+    def dp_time(kind: Collective, nbytes: float, where: GroupPlacement = comm.dp_where) -> float:
+        key = (kind.kind.value, kind.group.value, nbytes)
         if key not in priced:
             priced[key] = cost.collective_time_s(
-                Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), comm.dp_where)
+                Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), where)
         return priced[key]
 
     ready: List[float] = []
@@ -74,25 +75,26 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     for s in range(p):
         end_s = pipe.stage_end[s]
         cur = end_s
-        if dp > 1:
+        if dp > 1 or comm.expert_grad_reduce:
             cur = 0.0
             chunks = sorted((pipe.last_bwd_end[s][c], c) for c in range(part.v))
             for last_end, c in chunks:
-                coll = comm.grad_reduce[s][c]
                 dur = durations[cs.dur_key[cs.last_bwd[s][c]]]
-                if comm.overlap_grad_reduce:
-                    n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes))
-                    t_b = dp_time(coll, coll.bytes / n_b)
-                    cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
-                                          keep_events, events[s])
-                    dp_busy[s] += n_b * t_b
-                else:
-                    t = dp_time(coll, coll.bytes)
-                    start = max(cur, end_s)
-                    cur = start + t
-                    dp_busy[s] += t
-                    if keep_events:
-                        events[s].append((Stream.DATA_PARALLEL.value, f"dp {coll.kind.value} chunk{c}", start, cur))
+                for coll, where in comm.grad_reductions(s, c):
+                    if comm.overlap_grad_reduce:
+                        n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes))
+                        t_b = dp_time(coll, coll.bytes / n_b, where)
+                        cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
+                                              keep_events, events[s])
+                        dp_busy[s] += n_b * t_b
+                    else:
+                        t = dp_time(coll, coll.bytes, where)
+                        start = max(cur, end_s)
+                        cur = start + t
+                        dp_busy[s] += t
+                        if keep_events:
+                            events[s].append((Stream.DATA_PARALLEL.value, f"{coll.group.value} {coll.kind.value} "
+                                              f"chunk{c}", start, cur))
             cur = max(cur, end_s)
         ready.append(cur)
     dp_ready = list(ready)
@@ -110,12 +112,19 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
                 events[s].append((Stream.DATA_PARALLEL.value, "embedding grad all-reduce", start, start + emb_t))
     barrier = max(ready)
     ends, opt, ag = [], [], []
+    edp = comm.edp_where.size
     for s in range(p):
         params = part.stage_params(s)
         shard = params / dp if sharded_optimizer else params
+        if comm.expert_grad_reduce and sharded_optimizer:  # routed experts are sharded over edp, not dp
+            experts = part.stage_expert_params(s)
+            shard = (params - experts) / dp + experts / edp
         t_opt = cost.optimizer_time_s(shard)
         gather = comm.param_gather[s]
         t_ag = dp_time(gather, gather.bytes) if gather is not None else 0.0
+        e_gather = comm.expert_param_gather[s] if comm.expert_param_gather else None
+        if e_gather is not None:
+            t_ag += dp_time(e_gather, e_gather.bytes, comm.edp_where)
         dp_busy[s] += t_ag
         if keep_events:
             events[s].append((Stream.COMPUTE.value, "optimizer step", barrier, barrier + t_opt))
