@@ -20,7 +20,7 @@ and over the GPU's NIC share beyond it (:func:`vtrain.cost.collectives.all_to_al
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 from vtrain.comm.tp import TpOperator
 from vtrain.cost.collectives import GroupPlacement, placement
@@ -84,9 +84,9 @@ def check_expert_parallel(m: ModelSpec, p: ParallelPlan) -> None:
         raise ConfigError(f"etp={etp} must divide moe_ffn_hidden_size={m.expert_ffn}")
     if p.tp > 1 and not p.sequence_parallel:
         raise ConfigError(f"tp={p.tp} with experts needs sequence_parallel=true (Megatron-Core MoE)")
-    if p.overlap_moe_comm and p.schedule.value not in ("1f1b", "interleaved"):
-        raise ConfigError(f"overlap_moe_comm=true works with schedule=1f1b or interleaved, not {p.schedule.value} "
-                          "(dualpipe and dualpipev overlap by themselves)")
+    if p.overlap_moe_comm and not (p.schedule.value == "interleaved" or p.pp == 1):
+        raise ConfigError(f"overlap_moe_comm=true needs schedule=interleaved (or pp=1), not {p.schedule.value} "
+                          "with pp>1 (Megatron-Core; dualpipe and dualpipev overlap by themselves)")
 
 
 def ep_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
@@ -148,8 +148,12 @@ def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = 
     exit_: List[Collective] = []
     enter_b: List[Collective] = []
     exit_b: List[Collective] = []
+    # dropless dispatch needs the received row counts on the host before it can size its buffers:
+    # Megatron-Core's alltoall dispatcher copies the splits to the host and synchronizes, DeepEP's normal
+    # kernels make the CPU wait for them; with a capacity factor the rows are padded and known
+    sync = model.capacity_factor is None
     if ep > 1:
-        enter.append(Collective("moe.dispatch", a2a, nbytes, Group.EP, ep))
+        enter.append(Collective("moe.dispatch", a2a, nbytes, Group.EP, ep, host_sync=sync))
         exit_b.append(Collective("moe.combine.bwd", a2a, nbytes, Group.EP, ep))
     if etp > 1:
         gathered = nbytes * etp
@@ -161,3 +165,18 @@ def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = 
         exit_.append(Collective("moe.combine", a2a, nbytes, Group.EP, ep))
         enter_b.append(Collective("moe.dispatch.bwd", a2a, nbytes, Group.EP, ep))
     return TpOperator(tuple(enter), tuple(exit_), tuple(enter_b), tuple(exit_b))
+
+
+def imbalance_from_expert_load(tokens_per_expert: Sequence[Sequence[float]], ep: int) -> float:
+    """``moe_imbalance`` from a measured expert-load histogram: per MoE layer the tokens each expert received
+    (one row per layer, experts in Megatron's order: expert e on EP rank e // (E/ep)). Each layer waits for
+    its busiest EP rank, so the factor is the mean over layers of max-rank load / mean-rank load."""
+    factors = []
+    for counts in tokens_per_expert:
+        per_rank = len(counts) // ep
+        if per_rank * ep != len(counts):
+            raise ConfigError(f"ep={ep} must divide the {len(counts)} experts of the histogram")
+        loads = [sum(counts[r * per_rank:(r + 1) * per_rank]) for r in range(ep)]
+        mean = sum(loads) / ep
+        factors.append(max(loads) / mean if mean > 0 else 1.0)
+    return sum(factors) / len(factors) if factors else 1.0

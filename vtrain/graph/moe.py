@@ -11,6 +11,7 @@ into its dispatch/combine kernels. Backward in reverse, each GEMM as activation-
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import List, Tuple
 
 from vtrain.comm.ep import expert_load, moe_tokens
@@ -22,11 +23,24 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
 
+@dataclass(frozen=True, slots=True)
+class GroupedGemm(Gemm):
+    """The GEMMs of ``batch`` local experts, priced as one batched GEMM on the GPU but launched one per expert:
+    Transformer Engine's GroupedLinear issues a cuBLAS GEMM per expert (over a few streams;
+    transformer_engine/pytorch/module/grouped_linear.py, ``general_grouped_gemm``), so its host cost grows
+    with the local experts."""
+
+    @property
+    def kernels(self) -> int:
+        return self.batch
+
+
 def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int, batch: int = 1) -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
-    """A (grouped, ``batch`` groups) GEMM and its activation-grad and weight-grad GEMMs."""
-    return (Gemm(name, m=m, n=n, k=k, batch=batch, dtype_bytes=dt),
-            (Gemm(f"{name}.dgrad", m=m, n=k, k=n, batch=batch, dtype_bytes=dt),
-             Gemm(f"{name}.wgrad", m=k, n=n, k=m, batch=batch, dtype_bytes=dt)))
+    """A GEMM (grouped over ``batch`` local experts when batch > 1) and its activation-grad and weight-grad."""
+    g = GroupedGemm if batch > 1 else Gemm
+    return (g(name, m=m, n=n, k=k, batch=batch, dtype_bytes=dt),
+            (g(f"{name}.dgrad", m=m, n=k, k=n, batch=batch, dtype_bytes=dt),
+             g(f"{name}.wgrad", m=k, n=n, k=m, batch=batch, dtype_bytes=dt)))
 
 
 def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, dt: int, batch: int = 1

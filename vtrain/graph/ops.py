@@ -99,6 +99,7 @@ class Collective:
     bytes: float  # message size per GPU (the full buffer for all-reduce)
     group: Group
     group_size: int
+    host_sync: bool = False  # the host waits for the GPU before issuing it (a D2H copy of split sizes)
 
     @property
     def kernels(self) -> int:

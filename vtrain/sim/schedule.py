@@ -209,6 +209,7 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
     tainted: List[bool] = []
     pos_of: List[List[int]] = [[0] * len(seq) for seq in seqs]  # stage-order position -> topological index
     waited = [False] * p  # the wait before the fused pair at ptr[s] is already placed
+    wait_at: List[Dict[int, int]] = [{} for _ in range(p)]  # stage-order position -> its wait's index
     last_idx = [-1] * p  # topological index of the stage's last placed task
 
     def place(s: int, key: int, d: int, lag: int, mb: int, k: int, slot: bool) -> int:
@@ -242,7 +243,7 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
                             break
                         # the wait holds the stage until the backward's input is there
                         wd = done[need_b] if need_b is not None else -1
-                        place(s, wait_key, wd, lag_b, mb, -1, False)
+                        wait_at[s][ptr[s]] = place(s, wait_key, wd, lag_b, mb, -1, False)
                         waited[s] = True
                     if need_f is not None and need_f not in done:
                         break
@@ -269,8 +270,9 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
     pairs_l: List[Tuple[Tuple[int, ...], ...]] = []
     for s in range(p):
         at, units = len(orders[s].warmup), []
-        for unit in orders[s].steady:
-            units.append(tuple(pos_of[s][at + j] for j in range(len(unit))))
+        for unit in orders[s].steady:  # a fused pair's wait belongs to its unit
+            units.append(tuple(i for j in range(len(unit)) for i in (
+                (wait_at[s][at + j], pos_of[s][at + j]) if at + j in wait_at[s] else (pos_of[s][at + j],))))
             at += len(unit)
         pairs_l.append(tuple(units))
     pairs = tuple(pairs_l)

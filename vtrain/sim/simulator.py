@@ -36,6 +36,7 @@ class SimulationTrace:
     durations: Tuple[float, ...]  # per pass (dur_key): compute-stream time
     tail: Tuple[Tuple[Event, ...], ...]  # [stage] -> (stream, name, start, end)
     microbatches: int  # of the iteration (schedule.m when the whole schedule was simulated)
+    ep_comm: Tuple[float, ...] = ()  # per pass (dur_key): its expert-parallel all-to-all time (MoE models)
 
     def start(self, i: int) -> float:
         """When task ``i`` started on its compute stream."""
@@ -161,5 +162,6 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         notes=_notes(prov))
     trace = None
     if keep_trace:
-        trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m)
+        trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m,
+                                tuple(sc.all_to_all()) if model.is_moe else ())
     return report, trace

@@ -17,7 +17,7 @@ from vtrain.graph.ops import Collective, Gemm, Group, Op
 from vtrain.workload.partition import StagePartition
 
 Timed = Tuple[float, float, int, float]  # (GPU time, host issue time, 0 | TP_COMM | EP_COMM, FLOPs)
-TP_COMM, EP_COMM = 1, 2  # a collective on the compute stream; of the expert-parallel groups
+TP_COMM, EP_COMM, EP_SYNC = 1, 2, 3  # a collective on the compute stream; expert-parallel; ... after a host sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +78,13 @@ class _LaunchQueue:
         host, gpu = self.host, self.gpu
         compute = comm = flops = ep = 0.0
         for t, h, is_comm, f in timed:
+            if is_comm == EP_SYNC and gpu > host:  # the host waits for the GPU (dropless dispatch)
+                host = gpu
             host += h
             gpu = (host if host > gpu else gpu) + t
             if is_comm:
                 comm += t
-                if is_comm == EP_COMM:
+                if is_comm >= EP_COMM:
                     ep += t
             else:
                 compute += t
@@ -98,7 +100,7 @@ def _timed(ops: PassOps | Sequence[Op], cost: CostModel, comm: CommPlan) -> List
     out: List[Timed] = []
     for op in (ops.ops if isinstance(ops, PassOps) else ops):
         if isinstance(op, Collective):
-            kind = EP_COMM if op.group in (Group.EP, Group.ETP) else TP_COMM
+            kind = (EP_SYNC if op.host_sync else EP_COMM) if op.group in (Group.EP, Group.ETP) else TP_COMM
             out.append((cost.collective_time_s(op, comm.where(op.group)), cost.collective_host_time_s(op), kind, 0.0))
         else:
             out.append((cost.compute_time_s(op), cost.host_time_s(op.kernels), 0, op.flops))
@@ -171,6 +173,17 @@ class StageCosts:
         """Compute-stream time of each pass (the engine's ``gpu_s``)."""
         return self._flat("gpu_s")
 
+    def all_to_all(self) -> List[float]:
+        """Expert-parallel all-to-all time of each pass (a fused pair: both passes' all-to-alls, hidden or not)."""
+        out = self._flat("ep_comm_s")
+        if self.fused:
+            n = len(out) - 1 - sum(len(cb) for row in self.fused for cb in row)
+            whole = [[b + w for b, w in zip(self.backward[s], self.weight[s])] if self.weight else self.backward[s]
+                     for s in range(len(self.forward))]
+            out[n:-1] = [f.ep_comm_s + whole[s][cb].ep_comm_s for s, f_row in enumerate(self.forward)
+                         for f in f_row for cb in range(len(f_row))]
+        return out
+
     def latencies(self) -> List[float]:
         return self._flat("latency_s")
 
@@ -222,7 +235,7 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
                 def parts(which: int) -> Tuple[List[Tuple[List[Timed], int]], List[Tuple[List[Timed], int]]]:
                     """(forward, backward) parts; which: 0 whole backward, 1 its B, 2 its W."""
                     def b_of(name: str, whole: List[Timed]) -> List[Timed]:
-                        return whole if which == 0 else bw[name][which - 1]
+                        return whole if which == 0 or name not in bw else bw[name][which - 1]
                     fp = [(emb_f, int(first)), (layer_f, n - nm), (moe_f, nm), (mtp_f, k), (mtp_layer[0], k),
                           (head_f, int(is_last) * (1 + k))]
                     bp = [(b_of("head", head_b), int(is_last) * (1 + k)), (b_of(mtp_layer[2], mtp_layer[1]), k),

@@ -11,9 +11,11 @@ import numpy as np
 SHIPPED = {
     "a100_single_node": "a100_single_node_iteration_times.csv",
     "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
+    "megatron_moe_qwen3_h100": "modern_gpus/megatron_moe_qwen3_h100.csv",
 }
 # the software stack each shipped measurement ran on (rows without a ``stack`` column)
-SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022"}
+SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022",
+                 "megatron_moe_qwen3_h100": "megatron_core_te"}
 
 
 def data_path(filename: str) -> Path:
