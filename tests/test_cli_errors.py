@@ -39,7 +39,8 @@ def test_bad_plan(tmp_path, overrides, message):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["task=simulate", "+model=gpt9000", "+cluster=a100x1024"], "model=gpt9000 is unknown; one of: deepseek_v3, gpt175b"),
+    (["task=simulate", "+model=gpt9000", "+cluster=a100x1024"],
+     "model=gpt9000 is unknown; one of: deepseek_v3, gpt175b"),
     (["task=simulate", "+model=gpt175b", "+cluster=nowhere"], "cluster=nowhere is unknown"),
     (["task=simulate", "+cluster=a100x1024"], "model is not set: add +model=<name>, one of:"),
     (["task=simulate", "+model=gpt175b"], "cluster is not set: add +cluster=<name>, one of:"),

@@ -8,8 +8,8 @@ from vtrain.config.compose import load_gpu_config, load_stack_config
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow, read_measurements
 from vtrain.validation.datasets import resolve_dataset
-from vtrain.validation.run import summary_of, validate_rows
 from vtrain.validation.rows import row_workload
+from vtrain.validation.run import summary_of, validate_rows
 
 ROW = {"model": "qwen3_235b_a22b", "gpu": "h100_sxm", "num_gpus": "256", "global_batch": "2048", "micro_batch": "1",
        "seq_len": "4096", "tp": "2", "pp": "8", "dp": "16", "ep": "32", "etp": "1", "schedule": "interleaved",

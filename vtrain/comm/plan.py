@@ -205,28 +205,39 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     boundary: list[Optional[Collective]] = [None]
     boundary_where = [GroupPlacement(1, 1)]
     boundary_stages = [(0, 0)]
+    default = not part.pos
     for q in range(1, part.positions):
-        src, dst = part.stage_of(q - 1), part.stage_of(q)
-        local = part.is_first(q) or src == dst  # no transfer into a chain's start or within a stage
+        if default:  # Megatron's order: q = c·p + s, one chain
+            src, dst, local = (q - 1) % p, q % p, False
+        else:
+            src, dst = part.stage_of(q - 1), part.stage_of(q)
+            local = part.is_first(q) or src == dst  # no transfer into a chain's start or within a stage
         boundary.append(None if local else msg)
         boundary_stages.append((src, dst))
         boundary_where.append(GroupPlacement(2, 2 if stages_share_domain(plan, domain, src, dst) else 1))
     gbytes = grad_bytes_per_param(plan.precision)
     kind = CollectiveKind.REDUCE_SCATTER if plan.distributed_optimizer else CollectiveKind.ALL_REDUCE
-    dense = [[part.chunk_params(s, c) - part.chunk_expert_params(s, c) for c in range(v)] for s in range(p)]
+    moe = model.is_moe
+    if moe:
+        dense = [[part.chunk_params(s, c) - part.chunk_expert_params(s, c) for c in range(v)] for s in range(p)]
+    else:
+        dense = [[part.chunk_params(s, c) for c in range(v)] for s in range(p)]
     grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, dense[s][c] * gbytes, Group.DP, plan.dp)
                         for c in range(v)) for s in range(p))
     gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(dense[s]) * plan.dtype_bytes,
                                Group.DP, plan.dp) if plan.distributed_optimizer and plan.dp > 1 else None
                     for s in range(p))
-    edp = plan.expert_dp
-    e_grads = tuple(tuple(Collective(f"edp.grad.chunk{c}", kind, part.chunk_expert_params(s, c) * gbytes,
-                                     Group.EDP, edp) if part.chunk_expert_params(s, c) > 0 else None
-                          for c in range(v)) for s in range(p))
-    e_gathers = tuple(Collective("edp.param_gather", CollectiveKind.ALL_GATHER,
-                                 part.stage_expert_params(s) * plan.dtype_bytes, Group.EDP, edp)
-                      if plan.distributed_optimizer and edp > 1 and part.stage_expert_params(s) > 0 else None
-                      for s in range(p))
+    edp = plan.expert_dp if model.is_moe else 1
+    e_grads: Tuple[Tuple[Optional[Collective], ...], ...] = ()
+    e_gathers: Tuple[Optional[Collective], ...] = ()
+    if moe:
+        e_grads = tuple(tuple(Collective(f"edp.grad.chunk{c}", kind, part.chunk_expert_params(s, c) * gbytes,
+                                         Group.EDP, edp) if part.chunk_expert_params(s, c) > 0 else None
+                              for c in range(v)) for s in range(p))
+        e_gathers = tuple(Collective("edp.param_gather", CollectiveKind.ALL_GATHER,
+                                     part.stage_expert_params(s) * plan.dtype_bytes, Group.EDP, edp)
+                          if plan.distributed_optimizer and edp > 1 and part.stage_expert_params(s) > 0 else None
+                          for s in range(p))
     emb = None
     emb_where = GroupPlacement(1, 1)
     last_stage = part.stage_of(part.chain_len - 1)
@@ -234,7 +245,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         emb = Collective("embedding.grad_sync", CollectiveKind.ALL_REDUCE, part.tied_sync_params * gbytes,
                          Group.EMBEDDING, 2)
         emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, last_stage) else 1)
-    moe = tuple(sum(part.moe_at(part.position(s, c)) for c in range(v)) for s in range(p)) if model.is_moe else ()
+    moe_layers = tuple(sum(part.moe_at(part.position(s, c)) for c in range(v)) for s in range(p)) if moe else ()
     return CommPlan(tp=plan_tp_comms(model, plan),
                     tp_where=tp_placement(plan, domain), boundary=tuple(boundary),
                     boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
@@ -246,6 +257,5 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     layer_forwards=2 if plan.recompute.value == "full" else 1,
                     ep=plan_ep_comms(model, plan, ep_placement(plan, domain)), ep_where=ep_placement(plan, domain),
                     etp_where=etp_placement(plan, domain), edp_where=edp_placement(plan, domain),
-                    expert_grad_reduce=e_grads if model.is_moe else (),
-                    expert_param_gather=e_gathers if model.is_moe else (), stage_moe_layers=moe,
+                    expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
                     last_stage=last_stage)

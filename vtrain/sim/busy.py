@@ -17,15 +17,18 @@ def _parts(c: PassCost) -> Tuple[float, float, float]:
     return c.gpu_compute_s, c.comm_s - c.ep_comm_s, c.ep_comm_s
 
 
-def stage_busy(sc: StageCosts, pipe: PipelineResult, s: int, per_chunk: int) -> Tuple[float, float, float, float]:
+def stage_busy(sc: StageCosts, pipe: PipelineResult, s: int, per_chunk: int, moe: bool = True
+               ) -> Tuple[float, float, float, float]:
     """(kernels, TP collectives, exposed EP all-to-all, EP stream busy) of stage ``s``; ``per_chunk``:
-    micro-batches each chunk runs (m, or m/2 per DualPipe direction)."""
+    micro-batches each chunk runs (m, or m/2 per DualPipe direction); ``moe``: the model has experts."""
     passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
+    if not moe:  # a dense model: no all-to-all, no fused pair hides anything
+        return per_chunk * sum(c.gpu_compute_s for c in passes), per_chunk * sum(c.comm_s for c in passes), 0.0, 0.0
     a2a = per_chunk * sum(c.ep_comm_s for c in passes)
     if not sc.fused:
         compute = per_chunk * sum(c.gpu_compute_s for c in passes)
         tp = per_chunk * sum(c.comm_s - c.ep_comm_s for c in passes)
-        return compute, tp, per_chunk * sum(c.ep_comm_s for c in passes), a2a
+        return compute, tp, a2a, a2a
     flat: List[Tuple[float, float, float]] = []
     for st in range(len(sc.forward)):
         flat += [_parts(c) for c in sc.forward[st] + sc.backward[st] + (sc.weight[st] if sc.weight else ())]

@@ -18,6 +18,8 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
+_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV))
+
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
     """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU."""
@@ -44,7 +46,7 @@ def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> fl
     p, m = plan.pp, plan.num_microbatches
     if plan.schedule == Schedule.GPIPE:
         return float(m * layers_per_stage)
-    if plan.schedule in (Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV):
+    if plan.schedule in _TWO_CHUNKS:
         # chunk activations alive, each of half the stage's layers: ZB-V keeps 1F1B's 2p (Qi et al. 2024,
         # Sec. 6); DualPipe p+1 stage copies and DualPipeV 2p+1 chunks (DualPipe README, "Activation")
         alive = {Schedule.ZBV: 2 * p, Schedule.DUALPIPE: p + 1, Schedule.DUALPIPEV: 2 * p + 1}[plan.schedule]

@@ -58,9 +58,7 @@ def _periodic_window(cs: CompiledSchedule, run: PipelineRun) -> Optional[Tuple[f
     """(shift per period, per-stage waits of one period) when the last two clean periods repeat."""
     assert cs.period_mbs is not None
     q = cs.period_units  # steady units per period
-    tainted = cs.tainted
-    clean = min(next((k for k, unit in enumerate(pairs) if any(tainted[i] for i in unit)), len(pairs))
-                for pairs in cs.pairs)
+    clean = cs.clean_units
     lo = clean - 2 * q
     if lo < 1:
         return None

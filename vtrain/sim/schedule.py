@@ -40,6 +40,7 @@ Task = Tuple[int, ...]  # (kind, chunk, microbatch) or (FUSED, f chunk, f mb, b 
 F, B, W, FUSED = 0, 1, 2, 3
 SPLIT = (Schedule.ZERO_BUBBLE, Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV)  # B/W split
 V_SHAPE = (Schedule.ZBV, Schedule.DUALPIPEV)
+_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,12 @@ def splits_backward(schedule: Schedule) -> bool:
 
 
 def chunks_of(schedule: Schedule, v: int) -> int:
-    if schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
+    if schedule in _TWO_CHUNKS:
         return 2
-    return v if schedule == Schedule.INTERLEAVED else 1
+    return v if schedule is Schedule.INTERLEAVED else 1
 
 
+@lru_cache(maxsize=256)
 def layout(schedule: Schedule, p: int, v: int) -> Tuple[Tuple[Tuple[int, ...], ...], int]:
     """(position[stage][chunk], positions per chain). Interleaved: q = c·p + s; V-shape: chunk 0 at s,
     chunk 1 at 2p-1-s; DualPipe: direction 0 at s, direction 1 at p + (p-1-s), chains of p."""
@@ -168,6 +170,7 @@ class CompiledSchedule:
     kinds: int = 2  # passes per (stage, chunk) in the duration layout: F, B (, W)
     period_units: int = 1
     kind: Tuple[int, ...] = ()  # per task: F, B, W, FUSED, or -1 for the wait before a fused pair
+    clean_units: int = -1  # steady units before the first one a cool-down task reaches (all stages); -1: unset
 
 
 def fused_key(p: int, v: int, kinds: int, s: int, cf: int, cb: int) -> int:
@@ -277,6 +280,8 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
         pairs_l.append(tuple(units))
     pairs = tuple(pairs_l)
     per = period(schedule, p, chunks)
+    clean = min((next((k for k, unit in enumerate(units) if any(tainted[i] for i in unit)), len(units))
+                 for units in pairs), default=0)
     return CompiledSchedule(p, chunks, m, tuple(stage), tuple(dur_key), tuple(dep), tuple(lag_key),
                             last_bwd, tuple(mbs), pairs, tuple(tainted), None if per is None else per[0],
-                            kinds, 1 if per is None else per[1], tuple(kind_of))
+                            kinds, 1 if per is None else per[1], tuple(kind_of), clean)

@@ -23,6 +23,7 @@ from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.partition import StagePartition, partition
 from vtrain.workload.workload import Workload
 
+_DUALPIPE = Schedule.DUALPIPE
 TRACE_TASKS = 100_000  # a timeline simulates the whole schedule up to this many pipeline tasks
 
 
@@ -46,13 +47,19 @@ class SimulationTrace:
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
                      tail: StageTail, iteration: float, peak_bytes: float) -> StageBreakdown:
     m = w.plan.num_microbatches
-    passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
-    per_chunk = m // 2 if w.plan.schedule == Schedule.DUALPIPE else m
-    compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk)
+    moe = w.model.is_moe
+    if sc.weight or sc.fused or moe:
+        passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
+        per_chunk = m // 2 if w.plan.schedule is _DUALPIPE else m
+        compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk, moe or bool(sc.fused))
+    else:
+        passes, per_chunk, ep, a2a = sc.forward[s] + sc.backward[s], m, 0.0, 0.0
+        compute = m * sum(c.gpu_compute_s for c in passes)
+        tp = m * sum(c.comm_s for c in passes)
     overhead = w.stack.iteration_overhead_s
     groups = {"tp": tp, "pp": pipe.p2p_s[s], "dp": tail.dp_exposed_s + tail.param_gather_s,
               "embedding": tail.embedding_s}
-    if w.model.is_moe:
+    if moe:
         groups["ep"] = ep
     exposed = sum(groups.values())
     host_wait = pipe.host_s[s] + overhead
@@ -62,14 +69,17 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
         q = part.position(s, c)
         pp_busy += m * ((sc.p2p_fwd_s[q + 1] if q + 1 < part.positions else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
     host_busy = per_chunk * sum(c.host_s for c in passes) + overhead
-    streams = (
-        StreamUsage(Stream.COMPUTE.value, {"compute": compute, "tp_comm": tp, "optimizer": tail.optimizer_s,
-                                           **({"ep_comm": ep} if w.model.is_moe else {})},
-                    max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
+    busy = {"compute": compute, "tp_comm": tp, "optimizer": tail.optimizer_s}
+    if moe:
+        busy["ep_comm"] = ep
+    streams: Tuple[StreamUsage, ...] = (
+        StreamUsage(Stream.COMPUTE.value, busy, max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
         StreamUsage(Stream.DATA_PARALLEL.value, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
         StreamUsage(Stream.PIPELINE.value, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
         StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
-    ) + ((StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),) if w.model.is_moe else ())
+    )
+    if moe:
+        streams += (StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),)
     return StageBreakdown(stage=s, compute_s=compute, host_overhead_s=host_wait, exposed_comm_s=exposed,
                           bubble_s=bubble, optimizer_s=tail.optimizer_s, peak_memory_bytes=peak_bytes,
                           layers=part.stage_layers(s), params=part.stage_params(s), exposed_comm_by_group=groups,

@@ -17,6 +17,7 @@ from vtrain.graph.ops import Collective, Gemm, Group, Op
 from vtrain.workload.partition import StagePartition
 
 Timed = Tuple[float, float, int, float]  # (GPU time, host issue time, 0 | TP_COMM | EP_COMM, FLOPs)
+_EP_GROUPS = frozenset((Group.EP, Group.ETP))
 TP_COMM, EP_COMM, EP_SYNC = 1, 2, 3  # a collective on the compute stream; expert-parallel; ... after a host sync
 
 
@@ -78,14 +79,14 @@ class _LaunchQueue:
         host, gpu = self.host, self.gpu
         compute = comm = flops = ep = 0.0
         for t, h, is_comm, f in timed:
-            if is_comm == EP_SYNC and gpu > host:  # the host waits for the GPU (dropless dispatch)
-                host = gpu
             host += h
             gpu = (host if host > gpu else gpu) + t
             if is_comm:
                 comm += t
-                if is_comm >= EP_COMM:
+                if is_comm > TP_COMM:
                     ep += t
+                    if is_comm == EP_SYNC:  # a zero-length marker: the host waits for the GPU here
+                        host = gpu
             else:
                 compute += t
             flops += f
@@ -98,10 +99,16 @@ class _LaunchQueue:
 
 def _timed(ops: PassOps | Sequence[Op], cost: CostModel, comm: CommPlan) -> List[Timed]:
     out: List[Timed] = []
+    tp_where = comm.tp_where
     for op in (ops.ops if isinstance(ops, PassOps) else ops):
         if isinstance(op, Collective):
-            kind = (EP_SYNC if op.host_sync else EP_COMM) if op.group in (Group.EP, Group.ETP) else TP_COMM
-            out.append((cost.collective_time_s(op, comm.where(op.group)), cost.collective_host_time_s(op), kind, 0.0))
+            if op.group in _EP_GROUPS:
+                kind, where = EP_COMM, comm.where(op.group)
+                if op.host_sync:  # dropless dispatch: the host waits for the GPU before issuing it
+                    out.append((0.0, 0.0, EP_SYNC, 0.0))
+            else:
+                kind, where = TP_COMM, tp_where
+            out.append((cost.collective_time_s(op, where), cost.collective_host_time_s(op), kind, 0.0))
         else:
             out.append((cost.compute_time_s(op), cost.host_time_s(op.kernels), 0, op.flops))
     return out
@@ -197,6 +204,42 @@ class StageCosts:
         return out
 
 
+def _p2p(part: StagePartition, comm: CommPlan, cost: CostModel) -> Tuple[List[float], List[float]]:
+    gather_s = cost.collective_time_s(comm.p2p_gather, comm.tp_where) if comm.p2p_gather is not None else 0.0
+    p2p_f = [0.0] * part.positions
+    p2p_b = [0.0] * part.positions
+    for q in range(1, part.positions):
+        msg = comm.boundary[q]
+        if msg is not None:  # none into a chain's first position or between two chunks of one stage
+            p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, comm.boundary_where[q]) + gather_s
+    return p2p_f, p2p_b
+
+
+def _dense_stage_costs(part: StagePartition, comm: CommPlan, cost: CostModel, microbatch_overhead_s: float,
+                       layer_f: List[Timed], layer_b: List[Timed], emb_f: List[Timed], emb_b: List[Timed],
+                       head_f: List[Timed], head_b: List[Timed]) -> StageCosts:
+    """A dense model on a schedule without B/W split or fused pairs: embedding, layers, head per chunk."""
+    priced: Dict[Tuple[bool, bool, int], Tuple[PassCost, PassCost]] = {}
+    forward, backward = [], []
+    for s in range(part.p):
+        f_row, b_row = [], []
+        for c in range(part.v):
+            q = part.position(s, c)
+            key = (part.is_first(q), part.is_last(q), part.layers[q])
+            if key not in priced:
+                first, is_last, n = key
+                fparts = ([(emb_f, 1)] if first else []) + [(layer_f, n)] + ([(head_f, 1)] if is_last else [])
+                bparts = ([(head_b, 1)] if is_last else []) + [(layer_b, n)] + ([(emb_b, 1)] if first else [])
+                priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0))
+            f, b = priced[key]
+            f_row.append(f)
+            b_row.append(b)
+        forward.append(tuple(f_row))
+        backward.append(tuple(b_row))
+    p2p_f, p2p_b = _p2p(part, comm, cost)
+    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b))
+
+
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                       microbatch_overhead_s: float, split: bool = False,
                       fuse: Optional[Tuple[float]] = None) -> StageCosts:
@@ -207,6 +250,9 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
     layer_b = _timed(graph.layer.recompute, cost, comm) + _timed(graph.layer.backward, cost, comm)
     emb_f, emb_b = _timed(graph.embedding.forward, cost, comm), _timed(graph.embedding.backward, cost, comm)
     head_f, head_b = _timed(graph.head.forward, cost, comm), _timed(graph.head.backward, cost, comm)
+    if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
+        return _dense_stage_costs(part, comm, cost, microbatch_overhead_s, layer_f, layer_b, emb_f, emb_b, head_f,
+                                  head_b)
     comps = {"layer": graph.layer, "emb": graph.embedding, "head": graph.head, "moe": graph.moe_layer,
              "mtp": graph.mtp}
     bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
@@ -256,13 +302,7 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
         weight.append(tuple(w_row))
-    gather_s = cost.collective_time_s(comm.p2p_gather, comm.tp_where) if comm.p2p_gather is not None else 0.0
-    p2p_f = [0.0] * part.positions
-    p2p_b = [0.0] * part.positions
-    for q in range(1, part.positions):
-        msg = comm.boundary[q]
-        if msg is not None:
-            p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, comm.boundary_where[q]) + gather_s
+    p2p_f, p2p_b = _p2p(part, comm, cost)
     fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()
     if fuse is not None:
         from vtrain.sim.overlap import fused_pass

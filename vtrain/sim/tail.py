@@ -12,7 +12,7 @@ from typing import Dict, List, Sequence, Tuple
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement
-from vtrain.graph.ops import Collective
+from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.sim.pipeline import PipelineResult
 from vtrain.workload.partition import StagePartition
 
@@ -60,10 +60,10 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     """(end of the iteration, per-stage tail). ``durations`` are the passes' compute-stream times;
     ``sharded_optimizer``: optimizer states sharded over DP (each rank steps 1/dp of the parameters)."""
     p, cs = part.p, pipe.schedule
-    priced: Dict[Tuple[str, str, float], float] = {}  # middle stages hold identical chunks: price each size once
+    priced: Dict[Tuple[CollectiveKind, Group, float], float] = {}  # price each size once (middle stages repeat)
 
     def dp_time(kind: Collective, nbytes: float, where: GroupPlacement = comm.dp_where) -> float:
-        key = (kind.kind.value, kind.group.value, nbytes)
+        key = (kind.kind, kind.group, nbytes)
         if key not in priced:
             priced[key] = cost.collective_time_s(
                 Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), where)

@@ -17,8 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
+from vtrain.workload.enums import Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
+
+_MEGATRON_ORDER = frozenset((Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.INTERLEAVED))  # q = c·p + s, one chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,21 +61,26 @@ class StagePartition:
         return next(s for s in range(self.p) if q in self.pos[s])
 
     def is_first(self, q: int) -> bool:
-        return q % self.chain_len == 0
+        return q % (self.chain or self.p * self.v) == 0
 
     def is_last(self, q: int) -> bool:
-        return q % self.chain_len == self.chain_len - 1
+        chain = self.chain or self.p * self.v
+        return q % chain == chain - 1
 
     def moe_at(self, q: int) -> int:
         return self.moe_layers[q] if self.moe_layers else 0
 
     def position_params(self, q: int) -> float:
         """Parameters per GPU of pipeline position ``q``."""
-        n_moe = self.moe_at(q)
-        n = (self.layers[q] - n_moe) * self.layer_params + n_moe * self.moe_layer_params
-        if self.is_first(q):
+        if self.moe_layers:
+            n_moe = self.moe_layers[q]
+            n = (self.layers[q] - n_moe) * self.layer_params + n_moe * self.moe_layer_params
+        else:
+            n = self.layers[q] * self.layer_params
+        chain = self.chain or self.p * self.v
+        if q % chain == 0:
             n += self.embedding_params
-        if self.is_last(q):
+        if q % chain == chain - 1:
             n += self.head_params + self.mtp_params
         return n
 
@@ -88,13 +96,17 @@ class StagePartition:
         return self.position_expert_params(self.position(stage, chunk))
 
     def stage_params(self, stage: int) -> float:
-        return sum(self.position_params(self.position(stage, c)) for c in range(self.v))
+        if not self.pos:
+            return sum(self.position_params(c * self.p + stage) for c in range(self.v))
+        return sum(self.position_params(self.pos[stage][c]) for c in range(self.v))
 
     def stage_expert_params(self, stage: int) -> float:
         return sum(self.position_expert_params(self.position(stage, c)) for c in range(self.v))
 
     def stage_layers(self, stage: int) -> int:
-        return sum(self.layers[self.position(stage, c)] for c in range(self.v))
+        if not self.pos:
+            return sum(self.layers[c * self.p + stage] for c in range(self.v))
+        return sum(self.layers[self.pos[stage][c]] for c in range(self.v))
 
     @property
     def tied_sync_params(self) -> float:
@@ -137,10 +149,10 @@ def partition(model: ModelSpec, plan: ParallelPlan) -> StagePartition:
     layer_params = attn + model.mlp_params() / t + norms
     word = float(model.vocab_shard(t) * model.hidden_size)
     emb = model.embedding_params() - model.vocab_shard(1) * model.hidden_size + word
-    last_stage = next(s for s in range(p) if chain - 1 in pos[s])
+    last_stage = next(s for s in range(p) if chain - 1 in pos[s]) if chain != p * v else (p * v - 1) % p
     tied_split = model.tied_embeddings and last_stage != 0  # the last stage holds its own copy of the matrix
     head = model.norm_params() + (word if (not model.tied_embeddings or tied_split) else 0.0)
-    default = plan.schedule.value in ("1f1b", "gpipe", "interleaved")
+    default = plan.schedule in _MEGATRON_ORDER
     part = StagePartition(p=p, v=v, layers=layers, layer_params=layer_params, embedding_params=float(emb),
                           head_params=float(head), word_embedding_params=word, tied=model.tied_embeddings,
                           pos=() if default else pos, chain=0 if default else chain)

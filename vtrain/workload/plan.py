@@ -9,6 +9,8 @@ from vtrain.workload.enums import MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
+_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))  # V-shaped / two directions
+_INTERLEAVED = Schedule.INTERLEAVED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,9 +69,9 @@ class ParallelPlan:
     def chunks(self) -> int:
         """Model chunks per pipeline stage (virtual stages of the interleaved schedule; 2 for the V-shaped
         schedules; DualPipe's two directions)."""
-        if self.schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
+        if self.schedule in _TWO_CHUNKS:
             return 2
-        return self.virtual_stages if self.schedule == Schedule.INTERLEAVED else 1
+        return self.virtual_stages if self.schedule is _INTERLEAVED else 1
 
     @property
     def expert_tp(self) -> int:
