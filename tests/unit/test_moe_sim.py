@@ -128,3 +128,18 @@ def test_expert_parallel_rules_are_one_line_errors(extra, message):
 def test_dense_model_rejects_expert_parallelism():
     with pytest.raises(ConfigError, match="ep=2, etp=0 need a model with experts"):
         build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.ep=2"]))
+
+
+def test_memory_lower_bound_never_exceeds_the_simulated_peak_for_moe():
+    from vtrain.sim.memory import memory_lower_bound_bytes
+
+    for ep in (8, 32):
+        w, r = run(QWEN[:5] + [f"parallelism.ep={ep}"] + QWEN[6:])
+        assert memory_lower_bound_bytes(w, w.plan) <= r.peak_memory_bytes
+
+
+def test_expert_tensor_parallel_degrees():
+    from vtrain.comm.ep import expert_tensor_parallel_degrees
+
+    w, _ = run(QWEN)
+    assert expert_tensor_parallel_degrees(w.model, 8) == [1, 2, 4, 8]

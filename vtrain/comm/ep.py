@@ -64,6 +64,12 @@ def expert_parallel_degrees(num_experts: int, tp: int, dp: int, cp: int = 1, etp
             if num_experts % ep == 0 and ranks % (e_tp * ep) == 0]
 
 
+def expert_tensor_parallel_degrees(model: ModelSpec, tp: int) -> List[int]:
+    """Every etp for the plan search: 1, or a divisor of tp that divides the expert width (Megatron-Core
+    allows any etp with etp*ep dividing tp*dp*cp; the search keeps ETP inside the TP group)."""
+    return [e for e in range(1, tp + 1) if tp % e == 0 and model.expert_ffn % e == 0] if model.is_moe else [tp]
+
+
 def check_expert_parallel(m: ModelSpec, p: ParallelPlan) -> None:
     """Megatron-Core's rules, one line each naming the field."""
     etp, cp = p.expert_tp, cp_of(p)

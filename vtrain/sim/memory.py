@@ -85,6 +85,14 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     (``tests/test_search.py`` checks it). Used to skip plans that cannot fit before simulating them.
     """
     model = w.model
+    if model.is_moe or model.is_mla or model.mtp_layers:  # stage 0's own memory (no simulation needed)
+        from dataclasses import replace
+
+        from vtrain.sim.simulator import stage_memory
+        from vtrain.workload.partition import partition
+
+        w2 = replace(w, plan=plan)
+        return stage_memory(w2, partition(model, plan))[0].total_bytes
     layers = model.num_layers // plan.pp
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
     wb, gb, ob = state_bytes_per_param(plan)

@@ -86,6 +86,11 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
                           streams=streams)
 
 
+def stage_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
+    """Memory per GPU of each stage (what the report's peak takes the maximum of)."""
+    return _memory(w, part)
+
+
 def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     model, plan = w.model, w.plan
     act_layer = layer_activation_bytes(model, plan)
