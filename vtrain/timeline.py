@@ -12,6 +12,7 @@ import re
 from typing import Any, Dict, Iterable, List, NamedTuple
 
 COMPUTE = "compute"
+_KIND = {0: ("F", "forward"), 1: ("B", "backward"), 2: ("W", "weight-grad"), 3: ("F&B", "fused")}
 _NUMBERED = re.compile(r"\s+(chunk|buckets|bucket|layer|mb)\s?\d+(-\d+)?")
 
 
@@ -45,12 +46,22 @@ def spans(trace: Any) -> List[Span]:
         return [Span(*s) for s in own]
     cs, end = trace.schedule, trace.run.end
     v = cs.v
+    kinds = getattr(cs, "kinds", 2)
+    task_kind = getattr(cs, "kind", ())
+    a2a = getattr(trace, "ep_comm", ())
     out: List[Span] = []
     for i, s in enumerate(cs.stage):
         key = cs.dur_key[i]
-        bwd, chunk = divmod(key - s * 2 * v, v)
-        name = f"{'B' if bwd else 'F'}{cs.microbatch[i]}" + (f".c{chunk}" if v > 1 else "")
-        out.append(Span(s, COMPUTE, "backward" if bwd else "forward", name, trace.start(i), end[i]))
+        kind = task_kind[i] if task_kind else (key - s * 2 * v) // v
+        if kind < 0 or kind not in _KIND:  # a fused pair's zero-length wait
+            continue
+        chunk = (key - s * kinds * v) % v if kind < 3 else 0
+        short, cat = _KIND[kind]
+        name = f"{short}{cs.microbatch[i]}" + (f".c{chunk}" if v > 1 else "")
+        start = trace.start(i)
+        out.append(Span(s, COMPUTE, cat, name, start, end[i]))
+        if a2a and a2a[key] > 0:  # dispatch + combine of the pass's MoE layers, drawn from its start
+            out.append(Span(s, "ep_comm", "all_to_all", f"a2a {name}", start, start + a2a[key]))
     for s, tail in enumerate(trace.tail):
         for stream, name, start, stop in tail:
             out.append(Span(s, stream, kind_of(name), name, start, stop))

@@ -15,15 +15,20 @@ Entries, per GPU of a stage:
   of the last micro-batch when ``overlap_grad_reduce`` (Megatron's DistributedDataParallel).
 - Tied embeddings with pp > 1: all-reduce of the word-embedding gradient between first and last stage.
 - Distributed optimizer: all-gather of the updated parameters after the optimizer step.
+- Mixture of experts (:mod:`vtrain.comm.ep`): per MoE layer and micro-batch the dispatch and combine
+  (all-to-all over EP, all-gather / reduce-scatter over ETP), on the compute stream; the routed experts'
+  gradients reduce (and, with the distributed optimizer, their parameters gather) over the expert
+  data-parallel group instead of DP.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
-from vtrain.comm.sharding import FsdpComms, fsdp_comms
-from vtrain.comm.tp import TpComms, plan_tp_comms
+from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
+from vtrain.comm.sharding import FsdpComms, expert_fsdp_comms, fsdp_comms
+from vtrain.comm.tp import TpComms, TpOperator, plan_tp_comms
 from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.enums import Precision, StrEnum
@@ -37,6 +42,7 @@ class Stream(StrEnum):
     PIPELINE = "pp_p2p"  # stage-to-stage send/recv
     DATA_PARALLEL = "dp_comm"  # gradient reduction and parameter gather over the data-parallel group
     FSDP = "fsdp"  # per-layer parameter gathers and gradient reduce-scatters beside the compute stream
+    EXPERT = "ep_comm"  # token dispatch and combine of the MoE layers
 
 
 class Cadence(StrEnum):
@@ -114,14 +120,37 @@ class CommPlan:
     embedding_sync: Optional[Collective]
     embedding_where: GroupPlacement
     param_gather: Tuple[Optional[Collective], ...]  # [stage]
+    boundary_stages: Tuple[Tuple[int, int], ...]  # per position q: (sender, receiver) of the boundary into q
     # what the counts of :meth:`entries` need
     stage_layers: Tuple[int, ...]
     microbatches: int
     layer_forwards: int  # forward passes of a layer per micro-batch (2 with full recompute)
+    # --- expert parallelism (empty for a dense model)
+    ep: TpOperator = TpOperator()  # dispatch (enter) and combine (exit) of one MoE layer and micro-batch
+    ep_where: GroupPlacement = GroupPlacement(1, 1)
+    etp_where: GroupPlacement = GroupPlacement(1, 1)
+    edp_where: GroupPlacement = GroupPlacement(1, 1)
+    expert_grad_reduce: Tuple[Tuple[Optional[Collective], ...], ...] = ()  # [stage][chunk], over edp
+    expert_param_gather: Tuple[Optional[Collective], ...] = ()  # [stage]
+    stage_moe_layers: Tuple[int, ...] = ()
+    last_stage: int = -1  # the stage holding the output layer (-1: the last)
+    # ZeRO-3 with experts: an MoE layer's non-expert parameters over dp·cp, its routed experts over edp
+    fsdp_moe: Optional[FsdpComms] = None
+    fsdp_experts: Optional[FsdpComms] = None
 
-    def where(self) -> Dict[str, GroupPlacement]:
-        """Placement by group name, for pricing in-pass collectives."""
-        return {"tp": self.tp_where, "cp": self.cp_where, "dp": self.dp_where, "embedding": self.embedding_where}
+    def where(self, group: Group) -> GroupPlacement:
+        """The placement of a collective's group (for pricing in-pass collectives)."""
+        return {Group.EP: self.ep_where, Group.ETP: self.etp_where, Group.CP: self.cp_where, Group.DP: self.dp_where,
+                Group.EDP: self.edp_where, Group.EMBEDDING: self.embedding_where}.get(group, self.tp_where)
+
+    def grad_reductions(self, stage: int, chunk: int) -> Tuple[Tuple[Collective, GroupPlacement], ...]:
+        """The gradient reductions of a chunk in order: dense over DP, then routed experts over EDP."""
+        out = [(self.grad_reduce[stage][chunk], self.dp_where)] if self.dp_where.size > 1 else []
+        if self.expert_grad_reduce and self.edp_where.size > 1:
+            e = self.expert_grad_reduce[stage][chunk]
+            if e is not None:
+                out.append((e, self.edp_where))
+        return tuple(out)
 
     def entries(self) -> Tuple[Comm, ...]:
         """Every communication of the iteration, with its stream, cadence and count per GPU."""
@@ -145,29 +174,47 @@ class CommPlan:
                                 count=self.stage_layers[s] * m,
                                 overlaps="the attention backward (ring)" if op.overlap else "nothing"))
         if self.fsdp is not None:
-            fs = self.fsdp
             for s in range(p):
-                n = self.stage_layers[s] * m
-                out.append(Comm(op=fs.gather, where=self.fsdp_where, stream=Stream.FSDP, cadence=Cadence.LAYER,
-                                stages=(s,), count=n * (1 + int(fs.regather)),
-                                overlaps="the previous layer's compute (prefetch)"))
-                out.append(Comm(op=fs.reduce, where=self.fsdp_where, stream=Stream.FSDP, cadence=Cadence.LAYER,
-                                stages=(s,), count=n, overlaps="the next layers' backward"))
-                if fs.replica_reduce is not None:
-                    out.append(Comm(op=fs.replica_reduce, where=self.replica_where, stream=Stream.FSDP,
-                                    cadence=Cadence.LAYER, stages=(s,), count=n, overlaps="the next layers' backward"))
+                n_moe = self.stage_moe_layers[s] if self.stage_moe_layers else 0
+                per_kind = [(self.fsdp, self.fsdp_where, self.stage_layers[s] - n_moe)]
+                if self.fsdp_moe is not None and self.fsdp_experts is not None:
+                    per_kind += [(self.fsdp_moe, self.fsdp_where, n_moe), (self.fsdp_experts, self.edp_where, n_moe)]
+                for fs, where, layers in per_kind:
+                    n = layers * m
+                    if n == 0:
+                        continue
+                    out.append(Comm(op=fs.gather, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER,
+                                    stages=(s,), count=n * (1 + int(fs.regather)),
+                                    overlaps="the previous layer's compute (prefetch)"))
+                    out.append(Comm(op=fs.reduce, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER,
+                                    stages=(s,), count=n, overlaps="the next layers' backward"))
+                    if fs.replica_reduce is not None:
+                        out.append(Comm(op=fs.replica_reduce, where=self.replica_where, stream=Stream.FSDP,
+                                        cadence=Cadence.LAYER, stages=(s,), count=n,
+                                        overlaps="the next layers' backward"))
         positions = len(self.boundary)
-        last = (positions - 1) % p
+        last = self.last_stage if self.last_stage >= 0 else (positions - 1) % p
         for op in self.tp.embedding.all():
             out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.EMBEDDING,
                             stages=(0,), count=m, overlaps="nothing"))
         for op in self.tp.head():
             out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.HEAD, stages=(last,),
                             count=m, overlaps="nothing"))
+        if self.stage_moe_layers:
+            fwd_ep = self.ep.enter + self.ep.exit
+            for op in self.ep.all():
+                passes = self.layer_forwards if op in fwd_ep else 1
+                for s in range(p):
+                    if self.stage_moe_layers[s]:
+                        out.append(Comm(op=op, where=self.where(op.group), stream=Stream.EXPERT, cadence=Cadence.LAYER,
+                                        stages=(s,), count=self.stage_moe_layers[s] * m * passes,
+                                        overlaps="the other micro-batch's compute when fused (overlap_moe_comm, "
+                                                 "dualpipe); else nothing: the experts wait for it"))
         for q in range(1, positions):
             msg = self.boundary[q]
-            assert msg is not None
-            src, dst = (q - 1) % p, q % p
+            if msg is None:  # a chain's first position, or both positions on one stage
+                continue
+            src, dst = self.boundary_stages[q]
             out.append(Comm(op=msg, where=self.boundary_where[q], stream=Stream.PIPELINE, cadence=Cadence.BOUNDARY,
                             stages=(src, dst), count=2 * m,
                             overlaps="the sender's next pass; the receiver waits for it"))
@@ -176,12 +223,17 @@ class CommPlan:
                                 cadence=Cadence.BOUNDARY, stages=(src, dst), count=2 * m,
                                 overlaps="nothing: the receiver waits for it"))
         for s in range(p):
-            if self.dp_where.size > 1:
-                for op in self.grad_reduce[s]:
-                    out.append(Comm(op=op, where=self.dp_where, stream=Stream.DATA_PARALLEL,
+            for c in range(len(self.grad_reduce[s])):
+                for op, where in self.grad_reductions(s, c):
+                    out.append(Comm(op=op, where=where, stream=Stream.DATA_PARALLEL,
                                     cadence=Cadence.ITERATION, stages=(s,), count=1,
                                     overlaps="the last micro-batch's backward" if self.overlap_grad_reduce
                                     else "nothing: after the last backward"))
+            if self.expert_param_gather and self.expert_param_gather[s] is not None:
+                eg = self.expert_param_gather[s]
+                assert eg is not None
+                out.append(Comm(op=eg, where=self.edp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
+                                stages=(s,), count=1, overlaps="nothing: after the optimizer step"))
             ag = self.param_gather[s]
             if ag is not None:
                 out.append(Comm(op=ag, where=self.dp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
@@ -195,12 +247,23 @@ class CommPlan:
 
 def _tail_params(part: StagePartition, stage: int, chunk: Optional[int], per_layer: bool) -> float:
     """Parameters whose gradients are reduced (or parameters gathered) after the last backward: all of the
-    chunk's (stage's), or with ZeRO-3 only those outside the transformer layers (embedding, head)."""
+    chunk's (stage's), or with ZeRO-3 only those outside the transformer layers (embedding, head, MTP)."""
     chunks = range(part.v) if chunk is None else (chunk,)
     total = sum(part.chunk_params(stage, c) for c in chunks)
     if per_layer:
-        total -= sum(part.layers[part.position(stage, c)] for c in chunks) * part.layer_params
+        for c in chunks:
+            q = part.position(stage, c)
+            n_moe = part.moe_at(q)
+            total -= (part.layers[q] - n_moe) * part.layer_params + n_moe * part.moe_layer_params
     return total
+
+
+def _tail_expert_params(part: StagePartition, stage: int, chunk: int, per_layer: bool) -> float:
+    """Routed-expert parameters reduced after the last backward (with ZeRO-3 only the MTP modules')."""
+    if not per_layer:
+        return part.chunk_expert_params(stage, chunk)
+    q = part.position(stage, chunk)
+    return part.mtp_expert_params if part.is_last(q) else 0.0
 
 
 def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
@@ -215,27 +278,56 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
     boundary: list[Optional[Collective]] = [None]
     boundary_where = [GroupPlacement(1, 1)]
+    boundary_stages = [(0, 0)]
+    default = not part.pos
     for q in range(1, part.positions):
-        src, dst = (q - 1) % p, q % p
-        boundary.append(msg)
+        if default:  # Megatron's order: q = c·p + s, one chain
+            src, dst, local = (q - 1) % p, q % p, False
+        else:
+            src, dst = part.stage_of(q - 1), part.stage_of(q)
+            local = part.is_first(q) or src == dst  # no transfer into a chain's start or within a stage
+        boundary.append(None if local else msg)
+        boundary_stages.append((src, dst))
         boundary_where.append(GroupPlacement(2, 2 if stages_share_domain(plan, domain, src, dst) else 1))
     gbytes = grad_bytes_per_param(plan.precision)
     stage = plan.sharding_stage
     reducers = plan.dp * plan.cp
     kind = CollectiveKind.REDUCE_SCATTER if stage >= 1 else CollectiveKind.ALL_REDUCE
     fsdp = fsdp_comms(part.layer_params, plan, gbytes) if stage == 3 else None
-    # ZeRO-3 reduces each layer's gradients in its backward; what is left at the end: embedding and head
-    grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, _tail_params(part, s, c, fsdp is not None) * gbytes,
-                                   Group.DP, reducers) for c in range(v)) for s in range(p))
-    gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER,
-                               _tail_params(part, s, None, fsdp is not None) * plan.dtype_bytes, Group.DP, reducers)
-                    if stage >= 1 and reducers > 1 and not plan.overlap_param_gather else None for s in range(p))
+    moe = model.is_moe
+    # dense gradients over DP (x CP); ZeRO-3 reduces each layer's in its backward, what is left at the end is
+    # the embedding's and the head's; routed experts' over the expert-data-parallel group
+    per_layer = fsdp is not None
+    experts = [[_tail_expert_params(part, s, c, per_layer) if moe else 0.0 for c in range(v)] for s in range(p)]
+    dense = [[_tail_params(part, s, c, per_layer) - experts[s][c] for c in range(v)] for s in range(p)]
+    fsdp_moe = fsdp_experts = None
+    if per_layer and moe:
+        fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes)
+        fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes)
+    grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, dense[s][c] * gbytes, Group.DP, reducers)
+                        for c in range(v)) for s in range(p))
+    gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(dense[s]) * plan.dtype_bytes,
+                               Group.DP, reducers) if stage >= 1 and reducers > 1 and not plan.overlap_param_gather
+                    else None for s in range(p))
+    edp = plan.expert_dp if moe else 1
+    e_grads: Tuple[Tuple[Optional[Collective], ...], ...] = ()
+    e_gathers: Tuple[Optional[Collective], ...] = ()
+    if moe:
+        e_grads = tuple(tuple(Collective(f"edp.grad.chunk{c}", kind, experts[s][c] * gbytes,
+                                         Group.EDP, edp) if experts[s][c] > 0 else None
+                              for c in range(v)) for s in range(p))
+        e_gathers = tuple(Collective("edp.param_gather", CollectiveKind.ALL_GATHER,
+                                     sum(experts[s]) * plan.dtype_bytes, Group.EDP, edp)
+                          if stage >= 1 and edp > 1 and sum(experts[s]) > 0 else None
+                          for s in range(p))
     emb = None
     emb_where = GroupPlacement(1, 1)
+    last_stage = part.stage_of(part.chain_len - 1)
     if part.tied_sync_params > 0:
         emb = Collective("embedding.grad_sync", CollectiveKind.ALL_REDUCE, part.tied_sync_params * gbytes,
                          Group.EMBEDDING, 2)
-        emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, p - 1) else 1)
+        emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, last_stage) else 1)
+    moe_layers = tuple(sum(part.moe_at(part.position(s, c)) for c in range(v)) for s in range(p)) if moe else ()
     return CommPlan(tp=plan_tp_comms(model, plan), tp_where=tp_placement(plan, domain),
                     cp=cp_comms(model, plan), cp_where=cp_placement(plan, domain), fsdp=fsdp,
                     fsdp_where=shard_placement(plan, domain), replica_where=replica_placement(plan, domain),
@@ -243,6 +335,11 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
                     dp_where=dp_placement(plan, domain), bucket_bytes=plan.grad_bucket_bytes,
                     overlap_grad_reduce=plan.overlap_grad_reduce, embedding_sync=emb, embedding_where=emb_where,
-                    param_gather=gathers, stage_layers=tuple(part.stage_layers(s) for s in range(p)),
+                    param_gather=gathers, boundary_stages=tuple(boundary_stages),
+                    stage_layers=tuple(part.stage_layers(s) for s in range(p)),
                     microbatches=plan.num_microbatches,
-                    layer_forwards=2 if plan.recompute.value == "full" else 1)
+                    layer_forwards=2 if plan.recompute.value == "full" else 1,
+                    ep=plan_ep_comms(model, plan, ep_placement(plan, domain)), ep_where=ep_placement(plan, domain),
+                    etp_where=etp_placement(plan, domain), edp_where=edp_placement(plan, domain),
+                    expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
+                    last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts)

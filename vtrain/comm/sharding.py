@@ -35,3 +35,15 @@ def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float) -> Fs
         replica = Collective("fsdp.grad_replica_all_reduce", CollectiveKind.ALL_REDUCE,
                              layer_params * grad_bytes / shard, Group.DP, replicas)
     return FsdpComms(gather, reduce, replica, plan.reshard_after_forward)
+
+
+def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: float) -> FsdpComms:
+    """The routed experts of one MoE layer under ZeRO-3: gathered and reduce-scattered over the
+    expert-data-parallel group, the ranks that hold the same experts (Megatron-FSDP shards expert
+    parameters over edp, dense ones over dp·cp)."""
+    edp = plan.expert_dp
+    gather = Collective("fsdp.expert_param_gather", CollectiveKind.ALL_GATHER, expert_params * plan.dtype_bytes,
+                        Group.EDP, edp)
+    reduce = Collective("fsdp.expert_grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, expert_params * grad_bytes,
+                        Group.EDP, edp)
+    return FsdpComms(gather, reduce, None, plan.reshard_after_forward)

@@ -1,4 +1,3 @@
-"""Operator graph: typed ops (ops.py) and the builder of per-layer/embedding/head graphs."""
-from vtrain.graph.builder import ComponentGraph, ModelGraph, PassOps, build_model_graph
-
-__all__ = ["ComponentGraph", "ModelGraph", "PassOps", "build_model_graph"]
+"""Operator graph: typed ops (ops.py), the builder of per-layer/embedding/head graphs (builder.py), the
+MoE, MLA and MTP blocks, recompute and fusion passes. Import the submodules directly: the communication
+plan imports ``vtrain.graph.ops`` and the builder imports the plan, so this package stays empty."""

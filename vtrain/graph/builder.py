@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
-from vtrain.comm.tp import TpComms
+from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.ops import (
     FlashAttention,
     Gemm,
@@ -49,6 +49,8 @@ class ModelGraph:
     layer: ComponentGraph
     embedding: ComponentGraph
     head: ComponentGraph  # final norm + logits + cross-entropy
+    moe_layer: Optional[ComponentGraph] = None  # a layer whose MLP is a mixture of experts (graph.moe)
+    mtp: Optional[ComponentGraph] = None  # an MTP module's embedding, norms and projection (graph.mtp)
 
 
 def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "") -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
@@ -90,6 +92,7 @@ class Block:
     forward: Tuple[Op, ...]
     backward: Tuple[Op, ...]
     selective_recompute: Tuple[Op, ...] = ()
+    modules: Tuple[Tuple[str, Tuple[Op, ...]], ...] = ()  # Megatron-Core recompute module -> its forward ops
 
 
 def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms) -> Block:
@@ -100,17 +103,19 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     h = model.hidden_size
     tokens = plan.tokens_per_rank  # b * s / cp
     heads = model.num_heads // t
-    qkv_out = (h + 2 * model.kv_size) // t
+    qkv_out = (model.q_size + 2 * model.kv_size) // t
     has_dropout = model.dropout > 0
     att = tp.attention
     qkv, qkv_b = linear("qkv", tokens, qkv_out, h, plan)
-    proj, proj_b = linear("proj", tokens, h, h // t, plan)
+    proj, proj_b = linear("proj", tokens, h, model.q_size // t, plan)
     attn_prec = plan.precision.value if plan.fp8_attention else ""
     attn_fwd: List[Op]
     attn_bwd: List[Op]
     rope: List[Op] = []
     if model.position_embedding == PositionEmbedding.ROPE:
-        rope = [MemoryOp("rope", 2.0 * tokens * (h + model.kv_size) // t * dt, 2)]
+        rope = [MemoryOp("rope", 2.0 * tokens * (model.q_size + model.kv_size) // t * dt, 2)]
+    if model.qk_norm:  # RMSNorm per query and key head (Qwen3)
+        rope.insert(0, MemoryOp("qk_norm", 2.0 * tokens * (model.q_size + model.kv_size) // t * dt, 2))
     if plan.flash_attention:
         q_len = s // plan.cp
         fa = FlashAttention("flash_attn", b * heads, q_len, model.head_dim, dtype_bytes=dt, precision=attn_prec,
@@ -141,7 +146,7 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
         ]
     selective = () if plan.flash_attention else tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
     forward = (*att.enter, *qkv, *rope, *attn_fwd, *proj, *att.exit)
-    backward = (*att.exit_backward, *proj_b, *attn_bwd, *([MemoryOp("rope.bwd", rope[0].bytes, 2)] if rope else []),
+    backward = (*att.exit_backward, *proj_b, *attn_bwd, *(MemoryOp(f"{op.name}.bwd", op.bytes, 2) for op in rope),
                 *qkv_b, *att.enter_backward)
     return Block(forward, backward, selective)
 
@@ -159,8 +164,9 @@ def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
     mlp_act_elems = float(tokens * (f // t) * dt)
     act_fwd = MemoryOp(act_name, (3 if model.gated_mlp else 2) * mlp_act_elems)
     act_bwd = MemoryOp(f"{act_name}.bwd", (5 if model.gated_mlp else 3) * mlp_act_elems)
-    return Block((*mlp.enter, *fc1, act_fwd, *fc2, *mlp.exit), (*mlp.exit_backward, *fc2_b, act_bwd, *fc1_b,
-                                                              *mlp.enter_backward))
+    forward: Tuple[Op, ...] = (*mlp.enter, *fc1, act_fwd, *fc2, *mlp.exit)
+    return Block(forward, (*mlp.exit_backward, *fc2_b, act_bwd, *fc1_b, *mlp.enter_backward), (),
+                 (("mlp", forward), ("moe_act", (act_fwd,))))
 
 
 def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
@@ -180,7 +186,12 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
         # bias + dropout + residual add: read x, residual (and mask), write out
         return MemoryOp(name, (4 if has_dropout else 3) * act, 1)
 
-    att = attention_block(model, plan, tp, cp)
+    if model.is_mla:
+        from vtrain.graph.mla import mla_block
+
+        att = mla_block(model, plan, tp)
+    else:
+        att = attention_block(model, plan, tp, cp)
     ffn = mlp if mlp is not None else mlp_block(model, plan, tp)
     forward: List[Op] = [norm("norm1"), *att.forward, residual("residual1"), norm("norm2"), *ffn.forward,
                          residual("residual2")]
@@ -190,6 +201,10 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
         recompute: Tuple[Op, ...] = tuple(forward)
     elif plan.recompute == Recompute.SELECTIVE:
         recompute = att.selective_recompute + ffn.selective_recompute
+        if plan.recompute_modules != "core_attn":  # Megatron-Core's fine-grained --recompute-modules
+            from vtrain.graph.recompute import selective_ops
+
+            recompute = selective_ops(plan.recompute_modules, att, ffn, (forward[0], forward[len(att.forward) + 2]))
     elif plan.recompute == Recompute.SELECTIVE_OP:
         recompute = tuple(op for op in forward if isinstance(op, MemoryOp)) + _every_second_matmul(model, plan)
     else:
@@ -245,10 +260,22 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
 
-def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None) -> ModelGraph:
-    """The graphs with the TP (and CP) collectives of the communication plan in place (``comm.tp``,
-    ``comm.cp``; by default those of ``plan``)."""
+def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None,
+                      ep: Optional[TpOperator] = None) -> ModelGraph:
+    """The graphs with the TP, CP and EP collectives of the communication plan in place (``comm.tp``,
+    ``comm.cp``, ``comm.ep``; by default CP's of ``plan``, no EP); an MoE model adds its MoE layer
+    (:mod:`vtrain.graph.moe`) and MTP module graphs."""
     cp = cp if cp is not None else cp_comms(model, plan)
-    return ModelGraph(build_layer(model, plan, tp, cp), build_embedding(model, plan, tp), build_head(model, plan, tp))
+    dense = build_layer(model, plan, tp, cp)
+    moe_layer = mtp = None
+    if model.is_moe:
+        from vtrain.graph.moe import moe_block
+
+        moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()))
+    if model.mtp_layers:
+        from vtrain.graph.mtp import build_mtp
+
+        mtp = build_mtp(model, plan)
+    return ModelGraph(dense, build_embedding(model, plan, tp), build_head(model, plan, tp), moe_layer, mtp)
 
 

@@ -23,6 +23,9 @@ class Group(str, Enum):
     DP = "dp"
     PP = "pp"
     EMBEDDING = "embedding"
+    EP = "ep"  # expert parallel: token dispatch and combine
+    ETP = "etp"  # expert tensor parallel
+    EDP = "edp"  # expert data parallel: expert gradient reduction
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,7 @@ class Collective:
     group_size: int
     overlap: str = ""
     chunks: int = 1
+    host_sync: bool = False  # the host waits for the GPU before issuing it (a D2H copy of split sizes)
 
     @property
     def kernels(self) -> int:

@@ -19,6 +19,8 @@ from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
+_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV))
+
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
     """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU.
@@ -58,6 +60,11 @@ def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> fl
     p, m = plan.pp, plan.num_microbatches
     if plan.schedule == Schedule.GPIPE:
         return float(m * layers_per_stage)
+    if plan.schedule in _TWO_CHUNKS:
+        # chunk activations alive, each of half the stage's layers: ZB-V keeps 1F1B's 2p (Qi et al. 2024,
+        # Sec. 6); DualPipe p+1 stage copies and DualPipeV 2p+1 chunks (DualPipe README, "Activation")
+        alive = {Schedule.ZBV: 2 * p, Schedule.DUALPIPE: p + 1, Schedule.DUALPIPEV: 2 * p + 1}[plan.schedule]
+        return float(min(alive, 2 * m) * layers_per_stage / 2)
     if plan.schedule == Schedule.INTERLEAVED and plan.chunks > 1:
         v = plan.chunks
         chunks_alive = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
@@ -108,6 +115,14 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     (``tests/test_search.py`` checks it). Used to skip plans that cannot fit before simulating them.
     """
     model = w.model
+    if model.is_moe or model.is_mla or model.mtp_layers:  # stage 0's own memory (no simulation needed)
+        from dataclasses import replace
+
+        from vtrain.sim.simulator import stage_memory
+        from vtrain.workload.partition import partition
+
+        w2 = replace(w, plan=plan)
+        return stage_memory(w2, partition(model, plan))[0].total_bytes
     split = layer_split(model.num_layers, plan)
     layers = sum(split[c * plan.pp] for c in range(plan.chunks))  # stage 0
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from vtrain.errors import ConfigError
 from vtrain.sim.engine import PipelineRun, run_pipeline
-from vtrain.sim.schedule import CompiledSchedule, compile_schedule, period_mbs
+from vtrain.sim.schedule import CompiledSchedule, chunks_of, compile_schedule, period
 from vtrain.workload.enums import Schedule
 
 MAX_TASKS = 400_000  # a full run above this is refused (memory ~100 MB, ~0.2 s)
@@ -57,10 +57,8 @@ def _result(cs: CompiledSchedule, run: PipelineRun, k: int = 0, shift: float = 0
 def _periodic_window(cs: CompiledSchedule, run: PipelineRun) -> Optional[Tuple[float, Waits]]:
     """(shift per period, per-stage waits of one period) when the last two clean periods repeat."""
     assert cs.period_mbs is not None
-    q = cs.period_mbs * cs.v  # steady pairs per period
-    tainted = cs.tainted
-    clean = min(next((k for k, (a, b) in enumerate(pairs) if tainted[a] or tainted[b]), len(pairs))
-                for pairs in cs.pairs)
+    q = cs.period_units  # steady units per period
+    clean = cs.clean_units
     lo = clean - 2 * q
     if lo < 1:
         return None
@@ -96,22 +94,28 @@ def _candidates(p: int, v: int, period: int, m: int) -> List[int]:
 
 
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],
-                      latency_s: Sequence[float], host_s: Sequence[float], full: bool = False) -> PipelineResult:
-    """The pipeline phase for m micro-batches; ``full`` forces the whole schedule (timelines, tests)."""
-    chunks = v if schedule == Schedule.INTERLEAVED else 1
-    period = period_mbs(schedule, p, chunks)
-    if period is not None and not full:
-        for ms in _candidates(p, chunks, period, m):
-            cs = compile_schedule(schedule, p, chunks, ms)
+                      latency_s: Sequence[float], host_s: Sequence[float], full: bool = False,
+                      fused: bool = False) -> PipelineResult:
+    """The pipeline phase for m micro-batches; ``full`` forces the whole schedule (timelines, tests);
+    ``fused``: steady forward/backward pairs run as one overlapped task."""
+    chunks = chunks_of(schedule, v)
+    per = period(schedule, p, chunks)
+    if per is not None and not full:
+        mbs = per[0]
+        for ms in _candidates(p, 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.ZERO_BUBBLE) else chunks,
+                              mbs, m):
+            if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else 1):
+                continue
+            cs = compile_schedule(schedule, p, chunks, ms, fused)
             run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
             window = _periodic_window(cs, run)
             if window is not None:
                 shift, waits = window
-                return _result(cs, run, (m - ms) // period, shift, waits)
+                return _result(cs, run, (m - ms) // mbs, shift, waits)
     tasks = 2 * p * chunks * m
     if tasks > MAX_TASKS:
         raise ConfigError(f"{schedule.value} with pp={p}, {chunks} chunk(s) and {m} micro-batches is {tasks:,} "
                           f"pipeline tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
                           "(a larger micro_batch_size or dp) or a 1f1b/interleaved schedule")
-    cs = compile_schedule(schedule, p, chunks, m)
+    cs = compile_schedule(schedule, p, chunks, m, fused)
     return _result(cs, run_pipeline(cs, gpu_s, lags, latency_s, host_s))

@@ -1,4 +1,4 @@
-"""Pipeline schedules as per-stage orders of (pass, chunk, micro-batch), compiled to a flat DAG.
+"""Pipeline schedules as per-stage orders of passes, compiled to a flat DAG.
 
 - GPipe (Huang et al. 2019): all forwards, then all backwards.
 - 1F1B (PipeDream-Flush, Narayanan et al. 2021, Fig. 4 top): stage s runs min(p-s-1, m) warm-up
@@ -6,17 +6,26 @@
 - Interleaved 1F1B (Narayanan et al. SC'21, Fig. 4 bottom; Megatron-LM's
   ``forward_backward_pipelining_with_interleaving``): v model chunks per stage, warm-up
   (p-s-1)·2 + (v-1)·p chunk-forwards, chunk order advancing every p micro-batches.
+- Zero-bubble ZB-H1 and ZB-V (Qi et al. 2024) and DualPipe / DualPipeV (DeepSeek-V3 report):
+  :mod:`vtrain.sim.schedule_zb`. They split the backward pass into B (input gradient, on the critical
+  path) and W (weight gradient, deferred into bubbles) and place chunks in a V or in two directions.
 
-Dependencies: the forward of pipeline position q = c·p + s needs the forward of q-1 (after a p2p
-transfer); the backward of q needs the backward of q+1 (after a p2p transfer), the last position's
-backward needs its own forward. Within a stage, tasks run in the schedule's order on one stream.
+A task is (kind, chunk, micro-batch) with kind F=0, B=1, W=2 (W only when the schedule splits the
+backward; otherwise B is the whole backward), or a fused pair (FUSED, f chunk, f mb, b chunk, b mb): a
+forward and a whole backward of two micro-batches run together so that each hides the other's
+communication (DualPipe's overlapped chunks, Megatron-Core's 1F1B A2A overlap). A fused pair depends on
+two producers; it compiles to a zero-length wait on the backward's producer followed by the pair, so the
+engine keeps one dependency per task.
 
-1F1B and interleaved orders are warm-up + steady pairs (one forward, one backward) + cool-down, and the
-pairs repeat with a period of ``period_mbs`` micro-batches (1, or p when interleaved): the engine
-simulates a few periods and extrapolates the rest exactly (:mod:`vtrain.sim.pipeline`). For that the
-compiled DAG records each task's steady-pair index and whether a cool-down task reaches it (``tainted``:
-such tasks are not part of the repeating pattern). The compiled DAG depends only on (schedule, p, v, m)
-and is cached, so a search re-uses it.
+Positions: a layout maps (stage, chunk) to a pipeline position q and cuts the positions into chains
+(one per direction: DualPipe has two chains of p, every other schedule one chain of p·v). The forward of
+q needs the forward of q-1 of its chain (after a p2p transfer, none when both sit on one stage); the
+backward of q needs the backward of q+1, the chain's last position its own forward.
+
+Orders are warm-up + steady units + cool-down; the units repeat every ``period_units`` (covering
+``period_mbs`` micro-batches): the engine simulates a few periods and extrapolates the rest exactly
+(:mod:`vtrain.sim.pipeline`). The compiled DAG records each task's unit and whether a cool-down task
+reaches it (``tainted``). It depends only on (schedule, p, v, m, fused) and is cached.
 """
 from __future__ import annotations
 
@@ -24,19 +33,57 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
+from vtrain.errors import ConfigError
 from vtrain.workload.enums import Schedule
 
-Task = Tuple[int, int, int]  # (is_backward, chunk, microbatch)
+Task = Tuple[int, ...]  # (kind, chunk, microbatch) or (FUSED, f chunk, f mb, b chunk, b mb)
+F, B, W, FUSED = 0, 1, 2, 3
+SPLIT = (Schedule.ZERO_BUBBLE, Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV)  # B/W split
+V_SHAPE = (Schedule.ZBV, Schedule.DUALPIPEV)
+_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))
 
 
 @dataclass(frozen=True)
 class StageOrder:
     warmup: Tuple[Task, ...]
-    steady: Tuple[Tuple[Task, Task], ...]  # (forward, backward) pairs
+    steady: Tuple[Tuple[Task, ...], ...]  # repeating units ((forward, backward) pairs for 1F1B)
     cooldown: Tuple[Task, ...]
 
     def tasks(self) -> List[Task]:
-        return [*self.warmup, *(t for pair in self.steady for t in pair), *self.cooldown]
+        return [*self.warmup, *(t for unit in self.steady for t in unit), *self.cooldown]
+
+
+def splits_backward(schedule: Schedule) -> bool:
+    return schedule in SPLIT
+
+
+def chunks_of(schedule: Schedule, v: int) -> int:
+    if schedule in _TWO_CHUNKS:
+        return 2
+    return v if schedule is Schedule.INTERLEAVED else 1
+
+
+@lru_cache(maxsize=256)
+def layout(schedule: Schedule, p: int, v: int) -> Tuple[Tuple[Tuple[int, ...], ...], int]:
+    """(position[stage][chunk], positions per chain). Interleaved: q = c·p + s; V-shape: chunk 0 at s,
+    chunk 1 at 2p-1-s; DualPipe: direction 0 at s, direction 1 at p + (p-1-s), chains of p."""
+    v = chunks_of(schedule, v)
+    if schedule in V_SHAPE:
+        return tuple((s, 2 * p - 1 - s) for s in range(p)), 2 * p
+    if schedule == Schedule.DUALPIPE:
+        return tuple((s, 2 * p - 1 - s) for s in range(p)), p
+    return tuple(tuple(c * p + s for c in range(v)) for s in range(p)), p * v
+
+
+def check_schedule(schedule: Schedule, p: int, m: int) -> None:
+    """The micro-batch and stage counts a schedule needs (DualPipe's own asserts, dualpipe.py)."""
+    if schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
+        if schedule == Schedule.DUALPIPE and p % 2:
+            raise ConfigError(f"schedule=dualpipe needs an even pp, got pp={p}")
+        if m < 2 * p or (schedule == Schedule.DUALPIPE and m % 2):
+            raise ConfigError(f"schedule={schedule.value} needs an even number of micro-batches >= 2*pp="
+                              f"{2 * p}, got {m}" if schedule == Schedule.DUALPIPE else
+                              f"schedule={schedule.value} needs micro-batches >= 2*pp={2 * p}, got {m}")
 
 
 def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> Tuple[int, int]:
@@ -48,40 +95,64 @@ def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> Tuple[int, int]:
     return chunk, group * p + k % p
 
 
-def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int) -> StageOrder:
+def _fuse(steady: Tuple[Tuple[Task, ...], ...]) -> Tuple[Tuple[Task, ...], ...]:
+    """Each steady (forward, backward) pair as one fused task. The warm-up runs one forward more, so that a
+    pair never holds the backward of its own forward (Megatron-Core's combined 1F1B schedule)."""
+    return tuple(((FUSED, f[1], f[2], b[1], b[2]),) for f, b in steady)
+
+
+def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int, fused: bool = False) -> StageOrder:
+    if schedule in SPLIT:
+        from vtrain.sim.schedule_zb import zb_stage_order
+
+        return zb_stage_order(schedule, p, m, s, fused)
     if schedule == Schedule.GPIPE:
         return StageOrder(tuple((0, 0, i) for i in range(m)), (), tuple((1, 0, i) for i in range(m)))
     if schedule == Schedule.ONE_F_ONE_B or v == 1:
-        w = min(p - s - 1, m)
-        return StageOrder(tuple((0, 0, i) for i in range(w)),
-                          tuple(((0, 0, w + i), (1, 0, i)) for i in range(m - w)),
+        w = min(p - s - 1 + int(fused), m)
+        steady: Tuple[Tuple[Task, ...], ...] = tuple(((0, 0, w + i), (1, 0, i)) for i in range(m - w))
+        return StageOrder(tuple((0, 0, i) for i in range(w)), _fuse(steady) if fused else steady,
                           tuple((1, 0, i) for i in range(m - w, m)))
     total = m * v
-    w = min((p - s - 1) * 2 + (v - 1) * p, total)
+    w = min((p - s - 1) * 2 + (v - 1) * p + int(fused), total)
     fwd = [_interleaved_ids(k, p, v, False) for k in range(total)]
     bwd = [_interleaved_ids(k, p, v, True) for k in range(total)]
-    return StageOrder(tuple((0, c, i) for c, i in fwd[:w]),
-                      tuple(((0, *fwd[w + k]), (1, *bwd[k])) for k in range(total - w)),
+    steady = tuple(((0, *fwd[w + k]), (1, *bwd[k])) for k in range(total - w))
+    return StageOrder(tuple((0, c, i) for c, i in fwd[:w]), _fuse(steady) if fused else steady,
                       tuple((1, c, i) for c, i in bwd[total - w:]))
+
+
+def period(schedule: Schedule, p: int, v: int) -> Optional[Tuple[int, int]]:
+    """(micro-batches, steady units) per repeating period of the steady state (None: no repetition)."""
+    if schedule == Schedule.GPIPE:
+        return None
+    if schedule in SPLIT:
+        from vtrain.sim.schedule_zb import zb_period
+
+        return zb_period(schedule)
+    if schedule == Schedule.INTERLEAVED and v > 1:
+        return p, p * v
+    return 1, 1
 
 
 def period_mbs(schedule: Schedule, p: int, v: int) -> Optional[int]:
     """Micro-batches per repeating period of the steady state (None: the schedule does not repeat)."""
-    if schedule == Schedule.GPIPE:
-        return None
-    return p if schedule == Schedule.INTERLEAVED and v > 1 else 1
+    per = period(schedule, p, v)
+    return None if per is None else per[0]
 
 
 @dataclass(frozen=True)
 class CompiledSchedule:
     """A topologically sorted task list. Arrays are indexed by topological position.
 
-    ``stage[i]``, ``dur_key[i]`` = stage·2v + is_bwd·v + chunk, ``dep[i]`` (topological index of
-    the cross-stage dependency, -1 if none), ``lag_key[i]`` (index into the per-boundary p2p times:
-    forward boundary q-1→q at 2q, backward boundary q+1→q at 2q+1; -1 for none).
-    ``last_bwd[s][c]`` is the topological index of the last backward of chunk c on stage s.
-    ``pairs[s][k]`` = topological indices of steady pair k's (forward, backward) on stage s;
-    ``tainted[i]``: a cool-down task reaches task i (through dependencies or its stage's order).
+    ``stage[i]``, ``dur_key[i]`` (index into the per-pass durations: stage·kinds·v + kind·v + chunk for
+    F, B, W; fused pairs and the zero-length wait after them, see :func:`fused_key`), ``dep[i]``
+    (topological index of the cross-stage dependency, -1 if none), ``lag_key[i]`` (index into the
+    per-boundary p2p times: forward boundary into position q at 2q, backward boundary out of q+1 into q
+    at 2q+1; -1 for none). ``last_bwd[s][c]`` is the topological index of the task that completes chunk
+    c's last weight gradient on stage s. ``pairs[s][k]`` = topological indices of steady unit k's tasks
+    on stage s; ``tainted[i]``: a cool-down task reaches task i (through dependencies or its stage's
+    order).
     """
 
     p: int
@@ -93,62 +164,124 @@ class CompiledSchedule:
     lag_key: Tuple[int, ...]
     last_bwd: Tuple[Tuple[int, ...], ...]
     microbatch: Tuple[int, ...]
-    pairs: Tuple[Tuple[Tuple[int, int], ...], ...]
+    pairs: Tuple[Tuple[Tuple[int, ...], ...], ...]
     tainted: Tuple[bool, ...]
     period_mbs: Optional[int]
+    kinds: int = 2  # passes per (stage, chunk) in the duration layout: F, B (, W)
+    period_units: int = 1
+    kind: Tuple[int, ...] = ()  # per task: F, B, W, FUSED, or -1 for the wait before a fused pair
+    clean_units: int = -1  # steady units before the first one a cool-down task reaches (all stages); -1: unset
+
+
+def fused_key(p: int, v: int, kinds: int, s: int, cf: int, cb: int) -> int:
+    """Duration index of a fused pair (after the per-pass entries); the wait's key is fused_key(p, v, kinds,
+    p, 0, 0) (one zero entry after all pairs)."""
+    return p * kinds * v + (s * v + cf) * v + cb
+
+
+def _deps(kind: int, c: int, i: int, s: int, pos: Tuple[Tuple[int, ...], ...], chain: int
+          ) -> Tuple[Task, Optional[Task], int]:
+    """(key of this pass, key of its cross-stage producer or None, lag key)."""
+    q = pos[s][c]
+    first, last = q % chain == 0, q % chain == chain - 1
+    if kind == F:
+        return (F, q, i), (None if first else (F, q - 1, i)), (-1 if first else 2 * q)
+    if kind == B:
+        return (B, q, i), ((F, q, i) if last else (B, q + 1, i)), (-1 if last else 2 * q + 1)
+    return (W, q, i), None, -1
 
 
 @lru_cache(maxsize=512)
-def compile_schedule(schedule: Schedule, p: int, v: int, m: int) -> CompiledSchedule:
-    chunks = v if schedule == Schedule.INTERLEAVED else 1
-    positions = p * chunks
-    orders = [stage_order(schedule, p, chunks, m, s) for s in range(p)]
+def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = False) -> CompiledSchedule:
+    chunks = chunks_of(schedule, v)
+    pos, chain = layout(schedule, p, v)
+    split = splits_backward(schedule)
+    kinds = 3 if split else 2
+    wait_key = fused_key(p, chunks, kinds, p, 0, 0)
+    orders = [stage_order(schedule, p, chunks, m, s, fused) for s in range(p)]
     seqs = [o.tasks() for o in orders]
-    cool_start = [len(o.warmup) + 2 * len(o.steady) for o in orders]
-    done: Dict[Task, int] = {}  # (is_bwd, q, mb) -> topological index
+    cool_start = [len(o.warmup) + sum(len(u) for u in o.steady) for o in orders]
+    done: Dict[Task, int] = {}  # (kind, q, mb) -> topological index
     ptr = [0] * p
     stage: List[int] = []
     dur_key: List[int] = []
     dep: List[int] = []
     lag_key: List[int] = []
     mbs: List[int] = []
+    kind_of: List[int] = []
     tainted: List[bool] = []
     pos_of: List[List[int]] = [[0] * len(seq) for seq in seqs]  # stage-order position -> topological index
+    waited = [False] * p  # the wait before the fused pair at ptr[s] is already placed
+    wait_at: List[Dict[int, int]] = [{} for _ in range(p)]  # stage-order position -> its wait's index
+    last_idx = [-1] * p  # topological index of the stage's last placed task
+
+    def place(s: int, key: int, d: int, lag: int, mb: int, k: int, slot: bool) -> int:
+        idx = len(stage)
+        prev_tainted = last_idx[s] >= 0 and tainted[last_idx[s]]
+        tainted.append(ptr[s] >= cool_start[s] or prev_tainted or (d >= 0 and tainted[d]))
+        last_idx[s] = idx
+        if slot:
+            pos_of[s][ptr[s]] = idx
+        stage.append(s)
+        dur_key.append(key)
+        dep.append(d)
+        lag_key.append(lag)
+        mbs.append(mb)
+        kind_of.append(k)
+        return idx
+
     remaining = sum(len(o) for o in seqs)
     while remaining:
         progressed = False
         for s in range(p):
             order = seqs[s]
             while ptr[s] < len(order):
-                bwd, c, i = order[ptr[s]]
-                q = c * p + s
-                key: Optional[Task]
-                if bwd:
-                    key = (1, q + 1, i) if q < positions - 1 else (0, q, i)
-                    lag = 2 * q + 1 if q < positions - 1 else -1
+                task = order[ptr[s]]
+                if task[0] == FUSED:
+                    _, cf, mf, cb, mb = task
+                    kf, need_f, lag_f = _deps(F, cf, mf, s, pos, chain)
+                    kb, need_b, lag_b = _deps(B, cb, mb, s, pos, chain)
+                    if not waited[s]:
+                        if need_b is not None and need_b not in done:
+                            break
+                        # the wait holds the stage until the backward's input is there
+                        wd = done[need_b] if need_b is not None else -1
+                        wait_at[s][ptr[s]] = place(s, wait_key, wd, lag_b, mb, -1, False)
+                        waited[s] = True
+                    if need_f is not None and need_f not in done:
+                        break
+                    idx = place(s, fused_key(p, chunks, kinds, s, cf, cb), done[need_f] if need_f else -1, lag_f,
+                                mf, FUSED, True)
+                    done[kf] = done[kb] = idx
+                    done[(W, kb[1], mb)] = idx
+                    waited[s] = False
                 else:
-                    key = (0, q - 1, i) if q > 0 else None
-                    lag = 2 * q if q > 0 else -1
-                if key is not None and key not in done:
-                    break
-                idx = len(stage)
-                done[(bwd, q, i)] = idx
-                d = done[key] if key is not None else -1
-                prev_tainted = ptr[s] > 0 and tainted[pos_of[s][ptr[s] - 1]]
-                tainted.append(ptr[s] >= cool_start[s] or prev_tainted or (d >= 0 and tainted[d]))
-                pos_of[s][ptr[s]] = idx
-                stage.append(s)
-                dur_key.append(s * 2 * chunks + bwd * chunks + c)
-                dep.append(d)
-                lag_key.append(lag)
-                mbs.append(i)
+                    k, c, i = task
+                    key, need, lag = _deps(k, c, i, s, pos, chain)
+                    if need is not None and need not in done:
+                        break
+                    d = done[need] if need is not None else -1
+                    done[key] = place(s, s * kinds * chunks + k * chunks + c, d, lag, i, k, True)
                 ptr[s] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:  # pragma: no cover - would be a bug in stage_order
             raise RuntimeError(f"schedule {schedule} deadlocks for p={p} v={v} m={m}")
-    last_bwd = tuple(tuple(done[(1, c * p + s, m - 1)] for c in range(chunks)) for s in range(p))
-    pairs = tuple(tuple((pos_of[s][len(orders[s].warmup) + 2 * k], pos_of[s][len(orders[s].warmup) + 2 * k + 1])
-                        for k in range(len(orders[s].steady))) for s in range(p))
+    last_kind = W if split else B
+    per_chain = m // 2 if schedule == Schedule.DUALPIPE else m
+    last_bwd = tuple(tuple(done[(last_kind, pos[s][c], per_chain - 1)] for c in range(chunks)) for s in range(p))
+    pairs_l: List[Tuple[Tuple[int, ...], ...]] = []
+    for s in range(p):
+        at, units = len(orders[s].warmup), []
+        for unit in orders[s].steady:  # a fused pair's wait belongs to its unit
+            units.append(tuple(i for j in range(len(unit)) for i in (
+                (wait_at[s][at + j], pos_of[s][at + j]) if at + j in wait_at[s] else (pos_of[s][at + j],))))
+            at += len(unit)
+        pairs_l.append(tuple(units))
+    pairs = tuple(pairs_l)
+    per = period(schedule, p, chunks)
+    clean = min((next((k for k, unit in enumerate(units) if any(tainted[i] for i in unit)), len(units))
+                 for units in pairs), default=0)
     return CompiledSchedule(p, chunks, m, tuple(stage), tuple(dur_key), tuple(dep), tuple(lag_key),
-                            last_bwd, tuple(mbs), pairs, tuple(tainted), period_mbs(schedule, p, chunks))
+                            last_bwd, tuple(mbs), pairs, tuple(tainted), None if per is None else per[0],
+                            kinds, 1 if per is None else per[1], tuple(kind_of), clean)

@@ -6,21 +6,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream, build_comm_plan
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.fusion import fuse_elementwise
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
+from vtrain.sim.busy import stage_busy
 from vtrain.sim.engine import PipelineRun
+from vtrain.sim.launch import COMM_GROUPS
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
+from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
-from vtrain.sim.schedule import CompiledSchedule
-from vtrain.sim.stage_costs import COMM_GROUPS, StageCosts, build_stage_costs
+from vtrain.sim.schedule import CompiledSchedule, splits_backward
+from vtrain.sim.stage_costs import StageCosts, build_stage_costs
 from vtrain.sim.tail import Event, StageTail, simulate_tail
-from vtrain.workload.enums import Recompute
+from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.partition import StagePartition, partition
 from vtrain.workload.workload import Workload
 
+_DUALPIPE = Schedule.DUALPIPE
 TRACE_TASKS = 100_000  # a timeline simulates the whole schedule up to this many pipeline tasks
 
 
@@ -34,6 +39,7 @@ class SimulationTrace:
     durations: Tuple[float, ...]  # per pass (dur_key): compute-stream time
     tail: Tuple[Tuple[Event, ...], ...]  # [stage] -> (stream, name, start, end)
     microbatches: int  # of the iteration (schedule.m when the whole schedule was simulated)
+    ep_comm: Tuple[float, ...] = ()  # per pass (dur_key): its expert-parallel all-to-all time (MoE models)
 
     def start(self, i: int) -> float:
         """When task ``i`` started on its compute stream."""
@@ -43,14 +49,21 @@ class SimulationTrace:
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
                      tail: StageTail, iteration: float, peak_bytes: float) -> StageBreakdown:
     m = w.plan.num_microbatches
-    passes = sc.forward[s] + sc.backward[s]
-    compute = m * sum(c.gpu_compute_s for c in passes)
-    in_pass = m * sum(c.comm_s for c in passes)
+    moe = w.model.is_moe
+    if sc.weight or sc.fused or moe:
+        passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
+        per_chunk = m // 2 if w.plan.schedule is _DUALPIPE else m
+        compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk, moe or bool(sc.fused))
+    else:
+        passes, per_chunk, ep, a2a = sc.forward[s] + sc.backward[s], m, 0.0, 0.0
+        compute = m * sum(c.gpu_compute_s for c in passes)
+        tp = m * sum(c.comm_s for c in passes)
     overhead = w.stack.iteration_overhead_s
-    groups = {g: m * sum(c.comm_by_group[i] for c in passes) for i, g in enumerate(COMM_GROUPS)}
-    groups["tp"] += in_pass - sum(groups.values())  # in-pass collectives of no listed group count as TP
+    # exposed in-pass communication by group: CP and FSDP from the passes, EP as the schedule hid it, TP the rest
+    groups = {g: per_chunk * sum(c.comm_by_group[i] for c in passes) for i, g in enumerate(COMM_GROUPS)}
+    groups["ep"] = ep
+    groups["tp"] = tp - groups["cp"] - groups["fsdp"]
     groups.update(pp=pipe.p2p_s[s], dp=tail.dp_exposed_s + tail.param_gather_s, embedding=tail.embedding_s)
-    tp = in_pass
     exposed = sum(groups.values())
     host_wait = pipe.host_s[s] + overhead
     bubble = pipe.bubble_s[s] + tail.sync_wait_s
@@ -58,20 +71,29 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
     for c in range(part.v):
         q = part.position(s, c)
         pp_busy += m * ((sc.p2p_fwd_s[q + 1] if q + 1 < part.positions else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
-    host_busy = m * sum(c.host_s for c in passes) + overhead
-    side = m * sum(c.side_comm_s for c in passes)
-    streams = (
-        StreamUsage(Stream.COMPUTE.value, {"compute": compute, "in_stream_comm": tp, "optimizer": tail.optimizer_s},
-                    max(0.0, iteration - compute - tp - tail.optimizer_s)),
+    host_busy = per_chunk * sum(c.host_s for c in passes) + overhead
+    side = per_chunk * sum(c.side_comm_s for c in passes)
+    busy = {"compute": compute, "in_stream_comm": tp, "optimizer": tail.optimizer_s}
+    if moe:
+        busy["ep_comm"] = ep
+    streams: Tuple[StreamUsage, ...] = (
+        StreamUsage(Stream.COMPUTE.value, busy, max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
         StreamUsage(Stream.FSDP.value, {"fsdp": side}, max(0.0, iteration - side)),
         StreamUsage(Stream.DATA_PARALLEL.value, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
         StreamUsage(Stream.PIPELINE.value, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
         StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
     )
+    if moe:
+        streams += (StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),)
     return StageBreakdown(stage=s, compute_s=compute, host_overhead_s=host_wait, exposed_comm_s=exposed,
                           bubble_s=bubble, optimizer_s=tail.optimizer_s, peak_memory_bytes=peak_bytes,
                           layers=part.stage_layers(s), params=part.stage_params(s), exposed_comm_by_group=groups,
                           streams=streams)
+
+
+def stage_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
+    """Memory per GPU of each stage (what the report's peak takes the maximum of)."""
+    return _memory(w, part)
 
 
 def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
@@ -81,7 +103,8 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     tokens = plan.tokens_per_rank
     logits_bytes = tokens * model.vocab_shard(plan.tp) * (plan.dtype_bytes + 4)
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
-    last = (part.positions - 1) % plan.pp
+    last = part.stage_of(part.chain_len - 1)
+    moe = moe_memory(model, plan, part) if (model.is_moe or model.is_mla or model.mtp_layers) else None
     # Transformer Engine keeps an FP8 copy of each weight and its transpose across micro-batches
     fp8_cache = 2.0 if plan.precision.low and stack.fp8_weight_cache and plan.sharding_stage < 3 else 0.0
     out = []
@@ -89,11 +112,15 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
         params = part.stage_params(s)
         layers = part.stage_layers(s)
         gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan)
+        opt = params * o_b
+        acts = inflight_layers(plan, s, layers) * act_layer + working
+        other = stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0)
+        if moe is not None:
+            opt, acts, other = moe(s, opt, acts, other)
         out.append(MemoryBreakdown(
             weights_bytes=params * w_b + gathered_w + fp8_cache * layers * part.layer_params,
-            gradients_bytes=params * g_b + gathered_g, optimizer_bytes=params * o_b,
-            activations_bytes=inflight_layers(plan, s, layers) * act_layer + working,
-            other_bytes=stack.memory_reserved_bytes + (logits_bytes if s == last else 0.0)))
+            gradients_bytes=params * g_b + gathered_g, optimizer_bytes=opt, activations_bytes=acts,
+            other_bytes=other))
     return out
 
 
@@ -118,15 +145,18 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     gpu = cluster.gpu
     part = partition(model, plan)
     comm: CommPlan = build_comm_plan(w, part)
-    graph = build_model_graph(model, plan, comm.tp, comm.cp)
+    graph = build_model_graph(model, plan, comm.tp, comm.cp, comm.ep)
     if stack.fuse_elementwise:
         graph = fuse_elementwise(graph)
-    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s, gpu.overlap_slowdown)
+    fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
+    fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
+    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
+                           split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown)
     m = plan.num_microbatches
     durations = sc.durations()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), sc.latencies(),
-                             sc.host_times(), full=full)
+                             sc.host_times(), full=full, fused=plan.overlap_moe_comm)
     drain = [max((b.side_tail_s for b in sc.backward[s]), default=0.0) for s in range(plan.pp)]
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
     iteration = end + stack.iteration_overhead_s
@@ -162,5 +192,6 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         notes=_notes(prov))
     trace = None
     if keep_trace:
-        trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m)
+        trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m,
+                                tuple(sc.all_to_all()) if model.is_moe else ())
     return report, trace

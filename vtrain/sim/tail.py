@@ -11,6 +11,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
+from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.sim.pipeline import PipelineResult
 from vtrain.workload.partition import StagePartition
@@ -62,13 +63,13 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     p, cs = part.p, pipe.schedule
     reducers = plan.dp * plan.cp
     shard = float(plan.dp_shard * plan.cp if plan.sharding_stage >= 1 else 1)
-    priced: Dict[Tuple[str, float], float] = {}  # middle stages hold identical chunks: price each size once
+    priced: Dict[Tuple[CollectiveKind, Group, float], float] = {}  # price each size once (middle stages repeat)
 
-    def dp_time(kind: Collective, nbytes: float) -> float:
-        key = (kind.kind.value, nbytes)
+    def dp_time(kind: Collective, nbytes: float, where: GroupPlacement = comm.dp_where) -> float:
+        key = (kind.kind, kind.group, nbytes)
         if key not in priced:
             priced[key] = cost.collective_time_s(
-                Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), comm.dp_where)
+                Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), where)
         return priced[key]
 
     ready: List[float] = []
@@ -78,25 +79,26 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         end_s = pipe.stage_end[s]
         cur = end_s + drain_s[s]
         dp_busy[s] += drain_s[s]
-        if reducers > 1 and any(c.bytes > 0 for c in comm.grad_reduce[s]):
+        if (reducers > 1 and any(c.bytes > 0 for c in comm.grad_reduce[s])) or comm.expert_grad_reduce:
             cur = 0.0
             chunks = sorted((pipe.last_bwd_end[s][c], c) for c in range(part.v))
             for last_end, c in chunks:
-                coll = comm.grad_reduce[s][c]
                 dur = durations[cs.dur_key[cs.last_bwd[s][c]]]
-                if comm.overlap_grad_reduce:
-                    n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes))
-                    t_b = dp_time(coll, coll.bytes / n_b)
-                    cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
-                                          keep_events, events[s])
-                    dp_busy[s] += n_b * t_b
-                else:
-                    t = dp_time(coll, coll.bytes)
-                    start = max(cur, end_s)
-                    cur = start + t
-                    dp_busy[s] += t
-                    if keep_events:
-                        events[s].append((Stream.DATA_PARALLEL.value, f"dp {coll.kind.value} chunk{c}", start, cur))
+                for coll, where in comm.grad_reductions(s, c):
+                    if comm.overlap_grad_reduce:
+                        n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes))
+                        t_b = dp_time(coll, coll.bytes / n_b, where)
+                        cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
+                                              keep_events, events[s])
+                        dp_busy[s] += n_b * t_b
+                    else:
+                        t = dp_time(coll, coll.bytes, where)
+                        start = max(cur, end_s)
+                        cur = start + t
+                        dp_busy[s] += t
+                        if keep_events:
+                            events[s].append((Stream.DATA_PARALLEL.value, f"{coll.group.value} {coll.kind.value} "
+                                              f"chunk{c}", start, cur))
             cur = max(cur, end_s + drain_s[s])
         ready.append(cur)
     dp_ready = list(ready)
@@ -114,14 +116,23 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
                 events[s].append((Stream.DATA_PARALLEL.value, "embedding grad all-reduce", start, start + emb_t))
     barrier = max(ready)
     ends, opt, ag = [], [], []
+    edp = comm.edp_where.size
     for s in range(p):
-        t_opt = cost.optimizer_time_s(part.stage_params(s) / shard)
+        params = part.stage_params(s)
+        steps = params / shard
+        if comm.expert_grad_reduce and plan.sharding_stage >= 1:  # routed experts are sharded over edp
+            experts = part.stage_expert_params(s)
+            steps = (params - experts) / shard + experts / edp
+        t_opt = cost.optimizer_time_s(steps)
         gather = comm.param_gather[s]
         t_ag = dp_time(gather, gather.bytes) if gather is not None else 0.0
         if plan.overlap_param_gather and reducers > 1:  # hidden behind the next forward but its first bucket
-            bucket = min(part.stage_params(s) * plan.dtype_bytes, comm.bucket_bytes)
+            bucket = min(params * plan.dtype_bytes, comm.bucket_bytes)
             t_ag = dp_time(Collective("dp.param_gather.first_bucket", CollectiveKind.ALL_GATHER, bucket, Group.DP,
                                       reducers), bucket)
+        e_gather = comm.expert_param_gather[s] if comm.expert_param_gather else None
+        if e_gather is not None:
+            t_ag += dp_time(e_gather, e_gather.bytes, comm.edp_where)
         dp_busy[s] += t_ag
         if keep_events:
             events[s].append((Stream.COMPUTE.value, "optimizer step", barrier, barrier + t_opt))

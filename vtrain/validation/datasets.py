@@ -12,17 +12,18 @@ SHIPPED = {
     "a100_single_node": "a100_single_node_iteration_times.csv",
     "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
     "torchtitan": "modern_gpus/torchtitan_rows.csv",  # bench/torchtitan_rows.py
+    "megatron_moe_qwen3_h100": "modern_gpus/megatron_moe_qwen3_h100.csv",  # bench/make_moe_csv.py
 }
 # the software stack each shipped measurement ran on (rows without a ``stack`` column)
 SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022",
-                 "torchtitan": "torchtitan_fsdp2"}
+                 "torchtitan": "torchtitan_fsdp2", "megatron_moe_qwen3_h100": "megatron_core_te"}
 
 
 def shipped_defaults(name: str) -> Any:
     """What the rows of a shipped dataset leave unsaid (its software's own defaults): a RowDefaults."""
     from vtrain.validation.rows import MODERN_DEFAULTS, RowDefaults
 
-    return MODERN_DEFAULTS if name == "torchtitan" else RowDefaults()
+    return MODERN_DEFAULTS if name in ("torchtitan", "megatron_moe_qwen3_h100") else RowDefaults()
 
 
 def data_path(filename: str) -> Path:

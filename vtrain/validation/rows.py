@@ -10,6 +10,10 @@ positions, tied embeddings, vocabulary 50257 unpadded — each TP rank holds 502
 alignment the measured output-layer times follow, README "Accuracy" — no DP overlap, no flash attention).
 A gated MLP (``gated_mlp=true``) switches the model defaults to Llama's (RMSNorm, RoPE, no biases, no
 dropout, untied output). ``schedule=interleaved`` without ``virtual_stages`` uses 2 chunks where layers divide.
+A ``model`` column names a ``model/`` config whose fields fill every model column the row leaves empty (the
+dataset's model defaults then do not apply); mixture-of-experts, MLA and MTP columns (``num_experts``,
+``moe_top_k``, ``ep``, ``etp``, ``moe_dispatcher``, ``capacity_factor`` — ``none`` for dropless —, ...) are
+spec fields like the others.
 """
 from __future__ import annotations
 
@@ -28,10 +32,6 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
-# columns of features vtrain does not model yet: a row that uses them is skipped with this reason, never
-# simulated as something else
-NOT_MODELLED = {"num_experts": "mixture-of-experts (num_experts > 1)", "ep": "expert parallelism (ep > 1)",
-                "moe_top_k": "mixture-of-experts routing"}
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}
 PLAN_ALIASES = {"micro_batch": "micro_batch_size", "global_batch": "global_batch_size"}
@@ -64,8 +64,15 @@ MODERN_DEFAULTS = RowDefaults(
 
 
 def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
-    """A CSV cell as a value of type ``tp`` (int, float, bool or an enum), or a one-line error."""
+    """A CSV cell as a value of type ``tp`` (int, float, bool or an enum; ``none`` for an optional one), or a
+    one-line error."""
     label = f"row {row.index}: {column}={raw}"
+    if typing.get_origin(tp) is typing.Union:  # Optional[X]
+        if raw.lower() in ("none", "null", "dropless"):
+            return None
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    if tp is str:
+        return raw
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(raw.lower())
@@ -99,25 +106,14 @@ def _columns(row: MeasuredRow, names: set[str], cls: type, aliases: Mapping[str,
     return out
 
 
-def _named_model(row: MeasuredRow, prefix: str) -> Dict[str, Any]:
-    """The fields of the model/ config a ``model`` column names (they fill the shape columns left empty)."""
-    name = row.get("model")
-    if not name:
-        return {}
+def model_config_fields(name: str) -> Dict[str, Any]:
+    """The fields of ``model/<name>.yaml`` (checked against the model schema), as a plain mapping."""
     from vtrain.config.build import as_mapping
-    from vtrain.config.compose import load_group_config
+    from vtrain.config.compose import check_config_name, load_group_config
     from vtrain.config.schema import ModelConfig
 
-    try:
-        cfg = as_mapping(load_group_config("model", name, ModelConfig))
-    except ConfigError as err:
-        raise ConfigError(f"{prefix} {err}") from None
-    hints = typing.get_type_hints(ModelSpec)
-    out: Dict[str, Any] = {}
-    for k, v in cfg.items():
-        tp = hints.get(k)
-        out[k] = tp(v) if isinstance(tp, type) and issubclass(tp, enum.Enum) and v is not None else v
-    return out
+    check_config_name("model", name)
+    return {k: v for k, v in as_mapping(load_group_config("model", name, ModelConfig)).items() if v is not None}
 
 
 def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
@@ -127,25 +123,25 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     (validate.stack) overrides the dataset's stack for rows without a ``stack`` column. Raises
     ConfigError (the skip reason) when the row cannot be simulated as measured."""
     prefix = f"row {row.index}:"
-    for column, what in NOT_MODELLED.items():
-        raw = row.get(column)
-        if raw is not None and raw.lower() not in ("0", "1", "none", "false", "no"):
-            raise ConfigError(f"{prefix} {column}={raw}: {what} is not modelled yet")
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
-    named = _named_model(row, prefix)
-    if not named:
-        for required in ("num_layers", "hidden_size", "num_heads"):
-            if required not in m:
-                raise ConfigError(f"{prefix} {required} is empty")
-    gated = m.get("gated_mlp", named.get("gated_mlp", False))
-    model_d = {**defaults.model, **(LLAMA_MODEL if gated else {}), **named, **m}
-    if model_d.get("num_kv_heads") is None:
-        model_d["num_kv_heads"] = model_d["num_heads"]
-    if model_d.get("ffn_hidden_size") is None:
-        model_d["ffn_hidden_size"] = 4 * model_d["hidden_size"]
-    model_d["max_seq_len"] = max(p.get("seq_len", 1), int(named.get("max_seq_len") or 0))
-    model_d["name"] = row.get("name") or named.get("name") or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}"
+    base: Dict[str, Any] = {}
+    if row.get("model"):
+        base = model_config_fields(str(row.get("model")))
+        base["name"] = base.get("name") or row.get("model")
+    for required in ("num_layers", "hidden_size", "num_heads"):
+        if required not in m and required not in base:
+            raise ConfigError(f"{prefix} {required} is empty")
+    if base:
+        model_d = {**base, **m}
+        model_d["max_seq_len"] = max(int(model_d.get("max_seq_len", 1)), p.get("seq_len", 1))
+    else:
+        model_d = {**defaults.model, **(LLAMA_MODEL if m.get("gated_mlp") else {}), **m}
+        model_d["max_seq_len"] = p.get("seq_len", 1)
+    model_d.setdefault("num_kv_heads", model_d["num_heads"])
+    model_d.setdefault("ffn_hidden_size", 4 * model_d["hidden_size"])
+    model_d["name"] = (row.get("name") or model_d.get("name")
+                       or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
     plan_d = {**defaults.plan, **p}

@@ -15,6 +15,10 @@ class Schedule(StrEnum):
     ONE_F_ONE_B = "1f1b"
     GPIPE = "gpipe"
     INTERLEAVED = "interleaved"
+    ZERO_BUBBLE = "zero_bubble"  # ZB-H1 (Qi et al. 2024): 1F1B with the weight-gradient passes delayed
+    ZBV = "zbv"  # ZB-V (Qi et al. 2024): two chunks per stage in a V, B/W split
+    DUALPIPE = "dualpipe"  # DeepSeek-V3 report: two directions, overlapped forward & backward chunks
+    DUALPIPEV = "dualpipev"  # DualPipe cut in half: V-shape, one model copy
 
 
 class Recompute(StrEnum):
@@ -79,3 +83,33 @@ class CostModelKind(StrEnum):
     ANALYTICAL = "analytical"
     PROFILE = "profile"
     AUTO = "auto"
+
+
+class AttentionKind(StrEnum):
+    MHA = "mha"  # multi-head: num_kv_heads = num_heads
+    GQA = "gqa"  # grouped-query: num_kv_heads key/value heads (mha when they equal num_heads)
+    MLA = "mla"  # multi-head latent attention (DeepSeek-V2/V3): low-rank compressed q and kv
+
+
+class MoeRouter(StrEnum):
+    SOFTMAX = "softmax"  # top-k of softmax scores (Mixtral, Qwen3)
+    SIGMOID = "sigmoid"  # top-k of sigmoid scores with a bias for auxiliary-loss-free balancing (DeepSeek-V3)
+
+
+class MoeDispatcher(StrEnum):
+    ALLTOALL = "alltoall"  # NCCL all-to-all dispatch and combine around permute/unpermute kernels
+    ALLGATHER = "allgather"  # all-gather every token over the EP group, reduce-scatter the outputs
+    DEEPEP = "deepep"  # DeepEP-style fused permute + NVLink/RDMA all-to-all kernels holding SMs
+
+
+# Megatron-Core's --recompute-modules names (graph/recompute.py says what each re-runs)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
+
+
+def parse_recompute_modules(spec: str) -> tuple[str, ...]:
+    """The module names of a comma-separated ``recompute_modules`` (unknown names: ValueError naming them)."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} is not one of {', '.join(RECOMPUTE_MODULES)}")
+    return names

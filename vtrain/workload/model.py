@@ -7,13 +7,24 @@ Formulas:
 - FLOPs per iteration: Narayanan et al. (SC'21), Eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with
   full recompute; without recompute the factor 96 -> 72 on the transformer part (the logit layer is
   never recomputed: 6 B s h V).
+- Mixture of experts (Shazeer et al. 2017; Fedus et al. 2022; DeepSeek-V3 report, Sec. 2.1.2): an MoE
+  layer's MLP is a router (h x E), E routed experts (each an MLP of width moe_ffn_hidden_size) of which
+  each token uses top-k, and shared experts every token uses. Total parameters count every expert, active
+  parameters (per token) k routed + the shared ones; FLOPs follow the active parameters.
+- Multi-head latent attention (DeepSeek-V2 report, Sec. 2.1): q = W_uq norm(W_dq x) (low rank
+  q_lora_rank), [c_kv, k_rope] = W_dkv x (rank kv_lora_rank plus a shared RoPE key), [k_nope, v] =
+  W_ukv norm(c_kv); per head qk_head_dim + qk_rope_head_dim query/key dims, v_head_dim value dims.
+- Multi-token prediction (DeepSeek-V3 report, Sec. 2.2): each MTP module adds two norms, a 2h x h
+  projection and one transformer layer, and shares the embedding and the output head; its logits and
+  loss run again per module. Published totals exclude it (README_WEIGHTS.md of DeepSeek-V3).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
-from vtrain.workload.enums import NormType, PositionEmbedding
-from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE_INT, PROBABILITY, spec
+from vtrain.workload.enums import AttentionKind, MoeRouter, NormType, PositionEmbedding
+from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, PROBABILITY, Domain, spec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +51,32 @@ class ModelSpec:
                                    doc="pad the vocabulary to a multiple of this x tp (0: no padding)")
     tied_embeddings: bool = spec(True, doc="output layer shares the word-embedding matrix")
     max_seq_len: int = spec(2048, domain=POSITIVE_INT, doc="longest sequence (learned position table size)")
+    # --- attention variants
+    kv_channels: int = spec(0, domain=NON_NEGATIVE_INT, doc="per-head q/k/v dimension (0: hidden_size // "
+                            "num_heads); Megatron's kv_channels, Hugging Face's head_dim")
+    qk_norm: bool = spec(False, doc="RMSNorm on every query and key head (Qwen3)")
+    attention: AttentionKind = spec(AttentionKind.GQA, doc="mha | gqa (num_kv_heads heads) | mla (latent)")
+    q_lora_rank: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA query compression rank (0: no compression)")
+    kv_lora_rank: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA key/value compression rank")
+    qk_head_dim: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA per-head query/key dims without RoPE "
+                            "(Megatron's qk_head_dim, HF's qk_nope_head_dim)")
+    qk_rope_head_dim: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA per-head RoPE query/key dims (shared key)")
+    v_head_dim: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA per-head value dims")
+    # --- mixture of experts
+    num_experts: int = spec(0, domain=NON_NEGATIVE_INT, doc="routed experts per MoE layer (0: a dense model)")
+    moe_top_k: int = spec(2, domain=POSITIVE_INT, doc="routed experts per token")
+    moe_ffn_hidden_size: int = spec(0, domain=NON_NEGATIVE_INT, doc="width of one expert (0: ffn_hidden_size)")
+    num_shared_experts: int = spec(0, domain=NON_NEGATIVE_INT, doc="experts every token uses (DeepSeek, Llama 4)")
+    shared_expert_ffn_hidden_size: int = spec(0, domain=NON_NEGATIVE_INT, doc="total width of the shared "
+                                              "experts (0: num_shared_experts * moe_ffn_hidden_size)")
+    moe_layer_freq: int = spec(1, domain=POSITIVE_INT, doc="every n-th layer after first_dense_layers is MoE")
+    first_dense_layers: int = spec(0, domain=NON_NEGATIVE_INT, doc="leading dense layers (DeepSeek's first_k_dense)")
+    moe_router: MoeRouter = spec(MoeRouter.SOFTMAX, doc="softmax | sigmoid top-k router")
+    capacity_factor: Optional[float] = spec(None, domain=POSITIVE, none_means="dropless",
+                                            doc="expert capacity / mean tokens per expert (tokens padded to it)")
+    moe_imbalance: float = spec(1.0, domain=Domain(lo=1.0), doc="routing imbalance: tokens of the busiest "
+                                "expert-parallel rank / the mean (1: balanced; see docs/moe.md)")
+    mtp_layers: int = spec(0, domain=NON_NEGATIVE_INT, doc="multi-token prediction modules (DeepSeek-V3: 1)")
 
     def vocab_shard(self, tp: int) -> int:
         """Vocabulary rows held by one TP rank (see ``vocab_divisible_by``)."""
@@ -50,25 +87,100 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.kv_channels or self.hidden_size // self.num_heads
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection: heads * head_dim (= hidden_size unless kv_channels says otherwise)."""
+        return self.num_heads * self.head_dim
 
     @property
     def kv_size(self) -> int:
         """Width of the K (or V) projection: kv_heads * head_dim."""
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == AttentionKind.MLA
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_expert_ffn_hidden_size or self.num_shared_experts * self.expert_ffn
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer ``i`` (0-based) has experts: after the first dense layers, every moe_layer_freq-th layer
+        (the last of each group: Hugging Face Llama 4's interleave_moe_layer_step)."""
+        f = self.moe_layer_freq
+        return self.is_moe and i >= self.first_dense_layers and (i - self.first_dense_layers) % f == f - 1
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers)) if self.is_moe else 0
+
+    @property
+    def mtp_is_moe(self) -> bool:
+        """An MTP module's layer has experts when the last layer has (Megatron-Core's rule)."""
+        return self.is_moe_layer(self.num_layers - 1)
+
     # ---------------------------------------------------------------- parameters
+    def mla_matmul_params(self) -> int:
+        h, n = self.hidden_size, self.num_heads
+        qk = self.qk_head_dim + self.qk_rope_head_dim
+        q = self.q_lora_rank * (h + n * qk) if self.q_lora_rank else h * n * qk
+        kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * n * (self.qk_head_dim
+                                                                                       + self.v_head_dim)
+        return q + kv + n * self.v_head_dim * h
+
     def attention_params(self) -> int:
         h = self.hidden_size
-        qkv = h * (h + 2 * self.kv_size) + (h + 2 * self.kv_size if self.use_bias else 0)
-        proj = h * h + (h if self.use_bias else 0)
-        return qkv + proj
+        if self.is_mla:  # plus the norms of the compressed q and kv
+            return self.mla_matmul_params() + self.q_lora_rank + self.kv_lora_rank
+        qs = self.q_size
+        qkv = h * (qs + 2 * self.kv_size) + (qs + 2 * self.kv_size if self.use_bias else 0)
+        proj = qs * h + (h if self.use_bias else 0)
+        return qkv + proj + (2 * self.head_dim if self.qk_norm else 0)
 
-    def mlp_params(self) -> int:
-        h, f = self.hidden_size, self.ffn_hidden_size
+    def mlp_params(self, ffn: int = 0) -> int:
+        """One MLP of width ``ffn`` (0: the dense ffn_hidden_size): FC1 (gate and up with SwiGLU), FC2."""
+        h, f = self.hidden_size, ffn or self.ffn_hidden_size
         if self.gated_mlp:
             return 3 * h * f + ((2 * f + h) if self.use_bias else 0)
         return 2 * h * f + ((f + h) if self.use_bias else 0)
+
+    def router_params(self) -> int:
+        """The router's h x E matrix, plus a score bias (sigmoid routers: DeepSeek's e_score_correction_bias)."""
+        e = self.num_experts
+        return self.hidden_size * e + (e if self.use_bias or self.moe_router == MoeRouter.SIGMOID else 0)
+
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.mlp_params(self.expert_ffn)
+
+    def shared_expert_params(self) -> int:
+        return self.mlp_params(self.shared_ffn) if self.shared_ffn else 0
+
+    def moe_mlp_params(self, active: bool = False) -> int:
+        """The MoE branch of one layer: router, routed experts (all, or the top-k of one token), shared."""
+        routed = (self.moe_top_k if active else self.num_experts) * self.expert_params()
+        return self.router_params() + routed + self.shared_expert_params()
+
+    def moe_layer_params(self, active: bool = False) -> int:
+        return self.attention_params() + self.moe_mlp_params(active) + 2 * self.norm_params()
+
+    def mtp_params(self) -> int:
+        """The MTP modules' own parameters (embedding and output head are shared): enorm, hnorm, the
+        2h x h projection, one transformer layer and a final norm each."""
+        h = self.hidden_size
+        layer = self.moe_layer_params() if self.mtp_is_moe else self.layer_params()
+        return self.mtp_layers * (3 * self.norm_params() + 2 * h * h + layer)
 
     def norm_params(self) -> int:
         """Parameters of one norm layer (LayerNorm has a bias, RMSNorm does not)."""
@@ -86,25 +198,60 @@ class ModelSpec:
         out = 0 if self.tied_embeddings else self.vocab_shard(1) * self.hidden_size
         return self.norm_params() + out
 
-    def total_params(self) -> int:
-        return self.num_layers * self.layer_params() + self.embedding_params() + self.output_params()
+    def total_params(self, mtp: bool = True) -> int:
+        """Every parameter trained; ``mtp=False``: the main model, as published totals count it."""
+        n_moe = self.num_moe_layers
+        layers = (self.num_layers - n_moe) * self.layer_params() + n_moe * self.moe_layer_params()
+        return layers + self.embedding_params() + self.output_params() + (self.mtp_params() if mtp else 0)
+
+    def active_params(self, embedding: bool = True) -> int:
+        """Parameters one token of the main model uses: every dense layer, the top-k and shared experts of
+        each MoE layer, the output layer; ``embedding``: also count the input embedding table (Mistral and
+        Qwen count it, DeepSeek and OpenAI do not)."""
+        n_moe = self.num_moe_layers
+        layers = (self.num_layers - n_moe) * self.layer_params() + n_moe * self.moe_layer_params(active=True)
+        tied_head = self.vocab_shard(1) * self.hidden_size if self.tied_embeddings else 0  # the shared matrix
+        return layers + self.output_params() + (self.embedding_params() if embedding else tied_head)
 
     # ---------------------------------------------------------------- FLOPs
-    def layer_matmul_params(self) -> int:
-        """Weights that take part in a matrix multiply (biases and norms excluded)."""
+    def attention_matmul_params(self) -> int:
         h = self.hidden_size
-        attn = h * (h + 2 * self.kv_size) + h * h
-        mlp = (3 if self.gated_mlp else 2) * h * self.ffn_hidden_size
-        return attn + mlp
+        return self.mla_matmul_params() if self.is_mla else h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+
+    def layer_matmul_params(self) -> int:
+        """Weights of a dense layer that take part in a matrix multiply (biases and norms excluded)."""
+        mlp = (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_hidden_size
+        return self.attention_matmul_params() + mlp
+
+    def moe_layer_matmul_params(self) -> int:
+        """Weights of an MoE layer one token multiplies with: attention, router, top-k and shared experts."""
+        width = self.moe_top_k * self.expert_ffn + self.shared_ffn
+        return (self.attention_matmul_params() + self.hidden_size * self.num_experts
+                + (3 if self.gated_mlp else 2) * self.hidden_size * width)
+
+    def attention_core_flops(self, seq_len: int) -> int:
+        """Scores (QK^T) and context (AV) of one sequence and layer: 2 s^2 per query/key and per value
+        dimension (no causal discount, as Megatron's Eq. 3 counts)."""
+        s, n = seq_len, self.num_heads
+        if self.is_mla:
+            return 2 * s * s * n * (self.qk_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4 * s * s * self.q_size
 
     def forward_flops_per_sequence(self, seq_len: int) -> float:
-        """Forward FLOPs of one sequence: 2 FLOPs per multiply-add of every GEMM.
-
-        Attention scores and context: 2 * 2 * s^2 * h per layer (no causal discount, as Megatron counts).
-        """
+        """Forward FLOPs of one sequence: 2 FLOPs per multiply-add of every GEMM (routed experts: the top-k
+        a token uses); attention scores and context per :meth:`attention_core_flops`; MTP modules add
+        their projection, layer and logits."""
         s, h = seq_len, self.hidden_size
-        layers = self.num_layers * (2 * s * self.layer_matmul_params() + 4 * s * s * h)
+        n_moe = self.num_moe_layers
+        core = self.attention_core_flops(s)
+        dense_layer = 2 * s * self.layer_matmul_params() + core
+        layers = (self.num_layers - n_moe) * dense_layer
+        if n_moe:
+            layers += n_moe * (2 * s * self.moe_layer_matmul_params() + core)
         logits = 2 * s * h * self.vocab_size
+        if self.mtp_layers:
+            mtp_layer = 2 * s * self.moe_layer_matmul_params() + core if self.mtp_is_moe else dense_layer
+            layers += self.mtp_layers * (2 * s * 2 * h * h + mtp_layer + logits)
         return float(layers + logits)
 
     def model_flops_per_iteration(self, global_batch: int, seq_len: int) -> float:
@@ -117,14 +264,19 @@ class ModelSpec:
         full: one extra forward of every layer (Narayanan et al. SC'21, Eq. 3); selective: the
         attention-score and context GEMMs again (Korthikanti et al. 2022, Sec. 5).
         """
-        s, h = seq_len, self.hidden_size
+        s = seq_len
         base = self.model_flops_per_iteration(global_batch, seq_len)
+        n_moe = self.num_moe_layers
+        core = self.attention_core_flops(s)
         if recompute == "full":
-            per_seq = self.num_layers * (2 * s * self.layer_matmul_params() + 4 * s * s * h)
+            per_seq = (self.num_layers - n_moe) * (2 * s * self.layer_matmul_params() + core)
+            if n_moe:
+                per_seq += n_moe * (2 * s * self.moe_layer_matmul_params() + core)
             return base + global_batch * per_seq
         if recompute == "selective":
-            return base + global_batch * self.num_layers * 4 * s * s * h
+            return base + global_batch * self.num_layers * core
         if recompute == "selective_op":  # every second matmul again (see graph.builder._every_second_matmul)
+            h = self.hidden_size
             again = h * self.kv_size + h * h + h * self.ffn_hidden_size if self.gated_mlp else \
                 h * h + h * self.ffn_hidden_size
             return base + global_batch * self.num_layers * 2 * s * again

@@ -5,10 +5,12 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Dict
 
-from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
+from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Domain, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
+_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))  # V-shaped / two directions
+_INTERLEAVED = Schedule.INTERLEAVED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +60,14 @@ class ParallelPlan:
                                      doc="bucketed DP gradient reduction overlapped with the backward pass")
     grad_bucket_mib: float = spec(40.0, group=PAR, unit="MiB", domain=Domain(lo=0.1),
                                   doc="DP gradient bucket size (NCCL buckets below 100 KiB are latency, not a plan)")
+    # --- mixture of experts (Megatron-Core: EP groups carved out of the tp*dp*cp ranks of a stage)
+    ep: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="expert-parallel degree (experts split over ep ranks)")
+    etp: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT, doc="expert tensor-parallel degree (0: tp)")
+    moe_dispatcher: MoeDispatcher = spec(MoeDispatcher.ALLTOALL, group=PAR, doc="alltoall | allgather | deepep")
+    overlap_moe_comm: bool = spec(False, group=PAR, doc="steady forward/backward pairs run fused so each hides "
+                                  "the other's EP all-to-alls (Megatron-Core --overlap-moe-expert-parallel-comm)")
+    recompute_modules: str = spec("core_attn", group=PAR, doc="with recompute=selective: comma-separated "
+                                  "core_attn, layernorm, moe_act, moe, mlp, shared_experts, mla_up_proj")
     global_batch_size: int = spec(1536, group=TRAIN, domain=POSITIVE_INT, doc="sequences per iteration")
     seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
@@ -82,8 +92,20 @@ class ParallelPlan:
 
     @property
     def chunks(self) -> int:
-        """Model chunks per pipeline stage (virtual stages of the interleaved schedule)."""
-        return self.virtual_stages if self.schedule == Schedule.INTERLEAVED else 1
+        """Model chunks per pipeline stage (virtual stages of the interleaved schedule; 2 for the V-shaped
+        schedules; DualPipe's two directions)."""
+        if self.schedule in _TWO_CHUNKS:
+            return 2
+        return self.virtual_stages if self.schedule is _INTERLEAVED else 1
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree: the stage's tp*dp*cp ranks over etp*ep (Megatron-Core's EDP)."""
+        return max(1, self.tp * self.dp * self.cp // (self.expert_tp * self.ep))
 
     @property
     def dtype_bytes(self) -> int:

@@ -1,0 +1,147 @@
+"""Mixture-of-experts simulation: expert parallelism in the communication plan, memory and the report."""
+from dataclasses import replace
+
+import pytest
+
+from vtrain import compose
+from vtrain.api import cost_model_for
+from vtrain.comm.ep import expert_parallel_degrees, imbalance_from_expert_load, plan_ep_comms, remote_node_fraction
+from vtrain.comm.plan import Stream, build_comm_plan
+from vtrain.config.build import build_workload
+from vtrain.cost.collectives import GroupPlacement, collective_time_s
+from vtrain.errors import ConfigError
+from vtrain.graph.ops import CollectiveKind, Group
+from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.partition import partition
+
+QWEN = ["+model=qwen3_235b_a22b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=8", "parallelism.dp=16",
+        "parallelism.ep=32", "parallelism.etp=1", "parallelism.schedule=interleaved", "parallelism.virtual_stages=4",
+        "parallelism.account_for_embedding=true",
+        "parallelism.account_for_loss=true", "training.global_batch_size=2048",
+        "training.seq_len=4096", "parallelism.moe_dispatcher=deepep"]
+
+
+def run(overrides):
+    w = build_workload(compose(overrides))
+    return w, simulate_workload(w, cost_model_for(w))[0]
+
+
+@pytest.mark.parametrize("overrides", [
+    QWEN,
+    # 61 layers need an uneven pipeline (issue 12); 62 + embedding + loss split evenly over 16 stages
+    ["+model=deepseek_v3", "model.num_layers=62", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=16",
+     "parallelism.dp=64",
+     "parallelism.ep=64", "parallelism.schedule=dualpipe", "parallelism.sequence_parallel=false",
+     "training.global_batch_size=15360", "training.seq_len=4096", "parallelism.recompute=none",
+     "parallelism.account_for_embedding=true",
+     "parallelism.account_for_loss=true"],
+    ["+model=mixtral_8x22b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=4", "parallelism.dp=16",
+     "parallelism.ep=8", "training.global_batch_size=1024", "training.seq_len=4096"],
+])
+def test_moe_models_simulate_with_exposed_all_to_all_per_stage(overrides):
+    w, r = run(overrides)
+    assert r.iteration_time_s > 0 and 0 < r.mfu < 1
+    for st in r.stages:
+        assert "ep" in st.exposed_comm_by_group and st.exposed_comm_by_group["ep"] >= 0
+        assert st.total_s == pytest.approx(r.iteration_time_s, rel=1e-9)
+        streams = {s.stream: s for s in st.streams}
+        assert streams[Stream.EXPERT.value].busy_s["all_to_all"] >= st.exposed_comm_by_group["ep"] - 1e-12
+
+
+def test_overlap_hides_all_to_all():
+    _, plain = run(QWEN)
+    _, fused = run(QWEN + ["parallelism.overlap_moe_comm=true"])
+    assert fused.breakdown.exposed_comm_by_group["ep"] < 0.5 * plain.breakdown.exposed_comm_by_group["ep"]
+    assert fused.iteration_time_s < plain.iteration_time_s
+
+
+def test_expert_weights_shard_by_ep_and_their_gradients_reduce_over_edp():
+    w, r8 = run(QWEN[:5] + ["parallelism.ep=8"] + QWEN[6:])
+    _, r32 = run(QWEN)
+    assert r32.memory.weights_bytes < r8.memory.weights_bytes
+    part = partition(w.model, w.plan)
+    comm = build_comm_plan(w, part)
+    assert w.plan.expert_dp == 4 and comm.edp_where.size == 4
+    groups = {c.op.group for c in comm.entries() if c.stream == Stream.DATA_PARALLEL}
+    assert Group.EDP in groups and Group.DP in groups
+    dense = sum(part.chunk_params(1, c) - part.chunk_expert_params(1, c) for c in range(part.v))
+    assert sum(c.bytes for c in comm.grad_reduce[1]) == pytest.approx(dense * 4)
+
+
+def test_all_to_all_runs_on_nvlink_inside_the_domain_and_on_the_nics_beyond():
+    w, _ = run(QWEN)
+    c = w.cluster
+    a2a = CollectiveKind.ALL_TO_ALL
+    inside = collective_time_s(a2a, 1e8, GroupPlacement(8, 8), c)
+    across = collective_time_s(a2a, 1e8, GroupPlacement(32, 8), c)
+    assert across > 3 * inside
+    # 24/32 of the buffer leaves the node over the GPU's NIC share: the NIC bound, plus latency/efficiency
+    nic_bound_s = 0.75 * 1e8 / c.inter_node_bytes_per_s_per_gpu
+    assert nic_bound_s < across < 1.5 * nic_bound_s
+
+
+def test_imbalance_scales_experts_and_all_to_all():
+    w, r1 = run(QWEN)
+    w2 = replace(w, model=replace(w.model, moe_imbalance=1.5))
+    r2 = simulate_workload(w2, cost_model_for(w2))[0]
+    assert r2.iteration_time_s > r1.iteration_time_s * 1.1
+    a = plan_ep_comms(w.model, w.plan).enter[0]
+    b = plan_ep_comms(w2.model, w2.plan).enter[0]
+    assert a.kind == CollectiveKind.ALL_TO_ALL and b.bytes == pytest.approx(1.5 * a.bytes)
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    assert remote_node_fraction(128, 8, 1) == 1.0
+    # 4 nodes of 32 experts: a token reaches ~2.72 remote nodes, against 8 * 3/4 = 6 NCCL copies
+    assert remote_node_fraction(128, 8, 4) == pytest.approx(0.454, abs=0.01)
+    assert remote_node_fraction(8, 1, 2) == 1.0  # top-1: nothing to deduplicate
+
+
+def test_imbalance_from_a_measured_histogram():
+    balanced = [[100.0] * 8, [100.0] * 8]
+    assert imbalance_from_expert_load(balanced, 4) == 1.0
+    skewed = [[200, 0, 100, 100, 100, 100, 100, 100]]  # ranks of 2 experts: 200, 200, 200, 200
+    assert imbalance_from_expert_load(skewed, 4) == 1.0
+    hot = [[300, 100, 100, 100, 100, 100, 0, 0]]  # 400, 200, 200, 0 over a mean of 200
+    assert imbalance_from_expert_load(hot, 4) == 2.0
+
+
+def test_valid_expert_parallel_degrees():
+    assert expert_parallel_degrees(128, tp=2, dp=16, etp=1) == [1, 2, 4, 8, 16, 32]
+    assert expert_parallel_degrees(128, tp=2, dp=16) == [1, 2, 4, 8, 16]  # etp defaults to tp
+    assert expert_parallel_degrees(0, tp=8, dp=8) == [1]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["parallelism.ep=3"], "ep=3 must divide num_experts=128"),
+    (["parallelism.ep=16", "parallelism.etp=2", "parallelism.dp=8", "training.global_batch_size=1024"],
+     "ep=16 must divide dp*cp=8"),
+    (["parallelism.ep=8", "parallelism.sequence_parallel=false"],
+     "tp=2 with experts needs sequence_parallel=true"),
+    (["parallelism.recompute=selective", "parallelism.recompute_modules=attn"],
+     "recompute_modules=attn: attn is not one of"),
+])
+def test_expert_parallel_rules_are_one_line_errors(extra, message):
+    with pytest.raises(ConfigError) as err:
+        run(QWEN[:5] + QWEN[6:] + extra)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dense_model_rejects_expert_parallelism():
+    with pytest.raises(ConfigError, match="ep=2, etp=0 need a model with experts"):
+        build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.ep=2"]))
+
+
+def test_memory_lower_bound_never_exceeds_the_simulated_peak_for_moe():
+    from vtrain.sim.memory import memory_lower_bound_bytes
+
+    for ep in (8, 32):
+        w, r = run(QWEN[:5] + [f"parallelism.ep={ep}"] + QWEN[6:])
+        assert memory_lower_bound_bytes(w, w.plan) <= r.peak_memory_bytes
+
+
+def test_expert_tensor_parallel_degrees():
+    from vtrain.comm.ep import expert_tensor_parallel_degrees
+
+    w, _ = run(QWEN)
+    assert expert_tensor_parallel_degrees(w.model, 8) == [1, 2, 4, 8]

@@ -1,0 +1,59 @@
+"""Measured MoE rows: the model column, the MoE/EP columns, skips with a reason for rows that break a rule."""
+import functools
+
+import pytest
+
+from vtrain import compose
+from vtrain.config.compose import load_gpu_config, load_stack_config
+from vtrain.errors import ConfigError
+from vtrain.validation.csv_io import MeasuredRow, read_measurements
+from vtrain.validation.datasets import resolve_dataset
+from vtrain.validation.rows import row_workload
+from vtrain.validation.run import summary_of, validate_rows
+
+ROW = {"model": "qwen3_235b_a22b", "gpu": "h100_sxm", "num_gpus": "256", "global_batch": "2048", "micro_batch": "1",
+       "seq_len": "4096", "tp": "2", "pp": "8", "dp": "16", "ep": "32", "etp": "1", "schedule": "interleaved",
+       "virtual_stages": "4", "moe_dispatcher": "deepep", "recompute": "selective",
+       "recompute_modules": "layernorm,moe_act", "sequence_parallel": "true", "distributed_optimizer": "true",
+       "precision": "bf16", "flash_attention": "true", "account_for_embedding": "true",
+       "account_for_loss": "true", "hidden_size": "", "num_heads": "", "num_layers": "",
+       "iteration_time_ms": "19700"}
+
+
+def workload(**changes):
+    cfg = compose(["+cluster=h100x1024", "+model=tiny"])
+    row = MeasuredRow(1, {**ROW, **changes})
+    return row_workload(row, cfg.cluster, functools.lru_cache(None)(load_gpu_config), load_stack_config,
+                        stack="megatron_core_te")
+
+
+def test_model_column_fills_the_shape_and_row_columns_override_it():
+    w = workload()
+    assert w.model.num_experts == 128 and w.model.num_layers == 94 and w.model.kv_channels == 128
+    assert w.plan.ep == 32 and w.plan.moe_dispatcher.value == "deepep"
+    w2 = workload(moe_top_k="4", moe_imbalance="1.3", capacity_factor="none")
+    assert w2.model.moe_top_k == 4 and w2.model.moe_imbalance == 1.3 and w2.model.capacity_factor is None
+    assert workload(capacity_factor="1.25").model.capacity_factor == 1.25
+
+
+def test_rows_with_context_parallelism_or_zero3_are_modelled():
+    assert workload(cp="2", dp="8").plan.cp == 2
+    assert workload(zero_stage="3").plan.sharding_stage == 3
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"model": "qwen3_next"}, "model=qwen3_next is unknown"),
+    ({"ep": "3"}, "ep=3 must divide num_experts=128"),
+])
+def test_rows_asking_for_what_is_not_modelled_are_skipped(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        workload(**changes)
+
+
+def test_shipped_megatron_moe_rows_simulate_or_skip_with_a_reason():
+    cfg = compose(["+cluster=h100x1024"], require=False)
+    rows = read_measurements(resolve_dataset("megatron_moe_qwen3_h100"))
+    results = validate_rows(rows, cfg, stack="megatron_core_te")
+    simulated = [r for r in results if r.predicted_ms is not None]
+    assert len(simulated) == len(results) == 13 and all(r.predicted_ms > 0 for r in simulated)
+    assert summary_of(results).n == 13
