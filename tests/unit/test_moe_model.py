@@ -20,6 +20,7 @@ PUBLISHED = [
     ("gpt_oss_120b", 116.83, 5.13, False),  # OpenAI gpt-oss model card, Table 1
     ("qwen3_30b_a3b", 30.5, 3.3, True),  # model card (3.3B activated)
     ("llama4_maverick", 400, 17, True),  # Meta, Llama 4 release
+    ("llama4_scout", 109, 17, True),  # Meta, Llama 4 release (Scout: 109B total, 17B active)
 ]
 
 
