@@ -83,7 +83,11 @@ def _precision(raw: str) -> str:
 
 
 def _recompute(raw: str) -> str:
-    a = raw.lower()
+    """Blank (the nvfp4 table does not say): the train config's default, selective per-op AC (the H200 row
+    states it for llama3_8b.toml at e7c0cae: "selective op (llama3_8b.toml default)")."""
+    a = raw.lower().strip()
+    if not a:
+        return "selective_op"
     return "full" if a.startswith("full") else "selective_op" if a.startswith("selective") else "none"
 
 

@@ -17,19 +17,21 @@ from vtrain.validation.run import RowResult, memory_summary_of, summary_of, vali
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
-    """Every input column (unknown ones echoed: a file may carry its own ids), then the results."""
+    """Every input column (unknown ones echoed: a file may carry its own ids), then the results: signed errors
+    (predicted - measured) / measured, the predicted peak memory beside the measured ``peak_memory_gib``."""
     keys: List[str] = list(REQUIRED)
     extra = sorted({k for r in results for k in r.row.values} - set(REQUIRED))
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
-                    "peak_memory_gib", "memory_error_pct", "skipped_reason"])
+                    "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason"])
         for r in results:
             err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
             values = [r.row.values.get(k, "") for k in [*keys, *extra]]
             mem = "" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.2f}"
-            mem_err = "" if r.memory_ape_pct is None else f"{r.memory_ape_pct:.2f}"
+            mem_err = ("" if r.memory_ape_pct is None or r.peak_memory_gib is None or not r.measured_peak_memory_gib
+                       else f"{(r.peak_memory_gib - r.measured_peak_memory_gib) / r.measured_peak_memory_gib * 100:.2f}")
             measured = "" if r.predicted_ms is None else f"{r.measured_ms:.3f}"
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, "" if r.fits is None else r.fits, mem,
                         mem_err, r.skipped_reason or ""])
