@@ -17,11 +17,41 @@ from vtrain.workload.system import ClusterSpec, GpuSpec
 from vtrain.workload.workload import Workload
 
 
+class _NeedsOmegaConf(Exception):
+    """A node the fast walk does not handle (an interpolation, a missing or None container)."""
+
+
+def _plain(node: Any) -> Any:
+    """A config node's plain value without OmegaConf's per-node machinery (several times faster than
+    ``OmegaConf.to_container`` on a cluster group), the same result for nodes without interpolations;
+    anything else raises _NeedsOmegaConf."""
+    content = node.__dict__.get("_content", _NO_CONTENT)
+    if isinstance(content, dict):
+        return {str(k): _plain(v) for k, v in content.items()}
+    if isinstance(content, list):
+        return [_plain(v) for v in content]
+    if content is not _NO_CONTENT:  # a None / missing container
+        raise _NeedsOmegaConf
+    value = node.__dict__.get("_val", _NO_CONTENT)
+    if value is _NO_CONTENT or (isinstance(value, str) and ("${" in value or value == "???")):
+        raise _NeedsOmegaConf
+    return value
+
+
+_NO_CONTENT = object()
+
+
 def as_mapping(node: Any) -> Dict[str, Any]:
     """A config group as a plain dict (a DictConfig resolved, a dataclass instance, or a mapping)."""
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(node, DictConfig):
+        try:
+            fast = _plain(node)
+            assert isinstance(fast, dict)
+            return fast
+        except _NeedsOmegaConf:
+            pass
         try:
             out = OmegaConf.to_container(node, resolve=True)
         except Exception as exc:  # an interpolation that does not resolve, a missing value

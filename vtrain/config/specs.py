@@ -27,6 +27,11 @@ def _hints(cls: type) -> Dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> Tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(cls)
+
+
 def _is_spec(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
@@ -79,6 +84,11 @@ def schema_of(cls: type, group: str = "", name: str = "", overrides: Optional[Ma
 
 
 def _coerce(label: str, raw: Any, tp: Any) -> Any:
+    # the common cases first: a value that already has its field's plain type
+    if tp is float and type(raw) is float:
+        return raw
+    if (tp is int and type(raw) is int) or (tp is bool and type(raw) is bool) or (tp is str and type(raw) is str):
+        return raw
     origin = typing.get_origin(tp)
     if origin is typing.Union:  # Optional[X]
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -121,7 +131,7 @@ def spec_from(cls: Type[T], data: Mapping[str, Any], prefix: str, group: str = "
     are (e.g. an already built nested spec). Errors name ``prefix.field``."""
     hints = _hints(typing.cast(type, cls))
     kwargs: Dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in _fields(typing.cast(type, cls)):
         if f.name in given:
             kwargs[f.name] = given[f.name]
             continue
