@@ -14,7 +14,7 @@ from vtrain.graph.fusion import fuse_elementwise
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.engine import PipelineRun
-from vtrain.sim.launch import COMM_GROUPS
+from vtrain.sim.launch import COMM_GROUPS, PassCost
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
 from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
@@ -46,6 +46,25 @@ class SimulationTrace:
         return self.run.end[i] - self.durations[self.schedule.dur_key[i]] - self.run.host[i]
 
 
+def _pass_sums(passes: Tuple[PassCost, ...]) -> Tuple[float, ...]:
+    """(GPU compute, in-pass comm, host, side-stream comm, comm by group...) summed over a stage's passes;
+    stages built from the same priced passes share one sum (most stages of a uniform pipeline)."""
+    key = tuple(id(c) for c in passes)
+    hit = _SUMS.get(key)
+    if hit is not None and hit[0] == passes:
+        return hit[1]
+    out = (sum(c.gpu_compute_s for c in passes), sum(c.comm_s for c in passes), sum(c.host_s for c in passes),
+           sum(c.side_comm_s for c in passes),
+           *(sum(c.comm_by_group[i] for c in passes) for i in range(len(COMM_GROUPS))))
+    if len(_SUMS) > 64:
+        _SUMS.clear()
+    _SUMS[key] = (passes, out)
+    return out
+
+
+_SUMS: Dict[Tuple[int, ...], Tuple[Tuple[PassCost, ...], Tuple[float, ...]]] = {}
+
+
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
                      tail: StageTail, iteration: float, peak_bytes: float) -> StageBreakdown:
     m = w.plan.num_microbatches
@@ -56,11 +75,12 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
         compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk, moe or bool(sc.fused))
     else:
         passes, per_chunk, ep, a2a = sc.forward[s] + sc.backward[s], m, 0.0, 0.0
-        compute = m * sum(c.gpu_compute_s for c in passes)
-        tp = m * sum(c.comm_s for c in passes)
+        sums = _pass_sums(passes)
+        compute, tp = m * sums[0], m * sums[1]
     overhead = w.stack.iteration_overhead_s
+    sums = _pass_sums(passes)
     # exposed in-pass communication by group: CP and FSDP from the passes, EP as the schedule hid it, TP the rest
-    groups = {g: per_chunk * sum(c.comm_by_group[i] for c in passes) for i, g in enumerate(COMM_GROUPS)}
+    groups = {g: per_chunk * sums[4 + i] for i, g in enumerate(COMM_GROUPS)}
     groups["ep"] = ep
     groups["tp"] = tp - groups["cp"] - groups["fsdp"]
     groups.update(pp=pipe.p2p_s[s], dp=tail.dp_exposed_s + tail.param_gather_s, embedding=tail.embedding_s)
@@ -71,8 +91,8 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
     for c in range(part.v):
         q = part.position(s, c)
         pp_busy += m * ((sc.p2p_fwd_s[q + 1] if q + 1 < part.positions else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
-    host_busy = per_chunk * sum(c.host_s for c in passes) + overhead
-    side = per_chunk * sum(c.side_comm_s for c in passes)
+    host_busy = per_chunk * sums[2] + overhead
+    side = per_chunk * sums[3]
     busy = {"compute": compute, "in_stream_comm": tp, "optimizer": tail.optimizer_s}
     if moe:
         busy["ep_comm"] = ep
