@@ -24,7 +24,7 @@ def fmt_energy(kwh: float) -> str:
     for scale, unit in ((1e6, "GWh"), (1e3, "MWh")):
         if abs(kwh) >= scale:
             return f"{kwh / scale:,.1f} {unit}"
-    return f"{kwh:,.1f} kWh"
+    return f"{kwh:,.2f} kWh" if abs(kwh) < 10 else f"{kwh:,.1f} kWh"
 
 
 def fmt_mass_kg(kg: float) -> str:
