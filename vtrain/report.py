@@ -80,6 +80,12 @@ class Report:
     provenance: Dict[str, str] = field(default_factory=dict)  # "gpu.<constant>" / "stack.<constant>" -> source
     extrapolated_ops: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    # energy (vtrain/sim/energy.py): IT power of the GPUs used and their nodes' share, times the site's PUE
+    energy_kwh_per_iteration: float = 0.0
+    energy_kwh: float = 0.0  # the whole training (iterations x per iteration)
+    avg_power_w_per_gpu: float = 0.0  # GPU plus its share of the node, averaged over the iteration; no PUE
+    co2_kg: float = 0.0  # energy_kwh x pricing.grid_kg_co2_per_kwh
+    energy_cost_usd: float = 0.0  # energy_kwh x pricing.usd_per_kwh (on-premises; not part of cost_usd)
 
     @property
     def breakdown(self) -> StageBreakdown:

@@ -19,6 +19,18 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+def fmt_energy(kwh: float) -> str:
+    """kWh with an SI prefix: 950 kWh, 1.2 MWh, 3.4 GWh."""
+    for scale, unit in ((1e6, "GWh"), (1e3, "MWh")):
+        if abs(kwh) >= scale:
+            return f"{kwh / scale:,.1f} {unit}"
+    return f"{kwh:,.2f} kWh" if abs(kwh) < 10 else f"{kwh:,.1f} kWh"
+
+
+def fmt_mass_kg(kg: float) -> str:
+    return f"{kg / 1e3:,.1f} t" if abs(kg) >= 1e3 else f"{kg:,.1f} kg"
+
+
 def plan_label(plan: Mapping[str, Any] | ParallelPlan) -> str:
     if isinstance(plan, ParallelPlan):
         plan = plan.as_dict()
@@ -46,7 +58,8 @@ def headline(r: Report) -> Dict[str, Any]:
                     + ("" if r.fits else ", DOES NOT FIT"),
             "plan": plan_label(r.plan), "gpus": r.gpus_used, "iteration_time_s": r.iteration_time_s,
             "days_to_train": days, "cost_usd": r.cost_usd, "mfu_pct": r.mfu * 100,
-            "peak_memory_gib": r.peak_memory_bytes / GIB, "fits": r.fits}
+            "peak_memory_gib": r.peak_memory_bytes / GIB, "fits": r.fits, "energy_kwh": r.energy_kwh,
+            "co2_kg": r.co2_kg}
 
 
 def render_report(r: Report) -> str:
@@ -65,6 +78,9 @@ def render_report(r: Report) -> str:
         f"{r.memory.activations_bytes / GIB:.1f}, other {r.memory.other_bytes / GIB:.1f} GiB)",
         f"time to train: {fmt_duration(r.time_to_train_s)} ({r.iterations:,.0f} iterations), "
         f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at ${r.usd_per_gpu_hour:.2f}/GPU-hour",
+        f"energy: {fmt_energy(r.energy_kwh)} to train ({fmt_energy(r.energy_kwh_per_iteration)} per iteration, "
+        f"site PUE included; {r.avg_power_w_per_gpu:,.0f} W per GPU with its node share), "
+        f"{fmt_mass_kg(r.co2_kg)} CO2, ${r.energy_cost_usd:,.0f} of electricity (on-premises; not in the cost above)",
     ]
     fitted = sorted({v.split(",")[0] for v in r.provenance.values() if v.startswith("fitted")})
     lines.append(f"stack: {r.stack}; constants: " + (("; ".join(fitted)) if fitted else "none fitted") +

@@ -10,11 +10,12 @@ from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_choice, check_model, check_plan, require
 from vtrain.errors import ConfigError
 from vtrain.workload.enums import CostModelKind, PositionEmbedding
+from vtrain.workload.fields import NON_NEGATIVE, check_value
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import PAR, TRAIN, ParallelPlan
 from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec, GpuSpec
-from vtrain.workload.workload import Workload
+from vtrain.workload.workload import GRID_KG_CO2_PER_KWH, USD_PER_KWH, Workload
 
 
 class _NeedsOmegaConf(Exception):
@@ -136,5 +137,10 @@ def build_workload(cfg: Any) -> Workload:
             f"pricing.usd_per_gpu_hour.{gpu.name}={usd} must be a finite number >= 0")
     cost_kind = str(_node(cfg.cost, "model"))
     check_choice("cost.model", cost_kind, [k.value for k in CostModelKind])
+    energy = {}
+    for key, default in (("usd_per_kwh", USD_PER_KWH), ("grid_kg_co2_per_kwh", GRID_KG_CO2_PER_KWH)):
+        value = pricing.get(key, default)
+        check_value(f"pricing.{key}", value, NON_NEGATIVE)
+        energy[key] = float(value)
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack, usd_per_gpu_hour=float(usd),
-                    cost_model=cost_kind)
+                    cost_model=cost_kind, **energy)

@@ -19,6 +19,7 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import PAR, TRAIN, ParallelPlan
 from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec, GpuSpec, NetworkTier
+from vtrain.workload.workload import GRID_KG_CO2_PER_KWH, USD_PER_KWH
 
 # --- schemas generated from the workload specs (one definition of each value: vtrain/workload)
 if TYPE_CHECKING:  # generated classes: plain Any for the type checker
@@ -44,6 +45,8 @@ class PricingConfig:
     name: str = MISSING
     source: str = ""
     usd_per_gpu_hour: Dict[str, float] = field(default_factory=dict)  # by gpu config name
+    usd_per_kwh: float = USD_PER_KWH  # energy, for on-premises cost (energy_cost_usd); not added to cost_usd
+    grid_kg_co2_per_kwh: float = GRID_KG_CO2_PER_KWH  # grid carbon intensity (co2_kg)
 
 
 @dataclass

@@ -23,8 +23,9 @@ GIB = 2**30
 MAXIMIZED = frozenset({"mfu", "hfu", "tokens_per_s"})  # every other objective is minimised
 NUMERIC_REPORT_FIELDS = frozenset({
     "iteration_time_s", "peak_memory_bytes", "mfu", "hfu", "tokens_per_s", "time_to_train_s",
-    "gpu_hours", "cost_usd", "gpus_used"})
-METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
+    "gpu_hours", "cost_usd", "gpus_used", "energy_kwh", "co2_kg"})
+METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used",
+           "energy_kwh", "co2_kg")
 
 
 def directions(objectives: Sequence[str]) -> List[str]:
@@ -54,7 +55,7 @@ class Outcome:
 def report_metrics(r: Report) -> Dict[str, float]:
     return {"iteration_time_s": r.iteration_time_s, "time_to_train_s": r.time_to_train_s,
             "cost_usd": r.cost_usd, "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
-            "fits": float(r.fits), "gpus_used": float(r.gpus_used)}
+            "fits": float(r.fits), "gpus_used": float(r.gpus_used), "energy_kwh": r.energy_kwh, "co2_kg": r.co2_kg}
 
 
 class Evaluator:

@@ -13,6 +13,7 @@ from vtrain.graph.builder import build_model_graph
 from vtrain.graph.fusion import fuse_elementwise
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
+from vtrain.sim.energy import energy
 from vtrain.sim.engine import PipelineRun
 from vtrain.sim.launch import COMM_GROUPS, PassCost
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
@@ -200,6 +201,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     time_to_train = iterations * iteration
     gpu_hours = gpus * time_to_train / 3600.0
     prov = _provenance(w)
+    e = energy(stages, iteration, iterations, gpus, cluster, w.usd_per_kwh, w.grid_kg_co2_per_kwh)
     report = Report(
         model=model.name, cluster=cluster.name, gpu=gpu.name, plan=plan,
         iteration_time_s=iteration, stages=stages, peak_memory_bytes=peak, memory=mems[peak_stage],
@@ -209,7 +211,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         iterations=iterations, time_to_train_s=time_to_train, gpu_hours=gpu_hours,
         cost_usd=gpu_hours * w.usd_per_gpu_hour, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
         cost_model=cost.name, stack=stack.name, provenance=prov, extrapolated_ops=tuple(sorted(cost.extrapolated())),
-        notes=_notes(prov))
+        notes=_notes(prov), energy_kwh_per_iteration=e.energy_kwh_per_iteration, energy_kwh=e.energy_kwh,
+        avg_power_w_per_gpu=e.avg_power_w_per_gpu, co2_kg=e.co2_kg, energy_cost_usd=e.energy_cost_usd)
     trace = None
     if keep_trace:
         trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m,

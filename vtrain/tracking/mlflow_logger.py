@@ -29,7 +29,8 @@ from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.tracking import mlflow_writer as mw
 from vtrain.tracking.store import artifact_root, prepare_store, store_lock, tracking_uri
 
-CHILD_METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
+CHILD_METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used",
+                 "energy_kwh", "co2_kg")
 TABLE = "trials_table.json"
 
 
@@ -116,7 +117,7 @@ def _parent_metrics(result: SearchResult) -> Dict[str, float]:
                            "within_constraints": len(result.satisfying), "pareto_size": len(result.front),
                            "simulations": result.simulations, "search_wall_s": result.wall_s}
     for name, rec in result.best.items():
-        for k in ("time_to_train_s", "cost_usd", "mfu", "iteration_time_s", "gpus_used"):
+        for k in ("time_to_train_s", "cost_usd", "mfu", "iteration_time_s", "gpus_used", "energy_kwh", "co2_kg"):
             if k in rec.metrics:
                 m[f"best_{name}.{k}"] = rec.metrics[k]
         m.update({f"best_{name}.{k}": v for k, v in human_metrics(rec.metrics).items()})

@@ -14,6 +14,9 @@ from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POS
 GIB = 2**30  # binary gibibyte, for capacities
 GB = 10**9  # SI gigabyte, for bandwidths
 TFLOPS = 10**12
+# assumed: a modern purpose-built (AI) site; between hyperscale fleets (Google: 1.10, Q2 2021) and the
+# industry average (Uptime Institute Global Data Center Survey 2023: 1.58)
+DEFAULT_PUE = 1.2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +121,12 @@ class ClusterSpec:
     hierarchical_overlap: float = spec(0.0, domain=Domain(lo=0.0, hi=1.0),
                                        doc="share of the shorter phase of a multi-domain collective hidden "
                                            "under the longer (0: in sequence; 1: pipelined)")
+    # energy (vtrain/sim/energy.py; README: Energy)
+    node_overhead_w: float = spec(0.0, unit="W", domain=NON_NEGATIVE,
+                                  doc="power of a node besides its GPUs: CPUs, memory, NICs, NVSwitches, fans, and "
+                                      "its share of the scale-out switches (0: GPUs only); shared by its GPUs")
+    pue: float = spec(DEFAULT_PUE, domain=Domain(lo=1.0),
+                      doc="site power usage effectiveness: facility power / IT power (cooling, power delivery)")
 
     @property
     def num_gpus(self) -> int:

@@ -8,6 +8,14 @@ from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec
 
+# Defaults of the pricing config's energy fields (README: Energy).
+# EIA, "How much carbon dioxide is produced per kilowatthour of U.S. electricity generation?" (FAQ): 2022
+# utility-scale generation, 1.65e9 t CO2 / 4.23e12 kWh = 0.39 kg/kWh (0.86 lb/kWh), the US average.
+GRID_KG_CO2_PER_KWH = 0.39
+# EIA, Electric Power Annual 2023, average revenue per kWh by state and sector: Virginia (the largest US
+# data-center market, AWS us-east-1) industrial 8.92 cents/kWh (commercial 8.95).
+USD_PER_KWH = 0.0892
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -17,6 +25,8 @@ class Workload:
     stack: StackSpec
     usd_per_gpu_hour: float
     cost_model: str = "analytical"
+    usd_per_kwh: float = USD_PER_KWH  # energy price (on-premises); a cloud GPU-hour price already includes it
+    grid_kg_co2_per_kwh: float = GRID_KG_CO2_PER_KWH
 
     @property
     def tokens_to_train(self) -> float:
