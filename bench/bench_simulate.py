@@ -35,7 +35,8 @@ CASES: Dict[str, List[str]] = {
         "training.seq_len=8192", "training.global_batch_size=512"],
     "Qwen3-235B-A22B, EP32, VPP4, 256 H100": [
         "+model=qwen3_235b_a22b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=8",
-        "parallelism.dp=16", "parallelism.ep=32", "parallelism.etp=1", "parallelism.schedule=interleaved", "parallelism.virtual_stages=4",
+        "parallelism.dp=16", "parallelism.ep=32", "parallelism.etp=1", "parallelism.schedule=interleaved",
+        "parallelism.virtual_stages=4",
         "parallelism.moe_dispatcher=deepep", "parallelism.sequence_parallel=true", "parallelism.micro_batch_size=1",
         "training.seq_len=4096", "training.global_batch_size=2048"],
     "DeepSeek-V3, PP16 x EP64, DualPipe, 2,048 H800": [

@@ -122,12 +122,12 @@ def test_ctrl_c_during_a_search_is_one_line(tmp_path):
                           "search.progress_bar=false", "search.n_trials=100000", f"hydra.run.dir={tmp_path}/run"],
                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not (tmp_path / "run" / "optuna.db").exists():
+    while time.time() < deadline and not (tmp_path / "run" / "optuna.journal").exists():
         time.sleep(0.2)
     time.sleep(2.0)  # inside the trials
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err[-2000:]
     assert err.strip().splitlines() == ["vtrain: interrupted (Ctrl-C); finished trials and written files are kept"]
-    assert (tmp_path / "run" / "optuna.db").is_file()  # kept: the study resumes
+    assert (tmp_path / "run" / "optuna.journal").is_file()  # kept: the study resumes
     assert os.path.isdir(tmp_path / "run")

@@ -30,8 +30,8 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
             values = [r.row.values.get(k, "") for k in [*keys, *extra]]
             mem = "" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.2f}"
-            mem_err = ("" if r.memory_ape_pct is None or r.peak_memory_gib is None or not r.measured_peak_memory_gib
-                       else f"{(r.peak_memory_gib - r.measured_peak_memory_gib) / r.measured_peak_memory_gib * 100:.2f}")
+            pm, mm = r.peak_memory_gib, r.measured_peak_memory_gib
+            mem_err = "" if pm is None or not mm else f"{(pm - mm) / mm * 100:.2f}"
             measured = "" if r.predicted_ms is None else f"{r.measured_ms:.3f}"
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, "" if r.fits is None else r.fits, mem,
                         mem_err, r.skipped_reason or ""])
