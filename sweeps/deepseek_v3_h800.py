@@ -18,6 +18,7 @@ from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
 from vtrain.search.labels import fmt_days, fmt_usd, plan_label
 from vtrain.search.run import run_search
+from vtrain.workload.enums import Recompute
 
 GIB = 2**30
 PRESET = ["+experiment=deepseek_v3_h800", "tracking=off", "search.progress_bar=false"]
@@ -54,10 +55,10 @@ def main(argv: List[str]) -> int:
         print(f"{what}: {plan_label(rec.plan or {})} on {rec.metrics['gpus_used']:.0f} GPUs: "
               f"{fmt_days(rec.metrics['time_to_train_s'])}, {fmt_usd(rec.metrics['cost_usd'])}")
     ev = result.context.evaluator
-    published = dataclasses.replace(build_workload(compose([*PRESET, *argv])).plan)
+    published = build_workload(compose([*PRESET, *argv])).plan
     describe("published", ev, published, times, costs)
-    describe("published, full recompute", ev, dataclasses.replace(published, recompute=type(published.recompute)("full")),
-             times, costs)
+    full = dataclasses.replace(published, recompute=Recompute.FULL)
+    describe("published, full recompute", ev, full, times, costs)
     return 0
 
 

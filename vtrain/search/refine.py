@@ -8,8 +8,9 @@ pipeline depth). A neighbour differs from a front plan in one field — any othe
 first, dp re-balanced to keep the GPU count), the next dp, micro-batch or virtual-stage value,
 another schedule, recompute mode, sequence-parallel setting, the next ZeRO stage, cp (dp re-balanced),
 precision, ep, etp or dispatcher — or in tp and pp together (trading one for the other). A neighbour that
-overflows memory is repaired (a higher ZeRO stage, smaller micro-batch, then stronger recompute). Only cheap checks run here (validity, memory lower bound,
-already evaluated); the neighbours are then enqueued as ordinary trials of the same study.
+overflows memory is repaired (a higher ZeRO stage, smaller micro-batch, then stronger recompute). Only
+cheap checks run here (validity, memory lower bound, already evaluated); the neighbours are then
+enqueued as ordinary trials of the same study.
 """
 from __future__ import annotations
 
