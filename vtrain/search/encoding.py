@@ -3,7 +3,10 @@
 Each parameter holds the plan's own value (``dp`` is the data-parallel degree, not a share), with a
 fixed list of choices per name, as Optuna's samplers need. Every parameter is drawn in every trial and
 the plan ignores those that do not apply (``virtual_stages`` without the interleaved schedule,
-``sequence_parallel`` at tp=1, ``distributed_optimizer`` at dp=1; see :func:`canonical`): NSGA-II
+``sequence_parallel`` at tp=1, ``zero_stage`` at dp*cp=1, ``etp`` equal to tp; see :func:`canonical`). The
+ZeRO stage is one parameter, ``zero_stage`` (``distributed_optimizer`` follows from it); ``cp``,
+``precision``, ``ep``, ``etp`` and ``moe_dispatcher`` are parameters only when their search list has more
+than one choice (MoE fields only for a model with experts). NSGA-II
 varies only the parameters all finished trials share (Optuna's intersection search space) and samples
 the others at random, which would scramble a good parent's schedule. A (tp, pp, dp) whose GPU count
 is outside the searched range is :class:`Infeasible` (NSGA-II children are re-drawn before that,
@@ -29,7 +32,9 @@ def choices(space: PlanSpace) -> Dict[str, Sequence[Any]]:
         "tp": space.tp, "pp": space.pp, "dp": space.dp_values, "micro_batch_size": space.micro_batch_sizes,
         "schedule": [_raw(s) for s in space.schedules], "virtual_stages": space.virtual_stages,
         "recompute": [_raw(r) for r in space.recompute], "sequence_parallel": space.sequence_parallel,
-        "distributed_optimizer": space.distributed_optimizer}
+        "zero_stage": space.zero_stages, "cp": space.cp, "precision": [_raw(x) for x in space.precision_choices],
+        "ep": space.ep_choices, "etp": space.etp_choices,
+        "moe_dispatcher": [_raw(x) for x in space.dispatcher_choices]}
     return {k: list(v) for k, v in every.items() if len(v) > 1}
 
 
@@ -53,16 +58,22 @@ def suggest_plan(trial: Any, space: PlanSpace) -> ParallelPlan:
     v = _pick(trial, "virtual_stages", space.virtual_stages) if space.virtual_stages else 1
     rc = _pick(trial, "recompute", space.recompute)
     sp = _pick(trial, "sequence_parallel", space.sequence_parallel)
-    do = _pick(trial, "distributed_optimizer", space.distributed_optimizer)
+    zs = _pick(trial, "zero_stage", space.zero_stages)
+    cp = _pick(trial, "cp", space.cp)
+    prec = _pick(trial, "precision", space.precision_choices)
+    ep = _pick(trial, "ep", space.ep_choices)
+    etp = _pick(trial, "etp", space.etp_choices)
+    disp = _pick(trial, "moe_dispatcher", space.dispatcher_choices)
     if sched == Schedule.INTERLEAVED and not space.virtual_stages:
         raise Infeasible("schedule=interleaved needs search.virtual_stages with a value > 1")
     if sched != Schedule.INTERLEAVED:
         v = 1
     if tp == 1 or space.base.seq_len % tp:
         sp = False
-    plan = canonical(dataclasses.replace(space.base, tp=tp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
-                                         virtual_stages=v, recompute=rc, sequence_parallel=sp,
-                                         distributed_optimizer=do))
+    plan = canonical(dataclasses.replace(space.base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
+                                         virtual_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=zs,
+                                         distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp,
+                                         moe_dispatcher=disp), space.model)
     reason = check(space, plan)
     if reason is not None:
         raise Infeasible(reason)
@@ -75,8 +86,14 @@ def trial_params(space: PlanSpace, plan: ParallelPlan) -> Dict[str, Any]:
               "schedule": _raw(plan.schedule), "recompute": _raw(plan.recompute),
               "virtual_stages": plan.virtual_stages if plan.virtual_stages in space.virtual_stages
               else (space.virtual_stages[0] if space.virtual_stages else 1),
-              "sequence_parallel": plan.sequence_parallel, "distributed_optimizer": plan.distributed_optimizer}
-    return {name: values[name] for name in choices(space)}
+              "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.sharding_stage, "cp": plan.cp,
+              "precision": _raw(plan.precision), "ep": plan.ep, "etp": plan.etp,
+              "moe_dispatcher": _raw(plan.moe_dispatcher)}
+    options = choices(space)
+    if "etp" in options and plan.etp not in options["etp"] and plan.tp in options["etp"]:
+        values["etp"] = plan.tp  # canonical etp=0 means tp: draw it as tp
+    # a value canonical collapsed (zero_stage at dp*cp=1, sequence_parallel at tp=1): any choice decodes alike
+    return {name: values[name] if values[name] in opts else opts[0] for name, opts in options.items()}
 
 
 def decode(space: PlanSpace, params: Dict[str, Any]) -> ParallelPlan:

@@ -1,6 +1,8 @@
 """One plan notation for everything the search prints or writes: ``(tp, pp, dp)`` first, then the rest.
 
     (4, 8, 32) mb=1 interleaved x4 rc=selective sp dist-opt      # under the header "(tp, pp, dp) ..."
+    (1, 16, 128) mb=1 dualpipe rc=full dist-opt ep=64 deepep fp8_blockwise   # cp, ep, etp, ZeRO-2/3, precision
+                                                                             # appear when they are set
     (tp, pp, dp) = (4, 8, 32), mb=1, interleaved x4, rc=selective, sp, dist-opt      # in a sentence
 """
 from __future__ import annotations
@@ -22,8 +24,22 @@ def _parts(plan: Mapping[str, Any]) -> List[str]:
     parts = [f"mb={plan['micro_batch_size']}", sched, f"rc={_raw(plan['recompute'])}"]
     if plan.get("sequence_parallel"):
         parts.append("sp")
-    if plan.get("distributed_optimizer"):
+    stage = int(plan.get("zero_stage", 0) or 0)
+    if stage >= 2:
+        parts.append(f"zero-{stage}")
+    elif plan.get("distributed_optimizer") or stage == 1:
         parts.append("dist-opt")
+    if int(plan.get("cp", 1) or 1) > 1:
+        parts.append(f"cp={plan['cp']}")
+    if int(plan.get("ep", 1) or 1) > 1:  # MoE: expert parallelism and its dispatcher
+        parts.append(f"ep={plan['ep']}")
+        if plan.get("moe_dispatcher"):
+            parts.append(str(_raw(plan["moe_dispatcher"])))
+    if int(plan.get("etp", 0) or 0) and int(plan["etp"]) != int(plan["tp"]):
+        parts.append(f"etp={plan['etp']}")
+    precision = str(_raw(plan.get("precision", "bf16")))
+    if precision != "bf16":  # the default training precision is not repeated on every line
+        parts.append(precision)
     return parts
 
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Sequence
 
 from vtrain.search.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
-from vtrain.search.space import SEARCHED_FIELDS
+from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS
 from vtrain.tracking.tables import write_csv
 
 METRIC_COLUMNS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
@@ -29,11 +29,12 @@ SCALE = {"time_to_train_s": 1 / DAY_S, "cost_usd": 1e-6}
 
 
 def plan_overrides(plan: Dict[str, Any]) -> List[str]:
-    """``parallelism.<field>=<value>`` for every searched field (booleans as true/false)."""
+    """``parallelism.<field>=<value>`` (``training.precision``) for every searched field the record holds
+    (booleans as true/false)."""
     def fmt(v: Any) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)
 
-    return [f"parallelism.{k}={fmt(plan[k])}" for k in SEARCHED_FIELDS]
+    return [f"{FIELD_GROUP[k]}.{k}={fmt(plan[k])}" for k in SEARCHED_FIELDS if k in plan]
 
 
 def simulate_command(result: SearchResult, rec: TrialRecord) -> str:

@@ -6,10 +6,11 @@ NSGA-II finds the right region of the plan space quickly but, in a discrete spac
 trials, often stops a few moves short of the best plan (one more data-parallel replica, another
 pipeline depth). A neighbour differs from a front plan in one field — any other tp or pp (nearest
 first, dp re-balanced to keep the GPU count), the next dp, micro-batch or virtual-stage value,
-another schedule, recompute mode, sequence-parallel or distributed-optimizer setting — or in tp and
-pp together (trading one for the other). A neighbour that overflows memory is repaired (smaller
-micro-batch, then stronger recompute). Only cheap checks run here (validity, memory lower bound,
-already evaluated); the neighbours are then enqueued as ordinary trials of the same study.
+another schedule, recompute mode, sequence-parallel setting, the next ZeRO stage, cp (dp re-balanced),
+precision, ep, etp or dispatcher — or in tp and pp together (trading one for the other). A neighbour that
+overflows memory is repaired (a higher ZeRO stage, smaller micro-batch, then stronger recompute). Only
+cheap checks run here (validity, memory lower bound, already evaluated); the neighbours are then
+enqueued as ordinary trials of the same study.
 """
 from __future__ import annotations
 
@@ -39,28 +40,40 @@ def _by_distance(choices: Sequence, value) -> List:
     return [c for _, c in sorted((abs(j - i), c) for j, c in enumerate(choices) if j != i)]
 
 
-def _closest_dp(space: PlanSpace, tp: int, pp: int, gpus: int) -> Iterator[int]:
-    dps = space.dp_choices(tp, pp)
+def _closest_dp(space: PlanSpace, tp: int, pp: int, gpus: int, cp: int = 1) -> Iterator[int]:
+    dps = space.dp_choices(tp, pp, cp)
     if dps:
-        yield min(dps, key=lambda d: (abs(tp * pp * d - gpus), -d))
+        yield min(dps, key=lambda d: (abs(tp * cp * pp * d - gpus), -d))
 
 
 def neighbours(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
     """Plans one move away from ``plan`` (not yet checked)."""
     r = dataclasses.replace
-    gpus = plan.tp * plan.pp * plan.dp
-    for dp in _adjacent(space.dp_choices(plan.tp, plan.pp)[::-1], plan.dp):
+    gpus, cp = plan.num_gpus, plan.cp
+    for dp in _adjacent(space.dp_choices(plan.tp, plan.pp, cp)[::-1], plan.dp):
         yield r(plan, dp=dp)
     for tp in _by_distance(space.tp, plan.tp):
-        for dp in _closest_dp(space, tp, plan.pp, gpus):
+        for dp in _closest_dp(space, tp, plan.pp, gpus, cp):
             yield r(plan, tp=tp, dp=dp, sequence_parallel=plan.sequence_parallel and tp > 1)
     for pp in _by_distance(space.pp, plan.pp):
-        for dp in _closest_dp(space, plan.tp, pp, gpus):
+        for dp in _closest_dp(space, plan.tp, pp, gpus, cp):
             yield r(plan, pp=pp, dp=dp)
     for tp in _adjacent(space.tp, plan.tp):  # trade tensor for pipeline parallelism (both move)
         for pp in _by_distance(space.pp, plan.pp)[:4]:
-            for dp in _closest_dp(space, tp, pp, gpus):
+            for dp in _closest_dp(space, tp, pp, gpus, cp):
                 yield r(plan, tp=tp, pp=pp, dp=dp, sequence_parallel=plan.sequence_parallel and tp > 1)
+    for c in _adjacent(space.cp, cp):  # trade context for data parallelism
+        for dp in _closest_dp(space, plan.tp, plan.pp, gpus, c):
+            yield r(plan, cp=c, dp=dp)
+    for ep in _adjacent(space.ep_choices, plan.ep):
+        yield r(plan, ep=ep)
+    for etp in space.etp_choices:
+        if etp != plan.etp:
+            yield r(plan, etp=etp)
+    for name, options in (("precision", space.precision_choices), ("moe_dispatcher", space.dispatcher_choices)):
+        for value in options:
+            if value != getattr(plan, name):
+                yield r(plan, **{name: value})
     for mb in _adjacent(space.micro_batch_sizes, plan.micro_batch_size):
         yield r(plan, micro_batch_size=mb)
     for sched in space.schedules:
@@ -75,8 +88,9 @@ def neighbours(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
             yield r(plan, recompute=rc)
     if plan.tp > 1 and len(space.sequence_parallel) > 1:
         yield r(plan, sequence_parallel=not plan.sequence_parallel)
-    if plan.dp > 1 and len(space.distributed_optimizer) > 1:
-        yield r(plan, distributed_optimizer=not plan.distributed_optimizer)
+    if plan.dp * plan.cp > 1:
+        for z in _adjacent(space.zero_stages, plan.sharding_stage):
+            yield r(plan, zero_stage=z, distributed_optimizer=z >= 1)
 
 
 def front_plans(ev: Evaluator, directions: Sequence[str], constraints: Any = None) -> List[ParallelPlan]:
@@ -94,12 +108,13 @@ def front_plans(ev: Evaluator, directions: Sequence[str], constraints: Any = Non
 
 
 def repairs(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
-    """The plan, then versions that need less memory, each step kept: the distributed optimizer, sequence
-    parallelism, smaller micro-batches, then stronger recompute (a repair operator: a move that
-    overflows memory is kept and made to fit, not dropped)."""
+    """The plan, then versions that need less memory, each step kept: the next ZeRO stage (the distributed
+    optimizer first), sequence parallelism, smaller micro-batches, then stronger recompute (a repair
+    operator: a move that overflows memory is kept and made to fit, not dropped)."""
     yield plan
-    if plan.dp > 1 and not plan.distributed_optimizer and True in space.distributed_optimizer:
-        plan = dataclasses.replace(plan, distributed_optimizer=True)
+    higher = [z for z in space.zero_stages if z > plan.sharding_stage]
+    if plan.dp * plan.cp > 1 and higher:
+        plan = dataclasses.replace(plan, zero_stage=higher[0], distributed_optimizer=True)
         yield plan
     if plan.tp > 1 and not plan.sequence_parallel and True in space.sequence_parallel:
         plan = dataclasses.replace(plan, sequence_parallel=True)
@@ -133,8 +148,8 @@ def candidates(ev: Evaluator, plans: Iterable[ParallelPlan], limit: int) -> List
     out: List[ParallelPlan] = []
     streams = [neighbours(ev.space, plan) for plan in plans]
     for nb in _round_robin(streams):  # every front plan gets its nearest moves first
-        for fixed in repairs(ev.space, canonical(nb)):
-            fixed = canonical(fixed)
+        for fixed in repairs(ev.space, canonical(nb, ev.space.model)):
+            fixed = canonical(fixed, ev.space.model)
             key = plan_key(fixed)
             if key in seen or check(ev.space, fixed) is not None:
                 continue

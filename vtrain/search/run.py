@@ -19,7 +19,7 @@ from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.settings import check_all
-from vtrain.search.space import SEARCHED_FIELDS, PlanSpace, enumerate_plans, plan_fields, plan_space
+from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, enumerate_plans, plan_fields, plan_space
 from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
@@ -64,7 +64,7 @@ def _one_gpu_plan(cfg: Any) -> Any:
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False)) if OmegaConf.is_config(cfg) else cfg
     with open_dict(cfg):
         cfg.parallelism.update(tp=1, pp=1, dp=1, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
-                               sequence_parallel=False, distributed_optimizer=False)
+                               sequence_parallel=False, distributed_optimizer=False, zero_stage=0, cp=1, ep=1, etp=0)
     return cfg
 
 
@@ -78,7 +78,7 @@ def base_overrides(cfg: Any) -> List[str]:
         given = list(HydraConfig.get().overrides.task)
     except Exception:  # compose API: no Hydra run
         given = []
-    searched = {f"parallelism.{f}" for f in SEARCHED_FIELDS}
+    searched = {f"{FIELD_GROUP[f]}.{f}" for f in SEARCHED_FIELDS}
 
     def keep(o: str) -> bool:
         key = o.lstrip("+~").split("=", 1)[0]
@@ -86,7 +86,8 @@ def base_overrides(cfg: Any) -> List[str]:
 
     kept = [o for o in given if keep(o)]
     groups = {o.lstrip("+~").split("=", 1)[0] for o in kept}
-    lead = [f"+{g}={cfg[g].name}" for g in ("model", "cluster") if g not in groups]
+    # an experiment preset selects its own model and cluster (naming them again is a Hydra error)
+    lead = [] if "experiment" in groups else [f"+{g}={cfg[g].name}" for g in ("model", "cluster") if g not in groups]
     return lead + kept
 
 
@@ -116,10 +117,10 @@ def finish(result: SearchResult) -> SearchResult:
     return result
 
 
-def run_grid(ctx: Context, workers: int, progress_bar: bool) -> List[TrialRecord]:
+def run_grid(ctx: Context, workers: int, progress_bar: bool, max_plans: int = 0) -> List[TrialRecord]:
     from vtrain.search.grid import evaluate_all
 
-    plans = enumerate_plans(ctx.space)
+    plans = enumerate_plans(ctx.space, max_plans)
     bar = _bar(progress_bar, len(plans), "grid")
     try:
         outs = evaluate_all(ctx.evaluator, plans, workers, bar.update if bar else None)
@@ -175,7 +176,7 @@ def run_search(cfg: Any, out_dir: Path, profile: Any = None) -> SearchResult:
     name = url = None
     resumed = stale = 0
     if sampler == "grid":
-        records = run_grid(ctx, int(search.workers), bool(search.progress_bar))
+        records = run_grid(ctx, int(search.workers), bool(search.progress_bar), int(search.get("max_grid_plans", 0)))
     else:
         records, name, url, resumed, stale = run_optuna(ctx, search, out_dir)
     result = SearchResult(

@@ -13,8 +13,10 @@ from vtrain.errors import ConfigError
 
 SAMPLERS = ("nsgaii", "tpe", "random", "grid")
 CHILD_RUNS = ("front", "all", "none")
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe", "interleaved", "zero_bubble", "zbv", "dualpipe", "dualpipev")  # workload.enums.Schedule
+RECOMPUTE = ("none", "selective", "selective_op", "full")  # workload.enums.Recompute
+PRECISIONS = ("fp16", "bf16", "fp32", "fp8", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")  # enums.Precision
+DISPATCHERS = ("alltoall", "allgather", "deepep")  # workload.enums.MoeDispatcher
 
 Rule = Tuple[str, Callable[[Any], bool], str]
 
@@ -62,6 +64,17 @@ SEARCH_RULES: List[Rule] = [
     ("recompute", _list(_one_of(RECOMPUTE)), f"must be a non-empty list of {', '.join(RECOMPUTE)}"),
     ("sequence_parallel", _list(_bool), "must be a non-empty list of true/false"),
     ("distributed_optimizer", _list(_bool), "must be a non-empty list of true/false"),
+    # issue 12: the modern-parallelism choice lists (null: the default stated in config/schema.py SearchConfig)
+    ("pp", _opt(_list(_int(1, 65536))), "must be null (divisors of the layers) or a non-empty list of integers >= 1"),
+    ("zero_stages", _opt(_list(_int(0, 3))), "must be null (from search.distributed_optimizer) or a list of 0..3"),
+    ("cp", _list(_int(1, 65536)), "must be a non-empty list of integers >= 1"),
+    ("precisions", _opt(_list(_one_of(PRECISIONS))), f"must be null (training.precision) or a list of "
+     f"{', '.join(PRECISIONS)}"),
+    ("ep", _opt(_list(_int(1, 65536))), "must be null (every valid degree) or a non-empty list of integers >= 1"),
+    ("etp", _list(_int(0, 65536)), "must be a non-empty list of integers >= 0 (0: tp)"),
+    ("moe_dispatchers", _opt(_list(_one_of(DISPATCHERS))), f"must be null (parallelism.moe_dispatcher) or a "
+     f"list of {', '.join(DISPATCHERS)}"),
+    ("max_grid_plans", _int(0), "must be an integer >= 0 (0: no cap)"),
     ("gpus", _int(0), "must be an integer >= 0 (0: any GPU count)"),
     ("min_gpus", _int(1), "must be an integer >= 1"),
     ("max_gpus", _int(0), "must be an integer >= 0 (0: the cluster's GPUs)"),

@@ -1,4 +1,5 @@
-"""The plan space of a search: which (tp, pp, dp, micro-batch, schedule, recompute, ...) to try.
+"""The plan space of a search: which (tp, cp, pp, dp, micro-batch, schedule, recompute, ZeRO stage,
+precision, ep, etp, dispatcher) to try.
 
 Two views of one space:
 - :func:`enumerate_plans` lists every structurally valid plan (the ``grid`` sampler), and
@@ -11,20 +12,28 @@ Both canonicalise plans so that two plans that simulate identically compare equa
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
+from vtrain.comm.ep import expert_parallel_degrees
 from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError
-from vtrain.workload.enums import Recompute, Schedule
+from vtrain.workload.enums import MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
-from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.plan import PAR, ParallelPlan
 from vtrain.workload.system import ClusterSpec
 
 PlanKey = Tuple[Any, ...]
-# the plan fields a search varies (everything else comes from the composed config)
+# the plan fields a search varies (everything else comes from the composed config); the ones after
+# distributed_optimizer came with issue 12 and keep their base value unless their search.* list names more
 SEARCHED_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "virtual_stages", "recompute",
-                   "sequence_parallel", "distributed_optimizer")
+                   "sequence_parallel", "distributed_optimizer", "zero_stage", "cp", "precision", "ep", "etp",
+                   "moe_dispatcher")
+# the config group of each searched field (``training.precision``, ``parallelism.<the rest>``)
+FIELD_GROUP = {f.name: f.metadata.get("group") or PAR for f in dataclasses.fields(ParallelPlan)
+               if f.name in SEARCHED_FIELDS}
+_ENUMS = {"schedule": Schedule, "recompute": Recompute, "precision": Precision, "moe_dispatcher": MoeDispatcher}
 
 
 class Infeasible(Exception):
@@ -44,15 +53,41 @@ class PlanSpace:
     base: ParallelPlan
     tp: Tuple[int, ...]
     pp: Tuple[int, ...]
-    dp: Tuple[int, ...]  # every candidate, ascending; a plan uses those with tp*pp*dp <= GPUs
+    dp: Tuple[int, ...]  # every candidate, ascending; a plan uses those with tp*cp*pp*dp <= GPUs
     micro_batch_sizes: Tuple[int, ...]
     schedules: Tuple[Schedule, ...]
     virtual_stages: Tuple[int, ...]  # > 1, for the interleaved schedule
     recompute: Tuple[Recompute, ...]
     sequence_parallel: Tuple[bool, ...]
-    distributed_optimizer: Tuple[bool, ...]
+    zero_stages: Tuple[int, ...]  # 0..3; stage >= 1 is Megatron's distributed optimizer (canonical)
+    cp: Tuple[int, ...] = (1,)
+    precisions: Tuple[Precision, ...] = ()  # empty: the base plan's precision
+    ep: Tuple[int, ...] = (1,)  # candidates; a plan's ep must also divide num_experts and dp*cp (check_plan)
+    etp: Tuple[int, ...] = (0,)  # 0: the plan's tp (Megatron-Core's default)
+    moe_dispatchers: Tuple[MoeDispatcher, ...] = ()  # empty: the base plan's dispatcher
     min_gpus: int = 1
     max_gpus: int = 0  # 0: the cluster's GPUs
+
+    @property
+    def distributed_optimizer(self) -> Tuple[bool, ...]:
+        """The distributed-optimizer settings the ZeRO stages give (stage >= 1: true)."""
+        return tuple(sorted({z >= 1 for z in self.zero_stages}))
+
+    @property
+    def precision_choices(self) -> Tuple[Precision, ...]:
+        return self.precisions or (self.base.precision,)
+
+    @property
+    def dispatcher_choices(self) -> Tuple[MoeDispatcher, ...]:
+        return self.moe_dispatchers if self.model.is_moe and self.moe_dispatchers else (self.base.moe_dispatcher,)
+
+    @property
+    def ep_choices(self) -> Tuple[int, ...]:
+        return self.ep if self.model.is_moe else (1,)
+
+    @property
+    def etp_choices(self) -> Tuple[int, ...]:
+        return self.etp if self.model.is_moe else (0,)
 
     @property
     def gpu_limit(self) -> int:
@@ -63,12 +98,14 @@ class PlanSpace:
 
     @property
     def dp_values(self) -> Tuple[int, ...]:
-        """The dp values some (tp, pp) of the space can use, ascending."""
-        return tuple(d for d in self.dp if any(self.gpus_ok(t * p * d) for t in self.tp for p in self.pp))
+        """The dp values some (tp, cp, pp) of the space can use, ascending."""
+        return tuple(d for d in self.dp if any(self.gpus_ok(t * c * p * d) for t in self.tp for c in self.cp
+                                               for p in self.pp))
 
-    def dp_choices(self, tp: int, pp: int) -> Tuple[int, ...]:
-        """dp values whose GPU count tp*pp*dp is allowed for this (tp, pp), largest first (more GPUs first)."""
-        return tuple(d for d in reversed(self.dp) if self.gpus_ok(tp * pp * d))
+    def dp_choices(self, tp: int, pp: int, cp: int = 1) -> Tuple[int, ...]:
+        """dp values whose GPU count tp*cp*pp*dp is allowed for this (tp, cp, pp), largest first (more GPUs
+        first)."""
+        return tuple(d for d in reversed(self.dp) if self.gpus_ok(tp * cp * pp * d))
 
 
 def node_aligned_tp(model: ModelSpec, cluster: ClusterSpec, max_tp: int = 0, cross_node: bool = False
@@ -90,15 +127,23 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
                 schedules: Sequence[Schedule] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED),
                 virtual_stages: Sequence[int] = (2, 4), recompute: Sequence[Recompute] = tuple(Recompute),
                 sequence_parallel: Sequence[bool] = (False, True),
-                distributed_optimizer: Sequence[bool] = (False, True),
+                distributed_optimizer: Sequence[bool] = (False, True), zero_stages: Optional[Sequence[int]] = None,
+                cp: Sequence[int] = (1,), precisions: Sequence[Precision] = (), ep: Optional[Sequence[int]] = None,
+                etp: Sequence[int] = (0,), moe_dispatchers: Sequence[MoeDispatcher] = (),
                 gpus: int = 0, min_gpus: int = 1, max_gpus: int = 0) -> PlanSpace:
     """A plan space from plain values (the search's config and the case studies both build theirs here).
 
     tp: ``tp`` or :func:`node_aligned_tp`; pp: ``pp`` or the divisors of the layers; dp: divisors of the
-    global batch (each replica gets whole sequences); GPU count tp*pp*dp exactly ``gpus`` (0: any) or
-    within [``min_gpus``, ``max_gpus``] (0: the cluster)."""
+    global batch (each replica gets whole sequences); GPU count tp*cp*pp*dp exactly ``gpus`` (0: any) or
+    within [``min_gpus``, ``max_gpus``] (0: the cluster). ZeRO stages: ``zero_stages``, or (None) stage 0
+    and/or 1 from ``distributed_optimizer``. ep (MoE models only; dense: 1): ``ep``, or (None) every degree
+    :func:`vtrain.comm.ep.expert_parallel_degrees` admits for some dp*cp of the cluster."""
     n = cluster.num_gpus
     lo, hi = (gpus, gpus) if gpus else (max(1, min_gpus), max_gpus)
+    stages = tuple(sorted(set(zero_stages))) if zero_stages is not None else \
+        tuple(sorted({1 if d else 0 for d in distributed_optimizer}))
+    if ep is None:  # every divisor of the experts that some tp*dp*cp <= the cluster's GPUs admits
+        ep = expert_parallel_degrees(model.num_experts, 1, n)
     return PlanSpace(
         model=model, cluster=cluster, base=base,
         tp=tuple(tp) if tp is not None else node_aligned_tp(model, cluster, max_tp, cross_node_tp),
@@ -106,36 +151,57 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
         dp=tuple(d for d in divisors(base.global_batch_size) if d <= n),
         micro_batch_sizes=tuple(sorted(set(micro_batch_sizes))), schedules=tuple(schedules),
         virtual_stages=tuple(sorted({v for v in virtual_stages if v > 1})), recompute=tuple(recompute),
-        sequence_parallel=tuple(sequence_parallel), distributed_optimizer=tuple(distributed_optimizer),
+        sequence_parallel=tuple(sequence_parallel), zero_stages=stages,
+        cp=tuple(sorted(set(cp))), precisions=tuple(dict.fromkeys(precisions)),
+        ep=tuple(sorted(set(ep))) if model.is_moe else (1,), etp=tuple(sorted(set(etp))) if model.is_moe else (0,),
+        moe_dispatchers=tuple(dict.fromkeys(moe_dispatchers)) if model.is_moe else (),
         min_gpus=lo, max_gpus=hi)
+
+
+def _ints(search: Any, name: str) -> Optional[List[int]]:
+    value = search.get(name) if hasattr(search, "get") else getattr(search, name, None)
+    return None if value is None else [int(x) for x in value]
 
 
 def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, search: Any) -> PlanSpace:
     """The space of the ``search`` config group (see :class:`vtrain.config.schema.SearchConfig`)."""
+    get = search.get if hasattr(search, "get") else (lambda k, d=None: getattr(search, k, d))
     try:
         schedules = tuple(Schedule(str(s)) for s in search.schedules)
         recompute = tuple(Recompute(str(r)) for r in search.recompute)
+        precisions = tuple(Precision(str(x)) for x in get("precisions") or ())
+        dispatchers = tuple(MoeDispatcher(str(x)) for x in get("moe_dispatchers") or ())
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None
     return build_space(
         model, cluster, base, max_tp=int(search.max_tp), cross_node_tp=bool(search.allow_cross_node_tp),
-        micro_batch_sizes=[int(b) for b in search.micro_batch_sizes], schedules=schedules,
+        pp=_ints(search, "pp"), micro_batch_sizes=[int(b) for b in search.micro_batch_sizes], schedules=schedules,
         virtual_stages=[int(v) for v in search.virtual_stages], recompute=recompute,
         sequence_parallel=[bool(x) for x in search.sequence_parallel],
-        distributed_optimizer=[bool(x) for x in search.distributed_optimizer],
-        gpus=int(search.get("gpus", 0)), min_gpus=int(search.min_gpus), max_gpus=int(search.get("max_gpus", 0)))
+        distributed_optimizer=[bool(x) for x in search.distributed_optimizer], zero_stages=_ints(search, "zero_stages"),
+        cp=_ints(search, "cp") or [1], precisions=precisions, ep=_ints(search, "ep"), etp=_ints(search, "etp") or [0],
+        moe_dispatchers=dispatchers,
+        gpus=int(get("gpus", 0)), min_gpus=int(search.min_gpus), max_gpus=int(get("max_gpus", 0)))
 
 
-def canonical(plan: ParallelPlan) -> ParallelPlan:
-    """Collapse plans that are the same run: no sequence parallelism at tp=1, no distributed
-    optimizer at dp=1 (nothing to shard), virtual_stages=1 unless interleaved."""
+def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> ParallelPlan:
+    """Collapse plans that are the same run: no sequence parallelism at tp=1; one ZeRO stage field (the
+    stage in effect, :attr:`ParallelPlan.sharding_stage`, with ``distributed_optimizer`` = stage >= 1), and
+    stage 0 when dp*cp=1 (nothing to shard); virtual_stages=1 unless interleaved; etp=0 when it equals tp
+    (0 means tp). With ``model`` and a dense one: ep=1, etp=0 and the default dispatcher (no experts)."""
     changes: dict = {}
     if plan.tp == 1 and plan.sequence_parallel:
         changes["sequence_parallel"] = False
-    if plan.dp == 1 and plan.distributed_optimizer:
-        changes["distributed_optimizer"] = False
+    stage = plan.sharding_stage if plan.dp * plan.cp > 1 else 0
+    if stage != plan.zero_stage or (stage >= 1) != plan.distributed_optimizer:
+        changes["zero_stage"], changes["distributed_optimizer"] = stage, stage >= 1
     if plan.schedule != Schedule.INTERLEAVED and plan.virtual_stages != 1:
         changes["virtual_stages"] = 1
+    if plan.etp and plan.etp == plan.tp:
+        changes["etp"] = 0
+    if model is not None and not model.is_moe:
+        dense = {"ep": 1, "etp": 0, "moe_dispatcher": MoeDispatcher.ALLTOALL}
+        changes.update({k: v for k, v in dense.items() if getattr(plan, k) != v})
     return dataclasses.replace(plan, **changes) if changes else plan
 
 
@@ -154,17 +220,19 @@ def plan_fields(plan: ParallelPlan) -> dict:
 
 
 def plan_from_fields(base: ParallelPlan, fields: dict) -> ParallelPlan:
-    """Inverse of :func:`plan_fields` (a stored trial back to a plan)."""
-    f = dict(fields)
-    f["schedule"] = Schedule(f["schedule"])
-    f["recompute"] = Recompute(f["recompute"])
-    return dataclasses.replace(base, **{k: f[k] for k in SEARCHED_FIELDS})
+    """Inverse of :func:`plan_fields` (a stored trial back to a plan); a field the record lacks (a trial
+    stored before that field was searched) keeps the base plan's value."""
+    f = {k: fields[k] for k in SEARCHED_FIELDS if k in fields}
+    for name, enum in _ENUMS.items():
+        if name in f:
+            f[name] = enum(f[name])
+    return dataclasses.replace(base, **f)
 
 
 def check(space: PlanSpace, plan: ParallelPlan) -> Optional[str]:
     """The reason ``plan`` is invalid, or None."""
     if not space.gpus_ok(plan.num_gpus):
-        return (f"tp*pp*dp={plan.num_gpus} GPUs is outside the searched {space.min_gpus}..{space.gpu_limit} "
+        return (f"tp*cp*pp*dp={plan.num_gpus} GPUs is outside the searched {space.min_gpus}..{space.gpu_limit} "
                 "(search.gpus / min_gpus / max_gpus)")
     try:
         check_plan(space.model, plan, space.cluster)
@@ -191,31 +259,48 @@ def pipeline_shape(plan: ParallelPlan) -> Tuple[int, str, int, int]:
     return plan.pp, plan.schedule.value, plan.chunks, plan.num_microbatches
 
 
-def enumerate_plans(space: PlanSpace) -> List[ParallelPlan]:
+def _rest_options(space: PlanSpace, tp: int, cp: int, dp: int) -> List[Tuple[Any, ...]]:
+    """(recompute, sequence_parallel, zero stage, precision, ep, etp, dispatcher) choices for one
+    (tp, cp, dp), without the ones canonical would collapse or check_plan's EP rule would reject."""
+    m = space.model
+    ranks = tp * dp * cp
+    eps = [(e, t) for e in space.ep_choices for t in space.etp_choices
+           if not m.is_moe or (m.num_experts % e == 0 and ranks % ((t or tp) * e) == 0)]
+    return list(itertools.product(
+        space.recompute, space.sequence_parallel if tp > 1 else (False,),
+        space.zero_stages if dp * cp > 1 else (0,), space.precision_choices, eps, space.dispatcher_choices))
+
+
+def enumerate_plans(space: PlanSpace, max_plans: int = 0) -> List[ParallelPlan]:
     """Every valid, canonical plan once, sorted by :func:`pipeline_shape` so that neighbours reuse
-    the simulator's compiled-schedule cache (``vtrain.sim.schedule.compile_schedule``)."""
+    the simulator's compiled-schedule cache (``vtrain.sim.schedule.compile_schedule``). With ``max_plans``
+    > 0, more valid plans than that is a :class:`ConfigError` (``search.max_grid_plans``): each new
+    choice list multiplies the grid."""
     seen = set()
     plans: List[ParallelPlan] = []
     base = space.base
     gbs = base.global_batch_size
-    for pp in space.pp:
-        for tp in space.tp:
-            for dp in space.dp_choices(tp, pp):
-                for mb in space.micro_batch_sizes:
-                    if gbs % (dp * mb):
-                        continue
-                    for sched, v in _schedule_options(space, pp, gbs // (dp * mb)):
-                        for rc in space.recompute:
-                            for sp in (space.sequence_parallel if tp > 1 else (False,)):
-                                for do in (space.distributed_optimizer if dp > 1 else (False,)):
-                                    plan = canonical(dataclasses.replace(
-                                        base, tp=tp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
-                                        virtual_stages=v, recompute=rc, sequence_parallel=sp,
-                                        distributed_optimizer=do))
-                                    key = plan_key(plan)
-                                    if key in seen or check(space, plan) is not None:
-                                        continue
-                                    seen.add(key)
-                                    plans.append(plan)
+    for pp, tp, cp in itertools.product(space.pp, space.tp, space.cp):
+        for dp in space.dp_choices(tp, pp, cp):
+            rest = _rest_options(space, tp, cp, dp)
+            for mb in space.micro_batch_sizes:
+                if gbs % (dp * mb):
+                    continue
+                for sched, v in _schedule_options(space, pp, gbs // (dp * mb)):
+                    for rc, sp, zs, prec, (ep, etp), disp in rest:
+                        plan = canonical(dataclasses.replace(
+                            base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
+                            virtual_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=zs,
+                            distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp, moe_dispatcher=disp),
+                            space.model)
+                        key = plan_key(plan)
+                        if key in seen or check(space, plan) is not None:
+                            continue
+                        seen.add(key)
+                        plans.append(plan)
+                        if max_plans and len(plans) > max_plans:
+                            raise ConfigError(
+                                f"search.max_grid_plans={max_plans}: the grid has more valid plans; shorten the "
+                                "search.* choice lists (zero_stages, cp, precisions, ep, ...) or raise the cap")
     plans.sort(key=pipeline_shape)  # stable: ties keep the loop order
     return plans
