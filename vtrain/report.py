@@ -80,6 +80,15 @@ class Report:
     provenance: Dict[str, str] = field(default_factory=dict)  # "gpu.<constant>" / "stack.<constant>" -> source
     extrapolated_ops: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    # intervals: the calibrated 80% prediction interval (vtrain/sim/intervals.py, vtrain/data/intervals.json);
+    # time to train and cost scale with the iteration time, so they share its relative interval
+    iteration_time_lo_s: float = 0.0
+    iteration_time_hi_s: float = 0.0
+    time_to_train_lo_s: float = 0.0
+    time_to_train_hi_s: float = 0.0
+    cost_lo_usd: float = 0.0
+    cost_hi_usd: float = 0.0
+    interval_regime: str = ""  # the residual class the interval rests on, e.g. fitted/dense/single_node
 
     @property
     def breakdown(self) -> StageBreakdown:

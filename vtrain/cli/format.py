@@ -65,6 +65,9 @@ def render_report(r: Report) -> str:
         f"{r.memory.activations_bytes / GIB:.1f}, other {r.memory.other_bytes / GIB:.1f} GiB)",
         f"time to train: {fmt_duration(r.time_to_train_s)} ({r.iterations:,.0f} iterations), "
         f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at ${r.usd_per_gpu_hour:.2f}/GPU-hour",
+        f"80% interval: iteration {fmt_duration(r.iteration_time_lo_s)} to {fmt_duration(r.iteration_time_hi_s)}, "
+        f"time to train {fmt_duration(r.time_to_train_lo_s)} to {fmt_duration(r.time_to_train_hi_s)}, "
+        f"${r.cost_lo_usd:,.0f} to ${r.cost_hi_usd:,.0f} (residuals of class {r.interval_regime})",
     ]
     fitted = sorted({v.split(",")[0] for v in r.provenance.values() if v.startswith("fitted")})
     lines.append(f"stack: {r.stack}; constants: " + (("; ".join(fitted)) if fitted else "none fitted") +
