@@ -127,8 +127,10 @@ def sensitivity(datasets: Sequence[Dataset], c: Constants, names: Sequence[str] 
     return out
 
 
-def at_bound(name: str, value: float, tol: float = 0.01) -> str:
-    """"lower" / "upper" when ``value`` lies within ``tol`` of its bound's log-range from it, else ""."""
+def at_bound(name: str, value: float, tol: float = 0.1) -> str:
+    """"lower" / "upper" when ``value`` lies in the outer ``tol`` of its bounds' log-range, else "". 10%: the
+    fit starts every constant inside that margin (_to_unit clips to 0.1 .. 0.9), so a constant in it was
+    pushed there by the data, or was started on the edge and never moved (flat: see its sensitivity)."""
     lo, hi = BOUNDS[name]
     u = (np.log(value) - np.log(lo)) / (np.log(hi) - np.log(lo))
     return "lower" if u <= tol else "upper" if u >= 1 - tol else ""

@@ -60,11 +60,11 @@ def write_constants(group: str, name: str, constants: dict) -> Path:
 
 def constant_table(datasets: List[Dataset], fitted: Constants, constants: Dict[str, float],
                    folds_fit: List[Dict[str, float]]) -> Dict[str, Dict[str, object]]:
-    """Print and return, per constant: value, bounds, whether it sits at a bound, the change of the fit's
+    """Print and return, per constant: value, bounds, whether it sits near a bound (fit.at_bound), the change of the fit's
     error when it alone moves -10% / +10% (2 simulations of every row per constant), and its range over
     the cross-validation folds' refits."""
     sens = sensitivity(datasets, fitted, list(constants))
-    say(f"  {'constant':<28} {'value':>10} {'bounds':>19} {'at bound':>8} {'dMAPE -10%':>10} {'+10%':>7} "
+    say(f"  {'constant':<28} {'value':>10} {'bounds':>19} {'near bound':>10} {'dMAPE -10%':>10} {'+10%':>7} "
         f"{'over ' + str(len(folds_fit)) + ' CV folds' if folds_fit else 'CV folds':>22}")
     out: Dict[str, Dict[str, object]] = {}
     for k, v in constants.items():
@@ -73,7 +73,7 @@ def constant_table(datasets: List[Dataset], fitted: Constants, constants: Dict[s
         spread = f"{min(fv):.4g} .. {max(fv):.4g}" if fv else "(calibrate.folds=none)"
         bound = at_bound(k, v)
         minus, plus = sens[k]
-        say(f"  {k:<28} {v:>10.4g} {'[' + f'{lo:.3g}, {hi:.3g}' + ']':>19} {bound or '-':>8} {minus:>+9.2f}pp "
+        say(f"  {k:<28} {v:>10.4g} {'[' + f'{lo:.3g}, {hi:.3g}' + ']':>19} {bound or '-':>10} {minus:>+9.2f}pp "
             f"{plus:>+6.2f}pp {spread:>22}")
         out[k] = {"value": v, "bounds": [lo, hi], "at_bound": bound or None,
                   "delta_mape_pp_minus_10pct": minus, "delta_mape_pp_plus_10pct": plus,
