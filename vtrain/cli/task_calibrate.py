@@ -60,9 +60,9 @@ def write_constants(group: str, name: str, constants: dict) -> Path:
 
 def constant_table(datasets: List[Dataset], fitted: Constants, constants: Dict[str, float],
                    folds_fit: List[Dict[str, float]]) -> Dict[str, Dict[str, object]]:
-    """Print and return, per constant: value, bounds, whether it sits near a bound (fit.at_bound), the change of the fit's
-    error when it alone moves -10% / +10% (2 simulations of every row per constant), and its range over
-    the cross-validation folds' refits."""
+    """Print and return, per constant: value, bounds, whether it sits near a bound (fit.at_bound), the
+    change of the fit's error when it alone moves -10% / +10% (2 simulations of every row per constant),
+    and its range over the cross-validation folds' refits."""
     sens = sensitivity(datasets, fitted, list(constants))
     say(f"  {'constant':<28} {'value':>10} {'bounds':>19} {'near bound':>10} {'dMAPE -10%':>10} {'+10%':>7} "
         f"{'over ' + str(len(folds_fit)) + ' CV folds' if folds_fit else 'CV folds':>22}")
