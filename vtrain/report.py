@@ -86,6 +86,15 @@ class Report:
     avg_power_w_per_gpu: float = 0.0  # GPU plus its share of the node, averaged over the iteration; no PUE
     co2_kg: float = 0.0  # energy_kwh x pricing.grid_kg_co2_per_kwh
     energy_cost_usd: float = 0.0  # energy_kwh x pricing.usd_per_kwh (on-premises; not part of cost_usd)
+    # intervals: the calibrated 80% prediction interval (vtrain/sim/intervals.py, vtrain/data/intervals.json);
+    # time to train and cost scale with the iteration time, so they share its relative interval
+    iteration_time_lo_s: float = 0.0
+    iteration_time_hi_s: float = 0.0
+    time_to_train_lo_s: float = 0.0
+    time_to_train_hi_s: float = 0.0
+    cost_lo_usd: float = 0.0
+    cost_hi_usd: float = 0.0
+    interval_regime: str = ""  # the residual class the interval rests on, e.g. fitted/dense/single_node
 
     @property
     def breakdown(self) -> StageBreakdown:

@@ -11,7 +11,7 @@ single-node rows). Workloads are built once; each evaluation re-prices and re-si
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -108,6 +108,34 @@ def _to_constants(base: Constants, names: Sequence[str], x: np.ndarray) -> Const
     return base.with_values({n: _from_unit(n, xi) for n, xi in zip(names, x)})
 
 
+def loss_pct(datasets: Sequence[Dataset], c: Constants) -> float:
+    """The fit's objective: each dataset's MAPE (%), weighted."""
+    total_w = sum(d.weight for d in datasets)
+    return sum(d.weight * mape_pct(predict_s(d.workloads, c), d.measured_s) for d in datasets) / total_w
+
+
+def sensitivity(datasets: Sequence[Dataset], c: Constants, names: Sequence[str] = tuple(BOUNDS),
+                step: float = 0.1) -> Dict[str, Tuple[float, float]]:
+    """Per constant, the change of the fit's objective (percentage points) when it alone is scaled by
+    (1 - step) and (1 + step), the others held (bounds not applied: this probes the model, not the prior)."""
+    base = loss_pct(datasets, c)
+    out = {}
+    for n in names:
+        v = c.value(n)
+        out[n] = (loss_pct(datasets, c.with_values({n: v * (1 - step)})) - base,
+                  loss_pct(datasets, c.with_values({n: v * (1 + step)})) - base)
+    return out
+
+
+def at_bound(name: str, value: float, tol: float = 0.1) -> str:
+    """"lower" / "upper" when ``value`` lies in the outer ``tol`` of its bounds' log-range, else "". 10%: the
+    fit starts every constant inside that margin (_to_unit clips to 0.1 .. 0.9), so a constant in it was
+    pushed there by the data, or was started on the edge and never moved (flat: see its sensitivity)."""
+    lo, hi = BOUNDS[name]
+    u = (np.log(value) - np.log(lo)) / (np.log(hi) - np.log(lo))
+    return "lower" if u <= tol else "upper" if u >= 1 - tol else ""
+
+
 def fit_constants(datasets: Sequence[Dataset], base: Constants, names: Sequence[str] = tuple(BOUNDS),
                   max_evals: int = 400, restarts: int = 2) -> FitResult:
     """Nelder-Mead from the base GPU's constants, restarted ``restarts`` times from its own optimum
@@ -135,10 +163,12 @@ def fit_constants(datasets: Sequence[Dataset], base: Constants, names: Sequence[
 
 
 def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequence[object], base: Constants,
-                        names: Sequence[str] = tuple(BOUNDS), max_evals: int = 150
+                        names: Sequence[str] = tuple(BOUNDS), max_evals: int = 150,
+                        fold_constants: Optional[List[Dict[str, float]]] = None
                         ) -> Tuple[np.ndarray, List[Tuple[str, float, int]]]:
     """Cross-validate on ``datasets[target]``: for each group, fit on everything else (the other
-    datasets included) and predict the held-out group. Returns (held-out predictions, per-group MAPE)."""
+    datasets included) and predict the held-out group. Returns (held-out predictions, per-group MAPE);
+    each fold's fitted constants are appended to ``fold_constants`` when given."""
     d = datasets[target]
     labels = np.asarray([str(g) for g in groups])
     pred = np.empty(len(d.workloads))
@@ -149,6 +179,8 @@ def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequen
         train_ds = [Dataset(d.name, [d.workloads[i] for i in train], d.measured_s[train], d.weight)]
         train_ds += [x for i, x in enumerate(datasets) if i != target]
         fit = fit_constants(train_ds, base, names, max_evals)
+        if fold_constants is not None:
+            fold_constants.append(fit.constants)
         pred[test] = predict_s([d.workloads[i] for i in test], base.with_values(fit.constants))
         per_group.append((g, mape_pct(pred[test], d.measured_s[test]), len(test)))
     return pred, per_group

@@ -81,6 +81,9 @@ def render_report(r: Report) -> str:
         f"energy: {fmt_energy(r.energy_kwh)} to train ({fmt_energy(r.energy_kwh_per_iteration)} per iteration, "
         f"site PUE included; {r.avg_power_w_per_gpu:,.0f} W per GPU with its node share), "
         f"{fmt_mass_kg(r.co2_kg)} CO2, ${r.energy_cost_usd:,.0f} of electricity (on-premises; not in the cost above)",
+        f"80% interval: iteration {fmt_duration(r.iteration_time_lo_s)} to {fmt_duration(r.iteration_time_hi_s)}, "
+        f"time to train {fmt_duration(r.time_to_train_lo_s)} to {fmt_duration(r.time_to_train_hi_s)}, "
+        f"${r.cost_lo_usd:,.0f} to ${r.cost_hi_usd:,.0f} (residuals of class {r.interval_regime})",
     ]
     fitted = sorted({v.split(",")[0] for v in r.provenance.values() if v.startswith("fitted")})
     lines.append(f"stack: {r.stack}; constants: " + (("; ".join(fitted)) if fitted else "none fitted") +

@@ -13,7 +13,7 @@ from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
-from vtrain.validation.run import RowResult, memory_summary_of, summary_of, validate_rows
+from vtrain.validation.run import RowResult, coverage_pct, memory_summary_of, summary_of, validate_rows
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
@@ -24,7 +24,8 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
-                    "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason"])
+                    "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
+                    "predicted_hi_ms", "covered80", "interval_regime"])
         for r in results:
             err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
@@ -33,8 +34,11 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             pm, mm = r.peak_memory_gib, r.measured_peak_memory_gib
             mem_err = "" if pm is None or not mm else f"{(pm - mm) / mm * 100:.2f}"
             measured = "" if r.predicted_ms is None else f"{r.measured_ms:.3f}"
+            lo = "" if r.predicted_lo_ms is None else f"{r.predicted_lo_ms:.3f}"
+            hi = "" if r.predicted_hi_ms is None else f"{r.predicted_hi_ms:.3f}"
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, "" if r.fits is None else r.fits, mem,
-                        mem_err, r.skipped_reason or ""])
+                        mem_err, r.skipped_reason or "", lo, hi, "" if r.covered is None else r.covered,
+                        r.interval_regime])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -58,6 +62,15 @@ def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def coverage_line(results: Sequence[RowResult]) -> str:
+    """``coverage80: x%``: the share of rows inside the Report's 80% interval, and the classes it rests on."""
+    cov = coverage_pct(results)
+    if cov is None:
+        return "coverage80: n/a"
+    regimes = sorted({r.interval_regime for r in results if r.covered is not None})
+    return f"coverage80: {cov:.1f}% ({', '.join(regimes)})"
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -91,7 +104,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if ok:
         scatter_plot(results, out_dir / "validation.png",
                      f"{Path(path).name} on {cfg.cluster.name}\n{summary.line()}")
-    say(summary.line())
+    say(f"{summary.line()} | {coverage_line(results)}")
     mem = memory_summary_of(results)
     if mem is not None:
         say(f"peak memory: {mem.line()}")

@@ -63,6 +63,7 @@ class SearchConfig:
     n_trials: int = 200  # COMPLETE + PRUNED trials of the study, over all its workers
     seed: int = 0
     objectives: List[str] = field(default_factory=lambda: ["time_to_train_s", "cost_usd"])
+    objective_quantile: str = "mid"  # mid: the prediction | hi: the slow end of its 80% interval (pessimistic)
     study_name: Optional[str] = None
     storage: Optional[str] = None  # None: journal file in the run directory; a path (journal) or an RDB URL
     max_tp: int = 0  # 0: GPUs per node

@@ -23,7 +23,12 @@ GIB = 2**30
 MAXIMIZED = frozenset({"mfu", "hfu", "tokens_per_s"})  # every other objective is minimised
 NUMERIC_REPORT_FIELDS = frozenset({
     "iteration_time_s", "peak_memory_bytes", "mfu", "hfu", "tokens_per_s", "time_to_train_s",
-    "gpu_hours", "cost_usd", "gpus_used", "energy_kwh", "co2_kg"})
+    "gpu_hours", "cost_usd", "gpus_used", "energy_kwh", "co2_kg", "iteration_time_hi_s", "time_to_train_hi_s",
+    "cost_hi_usd"})
+QUANTILES = ("mid", "hi")  # search.objective_quantile: the prediction, or the pessimistic end of its 80% interval
+# objectives that grow with the iteration time (the others but memory and GPU count shrink with it)
+# (energy too: average power x time)
+SCALES_WITH_TIME = frozenset({"iteration_time_s", "time_to_train_s", "gpu_hours", "cost_usd", "energy_kwh", "co2_kg"})
 METRICS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used",
            "energy_kwh", "co2_kg")
 
@@ -52,6 +57,21 @@ class Outcome:
         return self.values is not None
 
 
+def objective_value(r: Report, name: str, quantile: str = "mid") -> float:
+    """An objective of a report; with ``quantile="hi"`` the pessimistic end of its 80% interval: the
+    interval's slow end for times and costs (``time_to_train_hi_s``, ``cost_hi_usd``, ...), and the rates
+    (tokens/s, MFU, HFU) that slow end implies. Memory and GPU count have no interval."""
+    value = float(getattr(r, name))
+    if quantile != "hi" or r.iteration_time_s <= 0 or r.iteration_time_hi_s <= 0:
+        return value
+    slow = r.iteration_time_hi_s / r.iteration_time_s
+    if name in SCALES_WITH_TIME:
+        return value * slow
+    if name in MAXIMIZED:
+        return value / slow
+    return value
+
+
 def report_metrics(r: Report) -> Dict[str, float]:
     return {"iteration_time_s": r.iteration_time_s, "time_to_train_s": r.time_to_train_s,
             "cost_usd": r.cost_usd, "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
@@ -61,7 +81,11 @@ def report_metrics(r: Report) -> Dict[str, float]:
 class Evaluator:
     """``evaluate(plan) -> Outcome``, memoised by :func:`plan_key`; counts simulations and hits."""
 
-    def __init__(self, workload: Workload, cost: CostModel, space: PlanSpace, objectives: Sequence[str]) -> None:
+    def __init__(self, workload: Workload, cost: CostModel, space: PlanSpace, objectives: Sequence[str],
+                 quantile: str = "mid") -> None:
+        if quantile not in QUANTILES:
+            raise ConfigError(f"search.objective_quantile={quantile}: must be one of {', '.join(QUANTILES)}")
+        self.quantile = quantile
         self.workload = workload
         self.cost = cost
         self.space = space
@@ -100,4 +124,4 @@ class Evaluator:
         if not report.fits:
             return Outcome(plan, None, f"does not fit memory: {report.peak_memory_bytes / GIB:.1f} GiB per GPU > "
                                        f"{cap / GIB:.0f} GiB", metrics)
-        return Outcome(plan, tuple(float(getattr(report, o)) for o in self.objectives), None, metrics)
+        return Outcome(plan, tuple(objective_value(report, o, self.quantile) for o in self.objectives), None, metrics)

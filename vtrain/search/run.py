@@ -53,7 +53,7 @@ def prepare(cfg: Any, profile: Any = None) -> Context:
         raise ConfigError(f"search.{'gpus' if int(cfg.search.gpus) else 'min_gpus'}={space.min_gpus}: exceeds the "
                           f"{w.cluster.num_gpus} GPUs of cluster {w.cluster.name}")
     objectives = [str(o) for o in cfg.search.objectives]
-    ev = Evaluator(w, cost, space, objectives)
+    ev = Evaluator(w, cost, space, objectives, str(cfg.search.get("objective_quantile", "mid")))
     limits = cons.from_search(cfg.search, w.cluster.gpu.hbm_capacity_bytes)
     return Context(w, cost, space, ev, objectives, directions(objectives), limits)
 

@@ -13,6 +13,7 @@ from vtrain.errors import ConfigError
 
 SAMPLERS = ("nsgaii", "tpe", "random", "grid")
 CHILD_RUNS = ("front", "all", "none")
+QUANTILES = ("mid", "hi")  # search.objective_quantile (vtrain/search/objective.py)
 SCHEDULES = ("1f1b", "gpipe", "interleaved", "zero_bubble", "zbv", "dualpipe", "dualpipev")  # workload.enums.Schedule
 RECOMPUTE = ("none", "selective", "selective_op", "full")  # workload.enums.Recompute
 PRECISIONS = ("fp16", "bf16", "fp32", "fp8", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")  # enums.Precision
@@ -54,6 +55,7 @@ SEARCH_RULES: List[Rule] = [
     ("n_trials", _int(0, 1_000_000), "must be an integer from 0 to 1000000 (>= 1 unless search.sampler=grid)"),
     ("seed", _int(0, 2**32 - 1), "must be an integer from 0 to 2**32-1"),
     ("objectives", _list(lambda x: isinstance(x, str)), "must be a non-empty list of Report fields"),
+    ("objective_quantile", _one_of(QUANTILES), f"must be one of {', '.join(QUANTILES)}"),
     ("study_name", _text, "must be null or a non-empty name"),
     ("storage", _text, "must be null, a journal file path or an RDB URL such as sqlite:///study.db"),
     ("max_tp", _int(0), "must be an integer >= 0 (0: GPUs per node)"),

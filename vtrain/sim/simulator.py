@@ -15,6 +15,7 @@ from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
 from vtrain.sim.engine import PipelineRun
+from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
 from vtrain.sim.memory_moe import moe_memory
@@ -160,6 +161,26 @@ def _notes(prov: Dict[str, str]) -> Tuple[str, ...]:
             f"{len(transferred) - gpu} stack; report.json lists their sources): a first-principles estimate",)
 
 
+def leaf_regime(w: Workload, prov: Dict[str, str], host_fraction: float) -> str:
+    """The most specific interval class of this plan (vtrain/sim/intervals.py :func:`regime_key`)."""
+    plan, cluster = w.plan, w.cluster
+    transferred = any(v.startswith("transferred") for v in prov.values())
+    return regime_key(cluster.gpu.name, w.stack.name, transferred, w.model.is_moe,
+                      plan.num_gpus > cluster.gpus_per_node, host_fraction)
+
+
+def host_fraction(report: Report) -> float:
+    """The share of the iteration the critical stage's GPU waits on the host."""
+    it = report.iteration_time_s
+    return report.breakdown.host_overhead_s / it if it > 0 else 0.0
+
+
+def interval_of(w: Workload, prov: Dict[str, str], host_share: float) -> Interval:
+    """The calibrated 80% interval of this plan's iteration time, relative to the prediction."""
+    return shipped_table().interval(w.cluster.gpu.name, w.plan.precision.value, w.plan.schedule.value,
+                                    leaf_regime(w, prov, host_share))
+
+
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                       ) -> Tuple[Report, Optional[SimulationTrace]]:
     model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
@@ -202,6 +223,9 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     gpu_hours = gpus * time_to_train / 3600.0
     prov = _provenance(w)
     e = energy(stages, iteration, iterations, gpus, cluster, w.usd_per_kwh, w.grid_kg_co2_per_kwh)
+    critical = min(stages, key=lambda st: st.bubble_s)  # Report.breakdown
+    iv = interval_of(w, prov, critical.host_overhead_s / iteration if iteration > 0 else 0.0)
+    cost_usd = gpu_hours * w.usd_per_gpu_hour
     report = Report(
         model=model.name, cluster=cluster.name, gpu=gpu.name, plan=plan,
         iteration_time_s=iteration, stages=stages, peak_memory_bytes=peak, memory=mems[peak_stage],
@@ -209,9 +233,13 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         mfu=model_flops / (iteration * gpus * peak_flops), hfu=hw_flops / (iteration * gpus * peak_flops),
         tokens_per_s=tokens_per_iter / iteration, model_flops_per_iteration=model_flops,
         iterations=iterations, time_to_train_s=time_to_train, gpu_hours=gpu_hours,
-        cost_usd=gpu_hours * w.usd_per_gpu_hour, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
+        cost_usd=cost_usd, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
         cost_model=cost.name, stack=stack.name, provenance=prov, extrapolated_ops=tuple(sorted(cost.extrapolated())),
-        notes=_notes(prov), energy_kwh_per_iteration=e.energy_kwh_per_iteration, energy_kwh=e.energy_kwh,
+        notes=_notes(prov) + ((iv.note,) if iv.note else ()),
+        iteration_time_lo_s=iteration * iv.lo_factor, iteration_time_hi_s=iteration * iv.hi_factor,
+        time_to_train_lo_s=time_to_train * iv.lo_factor, time_to_train_hi_s=time_to_train * iv.hi_factor,
+        cost_lo_usd=cost_usd * iv.lo_factor, cost_hi_usd=cost_usd * iv.hi_factor, interval_regime=iv.regime,
+        energy_kwh_per_iteration=e.energy_kwh_per_iteration, energy_kwh=e.energy_kwh,
         avg_power_w_per_gpu=e.avg_power_w_per_gpu, co2_kg=e.co2_kg, energy_cost_usd=e.energy_cost_usd)
     trace = None
     if keep_trace:

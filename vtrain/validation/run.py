@@ -8,7 +8,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
-from vtrain.sim.simulator import simulate_workload
+from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.rows import RowDefaults, row_workload
@@ -27,6 +27,18 @@ class RowResult:
     fits: Optional[bool] = None
     peak_memory_gib: Optional[float] = None
     measured_peak_memory_gib: Optional[float] = None
+    # intervals: the Report's 80% interval of the predicted time, its class, and the row's leaf class
+    predicted_lo_ms: Optional[float] = None
+    predicted_hi_ms: Optional[float] = None
+    interval_regime: str = ""
+    leaf_regime: str = ""
+
+    @property
+    def covered(self) -> Optional[bool]:
+        """Whether the measured time lies inside the 80% interval (None: not simulated)."""
+        if self.predicted_lo_ms is None or self.predicted_hi_ms is None:
+            return None
+        return self.predicted_lo_ms <= self.measured_ms <= self.predicted_hi_ms
 
     @property
     def ape_pct(self) -> Optional[float]:
@@ -87,7 +99,9 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: RowDefaults =
             out.append(RowResult(row, float("nan"), None, str(err)))
             continue
         out.append(RowResult(row, measured, report.iteration_time_s * 1e3, None, quantity, report.fits,
-                             report.peak_memory_bytes / 2**30, mem))
+                             report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
+                             report.iteration_time_hi_s * 1e3, report.interval_regime,
+                             leaf_regime(w, report.provenance, host_fraction(report))))
     return out
 
 
@@ -96,6 +110,12 @@ def summary_of(results: Sequence[RowResult]) -> ErrorSummary:
     ok = [r for r in results if r.predicted_ms is not None]
     ape = [r.ape_pct for r in ok]
     return summarise_ape([a for a in ape if a is not None], skipped=len(results) - len(ok))
+
+
+def coverage_pct(results: Sequence[RowResult]) -> Optional[float]:
+    """Share of the simulated rows whose measured time lies inside its 80% interval (None: no rows)."""
+    cov = [r.covered for r in results if r.covered is not None]
+    return 100.0 * sum(cov) / len(cov) if cov else None
 
 
 def memory_summary_of(results: Sequence[RowResult]) -> Optional[ErrorSummary]:
