@@ -81,6 +81,7 @@ def _one_case(tmp_path_factory, capfd, case: List[str]) -> None:
 _FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
+@pytest.mark.slow
 @settings(max_examples=12, derandomize=True, **_FUZZ)
 @given(case=overrides())
 def test_random_overrides_in_process(tmp_path_factory, capfd, case):

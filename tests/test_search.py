@@ -69,6 +69,7 @@ def test_grid_enumerates_every_valid_plan_once(tmp_path):
     assert len({r.plan_key for r in result.front}) == len(result.front)
 
 
+@pytest.mark.slow
 def test_memory_lower_bound_never_exceeds_the_simulated_peak():
     cfg = compose(["+model=gpt175b", "+cluster=a100x1024"])
     ctx = prepare(cfg)

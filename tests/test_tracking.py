@@ -28,6 +28,7 @@ def _runs(client, exp):
             [r for r in runs if "mlflow.parentRunId" in r.data.tags])
 
 
+@pytest.mark.slow
 def test_search_logs_parent_and_child_runs(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert run(_cfg(tmp_path, uri, "tracking.child_runs=all"), tmp_path / "run1") == 0

@@ -35,6 +35,7 @@ def test_breakdown_adds_up_on_the_weak_scaling_rows():
         check(simulate_workload(w, cost_model_for(w))[0])
 
 
+@pytest.mark.slow
 def test_breakdown_adds_up_on_a_sample_of_the_search_space():
     cfg = compose(["+model=llama3_70b", "+cluster=h100x1024"])
     w = build_workload(cfg)

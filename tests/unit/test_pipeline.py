@@ -32,6 +32,7 @@ def _close(a, b, rel=1e-9):
     return abs(a - b) <= rel * max(1e-9, abs(b))
 
 
+@pytest.mark.slow
 def test_extrapolated_and_full_runs_agree_on_a_sample_of_the_gpt3_grid():
     cfg = compose(["+model=gpt175b", "+cluster=a100x1024"])
     w = build_workload(cfg)
