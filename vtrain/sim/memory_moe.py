@@ -3,7 +3,7 @@ in Korthikanti et al. 2022, Sec. 4, for the dense layer in :mod:`vtrain.sim.memo
 
 An MoE layer saves, besides its attention block and norms: the router input and fp32 probabilities, the
 permuted expert input (rows = tokens·k·etp·load of the busiest rank, :func:`vtrain.graph.moe.expert_rows`),
-the expert FC1 output and activation output, the routed outputs before unpermutation, and the shared
+the expert FC1 output and activation output (the routing weights apply inside it), and the shared
 experts' tensors (a tensor-parallel MLP). Megatron-Core's fine-grained recompute drops what its modules
 recompute: ``moe_act`` the activation output, ``moe`` everything inside the MoE branch, ``layernorm`` the
 norm outputs, ``mla_up_proj`` MLA's up-projected q/k/v. Routed experts' optimizer states are sharded over
@@ -31,7 +31,7 @@ def _modules(plan: ParallelPlan) -> tuple[str, ...]:
 
 def mla_attention_delta_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """MLA's saved tensors minus those the dense formula counts for a q/k/v/out of width h and kv_size."""
-    s, b, t, dt = plan.seq_len, plan.micro_batch_size, plan.tp, plan.dtype_bytes
+    s, b, t, dt = plan.seq_len // plan.cp, plan.micro_batch_size, plan.tp, plan.dtype_bytes
     n = model.num_heads
     qk = model.qk_head_dim + model.qk_rope_head_dim
     up = 0.0 if "mla_up_proj" in _modules(plan) else float(s * b) * dt * n * (2 * qk + model.v_head_dim) / t
@@ -46,8 +46,12 @@ def moe_mlp_delta_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     if plan.recompute == Recompute.FULL:
         return 0.0
     s, b, t, dt = plan.seq_len, plan.micro_batch_size, plan.tp, plan.dtype_bytes
+    s //= plan.cp
+    # a linear layer's saved input is quantized with a low precision (the rule of layer_activation_bytes)
+    lin = 1 if plan.precision.low else dt
+    gate = 2 if model.gated_mlp else 1
     mods = _modules(plan)
-    dense = float(s * b) * dt * ((2 if model.gated_mlp else 1) + 1) * model.ffn_hidden_size / t
+    dense = float(s * b) * (dt * gate + lin) * model.ffn_hidden_size / t  # FC1 output(s) + FC2 input
     tokens = moe_tokens(plan)
     h, e = model.hidden_size, model.num_experts
     if "moe" in mods:
@@ -55,12 +59,14 @@ def moe_mlp_delta_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     else:
         rows = expert_rows(model, plan) * (e // plan.ep)
         f = model.expert_ffn // plan.expert_tp
-        act = 0.0 if "moe_act" in mods else rows * f * dt
-        routed = tokens * e * 4.0 + rows * h * dt + rows * (2 if model.gated_mlp else 1) * f * dt + act \
-            + tokens * model.moe_top_k * h * dt
+        act = 0.0 if "moe_act" in mods else rows * f * lin  # the activation output: FC2's input
+        # router probabilities (fp32), the permuted FC1 input, FC1 output(s), FC2 input. The routing weights
+        # multiply inside the expert activation (Megatron-Core passes permuted_probs to the experts' weighted
+        # SwiGLU), so the combine saves no expert outputs for their gradient
+        routed = tokens * e * 4.0 + rows * h * lin + rows * gate * f * dt + act
     shared = 0.0
     if model.shared_ffn and "shared_experts" not in mods and "moe" not in mods:
-        shared = float(s * b) * dt * ((2 if model.gated_mlp else 1) + 1) * model.shared_ffn / t
+        shared = float(s * b) * (dt * gate + lin) * model.shared_ffn / t
     return routed + shared - dense
 
 
