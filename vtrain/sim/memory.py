@@ -72,7 +72,7 @@ def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> fl
     return float(min(p - stage, m) * layers_per_stage)
 
 
-def state_bytes_per_param(plan: ParallelPlan) -> tuple[float, float, float]:
+def state_bytes_per_param(plan: ParallelPlan, shards: int = 0) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter for mixed-precision Adam, per GPU.
 
     bf16/fp16 weights (2), gradients (fp32 main grads except with fp16, as Megatron-LM and FSDP's fp32
@@ -84,7 +84,7 @@ def state_bytes_per_param(plan: ParallelPlan) -> tuple[float, float, float]:
         weights, grads, opt = 4.0, 4.0, 8.0
     else:
         weights, grads, opt = 2.0, (2.0 if plan.precision == Precision.FP16 else 4.0), 12.0
-    stage, n = plan.sharding_stage, plan.dp_shard * plan.cp
+    stage, n = plan.sharding_stage, shards or plan.dp_shard * plan.cp  # shards: the group (experts: edp)
     if stage >= 1:
         opt /= n
     if stage >= 2:

@@ -84,15 +84,19 @@ def layernorm_recompute_saving_bytes(model: ModelSpec, plan: ParallelPlan) -> fl
     return 2.0 * plan.dtype_bytes * plan.seq_len * plan.micro_batch_size * model.hidden_size / sp_div
 
 
+StateBytes = Tuple[float, float, float, float, float]  # weights, gradients, optimizer, activations, other
+
+
 def moe_memory(model: ModelSpec, plan: ParallelPlan, part: "StagePartition"
-               ) -> Callable[[int, float, float, float], Tuple[float, float, float]]:
-    """A function (stage, dense optimizer bytes, dense activation bytes, other bytes) -> the same with the
-    MoE, MLA and MTP terms: expert optimizer states over edp, MoE/MLA activations, dispatch buffers."""
+               ) -> Callable[[int, StateBytes], StateBytes]:
+    """A function (stage, the dense terms) -> the terms with the MoE, MLA and MTP ones: routed experts'
+    states sharded by ZeRO over the expert-data-parallel group (edp) instead of dp·cp, MoE/MLA activations,
+    dispatch buffers."""
     from vtrain.sim.memory import inflight_layers, state_bytes_per_param
 
-    _, _, o_dp = state_bytes_per_param(plan)
-    o_full = o_dp * plan.dp if plan.distributed_optimizer else o_dp
-    o_edp = o_full / plan.expert_dp if plan.distributed_optimizer else o_full
+    dense_bytes = state_bytes_per_param(plan)
+    expert_bytes = state_bytes_per_param(plan, shards=max(1, plan.expert_dp))
+    dw, dg, do = (e - d for e, d in zip(expert_bytes, dense_bytes))
     full = plan.recompute == Recompute.FULL
     attn = 0.0 if full or not model.is_mla else mla_attention_delta_bytes(model, plan)
     per_moe = moe_mlp_delta_bytes(model, plan) if model.is_moe else 0.0
@@ -100,14 +104,15 @@ def moe_memory(model: ModelSpec, plan: ParallelPlan, part: "StagePartition"
     buffers = dispatch_buffer_bytes(model, plan)
     last = part.stage_of(part.chain_len - 1)
 
-    def apply(s: int, opt: float, acts: float, other: float) -> Tuple[float, float, float]:
+    def apply(s: int, terms: StateBytes) -> StateBytes:
+        weights, grads, opt, acts, other = terms
         experts = part.stage_expert_params(s)
-        opt += experts * (o_edp - o_dp)
+        weights, grads, opt = weights + experts * dw, grads + experts * dg, opt + experts * do
         layers = part.stage_layers(s) + (part.mtp_layers if s == last else 0)
         n_moe = sum(part.moe_at(part.position(s, c)) for c in range(part.v)) + (
             part.mtp_layers if s == last and part.mtp_expert_params > 0 else 0)
         if layers:
             alive = inflight_layers(plan, s, layers) / layers  # micro-batches in flight per layer
             acts += alive * (layers * (attn - saving) + n_moe * per_moe)
-        return opt, acts, other + (buffers if n_moe else 0.0)
+        return weights, grads, opt, acts, other + (buffers if n_moe else 0.0)
     return apply

@@ -134,15 +134,12 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
         params = part.stage_params(s)
         layers = part.stage_layers(s)
         gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan)
-        opt = params * o_b
-        acts = inflight_layers(plan, s, layers) * act_layer + working
-        other = stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0)
+        terms = (params * w_b + gathered_w + fp8_cache * layers * part.layer_params, params * g_b + gathered_g,
+                 params * o_b, inflight_layers(plan, s, layers) * act_layer + working,
+                 stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0))
         if moe is not None:
-            opt, acts, other = moe(s, opt, acts, other)
-        out.append(MemoryBreakdown(
-            weights_bytes=params * w_b + gathered_w + fp8_cache * layers * part.layer_params,
-            gradients_bytes=params * g_b + gathered_g, optimizer_bytes=opt, activations_bytes=acts,
-            other_bytes=other))
+            terms = moe(s, terms)
+        out.append(MemoryBreakdown(*terms))
     return out
 
 
