@@ -89,16 +89,15 @@ def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
 
 @contextlib.contextmanager
 def study_lock(spec: StorageSpec) -> Iterator[None]:
-    """Mutual exclusion among the workers of the study (a no-op for database servers)."""
-    if spec.kind == "journal":
-        from optuna.storages.journal import JournalFileSymlinkLock
+    """Mutual exclusion among the workers of the study (a no-op for database servers).
 
-        lock = JournalFileSymlinkLock(spec.target + ".vtrain")
-        lock.acquire()
-        try:
+    A journal study locks with ``flock`` on a file beside the journal: the kernel drops the lock when its
+    holder dies, even by kill -9 (Optuna's symlink lock on a file that does not exist spun forever at 100%
+    CPU after such a kill: ``os.stat`` of the dangling link fails before its grace period is checked).
+    Linux maps flock to POSIX locks on NFS, so workers on a shared disk exclude each other too."""
+    if spec.kind == "journal":
+        with file_lock(Path(spec.target + ".vtrain.lock")):
             yield
-        finally:
-            lock.release()
         return
     db = sqlite_wal.sqlite_path(spec.target)
     with file_lock(db.with_name(db.name + ".vtrain.lock") if db is not None else None):
