@@ -44,3 +44,18 @@ def test_llama_plan_simulates():
     r = simulate(compose(["+model=llama3_70b", "+cluster=h100x1024", "parallelism.tp=8", "parallelism.pp=4",
                           "parallelism.dp=32", "training.seq_len=8192", "training.global_batch_size=512"]))
     assert r.fits and 0.2 < r.mfu < 0.75
+
+
+def test_generated_schemas_pickle_by_name_for_the_submitit_launchers():
+    """submitit ships the config loader to a job with cloudpickle: a schema pickled by value loses
+    dataclasses.MISSING's identity and the job's composition fails on every default_factory field."""
+    import cloudpickle
+    from omegaconf import OmegaConf
+
+    from vtrain.config.specs import schema_of
+    from vtrain.workload.stack import StackSpec
+
+    schema = schema_of(StackSpec)
+    assert cloudpickle.loads(cloudpickle.dumps(schema)) is schema
+    node = OmegaConf.structured(cloudpickle.loads(cloudpickle.dumps(schema)))
+    assert OmegaConf.to_container(node)["provenance"] == {}

@@ -73,3 +73,32 @@ def test_two_job_multirun_through_sbatch(tmp_path):
     parents = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 2 and all(r.info.status == "FINISHED" for r in parents)
     assert sorted(float(r.data.params["deadline_days"]) for r in parents) == [10.0, 20.0]
+
+
+def test_two_slurm_jobs_share_one_search_study(tmp_path):
+    """Two sbatch jobs of one multirun run one Optuna study (one journal, one study name): the trial
+    budget is the study's (n trials in all, not 2n), no plan was evaluated twice, none is left RUNNING."""
+    _ensure_slurm()
+    from collections import Counter
+
+    import optuna
+
+    journal = tmp_path / "study.journal"
+    n = 40
+    cmd = [sys.executable, "-m", "vtrain", "-m", "+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32",
+           "search.progress_bar=false", "search.sampler=random", f"search.n_trials={n}", f"search.storage={journal}",
+           "search.study_name=shared", "tracking=off", "+extra.job=a,b",  # the two jobs
+           "hydra/launcher=slurm", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    study = optuna.load_study(study_name="shared", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal))))
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    finished = [t for t in study.trials if t.state in done]
+    assert len(finished) == n, "n_trials is the study's budget, over both jobs"
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    # each job finished its search and wrote the study's front (the second may find the budget spent)
+    assert all((tmp_path / "sweep" / job / "pareto.csv").is_file() for job in ("0", "1"))
+    simulated = [t.user_attrs["vtrain.plan"] for t in finished
+                 if "vtrain.plan" in t.user_attrs and "duplicate_of" not in t.user_attrs.get("result", {})]
+    assert max(Counter(simulated).values()) == 1, "a plan was evaluated twice"

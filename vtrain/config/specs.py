@@ -71,7 +71,36 @@ def _schema_of(cls: type, group: str, name: str, overrides: Tuple[Tuple[str, Any
             specs.append((f.name, tp, dataclasses.field(default_factory=factory)))
         else:
             specs.append((f.name, tp, dataclasses.field(default=MISSING)))
-    return dataclasses.make_dataclass(name, specs)
+    return _importable(dataclasses.make_dataclass(name, specs))
+
+
+def _importable(schema: type) -> type:
+    """Give a generated schema a unique name in this module, so that pickle (and cloudpickle, which the
+    SLURM/submitit launchers use to ship the config loader to a job) refers to it by name. Pickled by
+    value, its fields' ``dataclasses.MISSING`` sentinels become other objects and OmegaConf reads a
+    ``default_factory`` field as a default of type _MISSING_TYPE ("Cannot assign _MISSING_TYPE to
+    Dict[str, str]" in the job). A job that unpickles a name first builds the schemas (``__getattr__``)."""
+    name, i = schema.__name__, 1
+    while name in _SCHEMAS and _SCHEMAS[name] is not schema:
+        i += 1
+        name = f"{schema.__name__}_{i}"
+    schema.__module__, schema.__qualname__ = __name__, name
+    _SCHEMAS[name] = schema
+    globals()[name] = schema
+    return schema
+
+
+_SCHEMAS: Dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:  # a schema named in a pickle: build the schemas, then look it up
+    if name.startswith("__"):
+        raise AttributeError(name)
+    import vtrain.config.schema  # noqa: F401  (registers every schema)
+
+    if name in _SCHEMAS:
+        return _SCHEMAS[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def schema_of(cls: type, group: str = "", name: str = "", overrides: Optional[Mapping[str, Tuple[Any, Any]]] = None
