@@ -23,7 +23,7 @@ Entries, per GPU of a stage:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
@@ -245,16 +245,14 @@ class CommPlan:
         return tuple(out)
 
 
-def _tail_params(part: StagePartition, stage: int, chunk: Optional[int], per_layer: bool) -> float:
+def _tail_params(part: StagePartition, stage: int, chunk: int, per_layer: bool) -> float:
     """Parameters whose gradients are reduced (or parameters gathered) after the last backward: all of the
-    chunk's (stage's), or with ZeRO-3 only those outside the transformer layers (embedding, head, MTP)."""
-    chunks = range(part.v) if chunk is None else (chunk,)
-    total = sum(part.chunk_params(stage, c) for c in chunks)
+    chunk's, or with ZeRO-3 only those outside the transformer layers (embedding, head, MTP)."""
+    q = part.position(stage, chunk)
+    total = part.position_params(q)
     if per_layer:
-        for c in chunks:
-            q = part.position(stage, c)
-            n_moe = part.moe_at(q)
-            total -= (part.layers[q] - n_moe) * part.layer_params + n_moe * part.moe_layer_params
+        n_moe = part.moe_at(q)
+        total -= (part.layers[q] - n_moe) * part.layer_params + n_moe * part.moe_layer_params
     return total
 
 
@@ -280,6 +278,8 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     boundary_where = [GroupPlacement(1, 1)]
     boundary_stages = [(0, 0)]
     default = not part.pos
+    near, far = GroupPlacement(2, 2), GroupPlacement(2, 1)  # the two ends inside one NVLink domain, or not
+    stride = plan.tp * plan.cp * plan.dp  # stage s starts at rank s·stride (stages_share_domain)
     for q in range(1, part.positions):
         if default:  # Megatron's order: q = c·p + s, one chain
             src, dst, local = (q - 1) % p, q % p, False
@@ -288,7 +288,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
             local = part.is_first(q) or src == dst  # no transfer into a chain's start or within a stage
         boundary.append(None if local else msg)
         boundary_stages.append((src, dst))
-        boundary_where.append(GroupPlacement(2, 2 if stages_share_domain(plan, domain, src, dst) else 1))
+        boundary_where.append(near if (src * stride) // domain == (dst * stride) // domain else far)
     gbytes = grad_bytes_per_param(plan.precision)
     stage = plan.sharding_stage
     reducers = plan.dp * plan.cp
@@ -304,11 +304,20 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     if per_layer and moe:
         fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes)
         fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes)
-    grads = tuple(tuple(Collective(f"dp.grad.chunk{c}", kind, dense[s][c] * gbytes, Group.DP, reducers)
-                        for c in range(v)) for s in range(p))
-    gathers = tuple(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(dense[s]) * plan.dtype_bytes,
-                               Group.DP, reducers) if stage >= 1 and reducers > 1 and not plan.overlap_param_gather
-                    else None for s in range(p))
+    shared: Dict[Tuple[str, float], Collective] = {}  # stages of equal size share one value (middle stages)
+
+    def coll(name: str, kind: CollectiveKind, nbytes: float, group: Group, size: int) -> Collective:
+        c = shared.get((name, nbytes))
+        if c is None:
+            c = shared[(name, nbytes)] = Collective(name, kind, nbytes, group, size)
+        return c
+
+    names = [f"dp.grad.chunk{c}" for c in range(v)]
+    grads = tuple(tuple(coll(names[c], kind, row[c] * gbytes, Group.DP, reducers) for c in range(v)) for row in dense)
+    gather_all = stage >= 1 and reducers > 1 and not plan.overlap_param_gather
+    dtype_bytes = plan.dtype_bytes
+    gathers = tuple(coll("dp.param_gather", CollectiveKind.ALL_GATHER, sum(row) * dtype_bytes, Group.DP, reducers)
+                    if gather_all else None for row in dense)
     edp = plan.expert_dp if moe else 1
     e_grads: Tuple[Tuple[Optional[Collective], ...], ...] = ()
     e_gathers: Tuple[Optional[Collective], ...] = ()

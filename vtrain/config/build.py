@@ -3,8 +3,9 @@ StackSpec and prices. All checks run here, before any simulation (field domains 
 :func:`vtrain.config.specs.spec_from`, cross-field rules in :mod:`vtrain.config.validate`)."""
 from __future__ import annotations
 
+import typing
 from dataclasses import replace
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
 from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_choice, check_model, check_plan, require
@@ -16,6 +17,8 @@ from vtrain.workload.plan import PAR, TRAIN, ParallelPlan
 from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec, GpuSpec
 from vtrain.workload.workload import GRID_KG_CO2_PER_KWH, USD_PER_KWH, Workload
+
+T = TypeVar("T")
 
 
 class _NeedsOmegaConf(Exception):
@@ -40,6 +43,47 @@ def _plain(node: Any) -> Any:
 
 
 _NO_CONTENT = object()
+
+
+def content_key(node: Any) -> Any:
+    """A hashable fingerprint of a config node's content (leaves with their types, so that ``True``, ``1``
+    and ``1.0`` differ), by the same fast walk as :func:`_plain`; raises _NeedsOmegaConf where it does."""
+    content = node.__dict__.get("_content", _NO_CONTENT)
+    if isinstance(content, dict):
+        return tuple((k, content_key(v)) for k, v in content.items())
+    if isinstance(content, list):
+        return ("[",) + tuple(content_key(v) for v in content)
+    if content is not _NO_CONTENT:
+        raise _NeedsOmegaConf
+    value = node.__dict__.get("_val", _NO_CONTENT)
+    if value is _NO_CONTENT or (isinstance(value, str) and ("${" in value or value == "???")):
+        raise _NeedsOmegaConf
+    return type(value), value
+
+
+_MEMO: Dict[Any, Any] = {}  # content key -> typed spec: one config group's build is a pure function of it
+_MEMO_MAX = 256
+
+
+def _memoised(tag: str, nodes: Tuple[Any, ...], build: Callable[[], T]) -> T:
+    """``build()``, reused while the config nodes it reads hold the same content (a sweep over one group
+    rebuilds only that group; plain mappings and dataclass configs are always rebuilt). Errors are not
+    memoised: a bad value raises on every call."""
+    from omegaconf import DictConfig
+
+    if not all(isinstance(n, DictConfig) for n in nodes):
+        return build()
+    try:
+        key = (tag, tuple(content_key(n) for n in nodes))
+        hit = _MEMO.get(key)
+    except (_NeedsOmegaConf, TypeError):  # an interpolation, an unhashable leaf
+        return build()
+    if hit is None:
+        hit = build()
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[key] = hit
+    return typing.cast(T, hit)
 
 
 def as_mapping(node: Any) -> Dict[str, Any]:
@@ -106,36 +150,54 @@ def parallel_plan(par: Any, train: Any, cluster_gpus: int) -> ParallelPlan:
 
 
 def _node(cfg: Any, key: str) -> Any:
+    """A child of a config: a group node without OmegaConf's attribute machinery where it is a plain
+    container (several microseconds a lookup), else through it (interpolations, None, dataclasses)."""
+    content = getattr(cfg, "__dict__", {}).get("_content")
+    if isinstance(content, dict):
+        child = content.get(key)
+        if isinstance(getattr(child, "__dict__", {}).get("_content"), dict):
+            return child
     try:
         return cfg[key] if isinstance(cfg, Mapping) else getattr(cfg, key)
     except Exception:
         return None
 
 
+_GROUPS = ("model", "gpu", "stack", "cluster", "parallelism", "training", "pricing", "cost")
+
+
 def build_workload(cfg: Any) -> Workload:
-    """Validated, typed inputs of one simulation from a composed config (DictConfig or dataclass)."""
+    """Validated, typed inputs of one simulation from a composed config (DictConfig or dataclass); the
+    typed value of each group is reused while its content is unchanged (:func:`_memoised`)."""
     for key in ("model", "cluster", "stack"):
         require(_node(cfg, key) is not None, f"{key} is not set: add +{key}=<name>")
     gpu_cfg = _node(cfg, "gpu")
     require(gpu_cfg is not None, f"gpu: no gpu config resolved for cluster.gpu={_node(cfg.cluster, 'gpu')} "
             "(compose with vtrain.compose or the CLI)")
-    model = model_spec(cfg.model)
-    gpu = gpu_spec(gpu_cfg)
-    stack = stack_spec(cfg.stack)
-    cluster = cluster_spec(cfg.cluster, gpu)
-    plan = parallel_plan(cfg.parallelism, cfg.training, cluster.num_gpus)
+    nodes = tuple(_node(cfg, g) for g in _GROUPS)
+    return _memoised("workload", nodes, lambda: _build(*nodes))
+
+
+def _build(model_cfg: Any, gpu_cfg: Any, stack_cfg: Any, cluster_cfg: Any, par_cfg: Any, train_cfg: Any,
+           pricing_cfg: Any, cost_cfg: Any) -> Workload:
+    model = _memoised("model", (model_cfg,), lambda: model_spec(model_cfg))
+    gpu = _memoised("gpu", (gpu_cfg,), lambda: gpu_spec(gpu_cfg))
+    stack = _memoised("stack", (stack_cfg,), lambda: stack_spec(stack_cfg))
+    cluster = _memoised("cluster", (cluster_cfg, gpu_cfg), lambda: cluster_spec(cluster_cfg, gpu))
+    plan = _memoised("plan", (par_cfg, train_cfg, cluster_cfg),
+                     lambda: parallel_plan(par_cfg, train_cfg, cluster.num_gpus))
     check_plan(model, plan, cluster)
     if plan.seq_len > model.max_seq_len and model.position_embedding == PositionEmbedding.LEARNED:
         raise ConfigError(f"training.seq_len={plan.seq_len} exceeds model.max_seq_len={model.max_seq_len} "
                           "(learned position embeddings)")
-    pricing = as_mapping(cfg.pricing)
+    pricing = as_mapping(pricing_cfg)
     prices = pricing.get("usd_per_gpu_hour") or {}
     require(gpu.name in prices, f"pricing.usd_per_gpu_hour has no price for gpu={gpu.name} "
             f"(pricing={pricing.get('name')})")
     usd = prices[gpu.name]
     require(isinstance(usd, (int, float)) and usd >= 0 and usd == usd and usd != float("inf"),
             f"pricing.usd_per_gpu_hour.{gpu.name}={usd} must be a finite number >= 0")
-    cost_kind = str(_node(cfg.cost, "model"))
+    cost_kind = str(_node(cost_cfg, "model"))
     check_choice("cost.model", cost_kind, [k.value for k in CostModelKind])
     energy = {}
     for key, default in (("usd_per_kwh", USD_PER_KWH), ("grid_kg_co2_per_kwh", GRID_KG_CO2_PER_KWH)):

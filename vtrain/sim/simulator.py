@@ -67,50 +67,60 @@ def _pass_sums(passes: Tuple[PassCost, ...]) -> Tuple[float, ...]:
 _SUMS: Dict[Tuple[int, ...], Tuple[Tuple[PassCost, ...], Tuple[float, ...]]] = {}
 
 
+def _p2p_busy(part: StagePartition, sc: StageCosts, m: int) -> List[float]:
+    """Per stage: the pipeline stream's send/receive time over the iteration (each chunk's boundaries)."""
+    out = []
+    last = part.positions - 1
+    for s in range(part.p):
+        busy = 0.0
+        for c in range(part.v):
+            q = part.position(s, c)
+            busy += m * ((sc.p2p_fwd_s[q + 1] if q < last else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
+        out.append(busy)
+    return out
+
+
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
-                     tail: StageTail, iteration: float, peak_bytes: float) -> StageBreakdown:
+                     tail: StageTail, iteration: float, peak_bytes: float, pp_busy: float) -> StageBreakdown:
     m = w.plan.num_microbatches
     moe = w.model.is_moe
     if sc.weight or sc.fused or moe:
         passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
         per_chunk = m // 2 if w.plan.schedule is _DUALPIPE else m
         compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk, moe or bool(sc.fused))
+        sums = _pass_sums(passes)
     else:
         passes, per_chunk, ep, a2a = sc.forward[s] + sc.backward[s], m, 0.0, 0.0
         sums = _pass_sums(passes)
         compute, tp = m * sums[0], m * sums[1]
     overhead = w.stack.iteration_overhead_s
-    sums = _pass_sums(passes)
     # exposed in-pass communication by group: CP and FSDP from the passes, EP as the schedule hid it, TP the rest
-    groups = {g: per_chunk * sums[4 + i] for i, g in enumerate(COMM_GROUPS)}
-    groups["ep"] = ep
-    groups["tp"] = tp - groups["cp"] - groups["fsdp"]
-    groups.update(pp=pipe.p2p_s[s], dp=tail.dp_exposed_s + tail.param_gather_s, embedding=tail.embedding_s)
+    cp, fsdp = per_chunk * sums[5], per_chunk * sums[6]
+    groups = {"tp": tp - cp - fsdp, "cp": cp, "fsdp": fsdp, "ep": ep, "pp": pipe.p2p_s[s],
+              "dp": tail.dp_exposed_s + tail.param_gather_s, "embedding": tail.embedding_s}
     exposed = sum(groups.values())
-    host_wait = pipe.host_s[s] + overhead
-    bubble = pipe.bubble_s[s] + tail.sync_wait_s
-    pp_busy = 0.0
-    for c in range(part.v):
-        q = part.position(s, c)
-        pp_busy += m * ((sc.p2p_fwd_s[q + 1] if q + 1 < part.positions else 0.0) + (sc.p2p_bwd_s[q - 1] if q else 0.0))
     host_busy = per_chunk * sums[2] + overhead
     side = per_chunk * sums[3]
     busy = {"compute": compute, "in_stream_comm": tp, "optimizer": tail.optimizer_s}
     if moe:
         busy["ep_comm"] = ep
     streams: Tuple[StreamUsage, ...] = (
-        StreamUsage(Stream.COMPUTE.value, busy, max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
-        StreamUsage(Stream.FSDP.value, {"fsdp": side}, max(0.0, iteration - side)),
-        StreamUsage(Stream.DATA_PARALLEL.value, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
-        StreamUsage(Stream.PIPELINE.value, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
+        StreamUsage(_COMPUTE, busy, max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
+        StreamUsage(_FSDP, {"fsdp": side}, max(0.0, iteration - side)),
+        StreamUsage(_DP, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
+        StreamUsage(_PP, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
         StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
     )
     if moe:
         streams += (StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),)
-    return StageBreakdown(stage=s, compute_s=compute, host_overhead_s=host_wait, exposed_comm_s=exposed,
-                          bubble_s=bubble, optimizer_s=tail.optimizer_s, peak_memory_bytes=peak_bytes,
-                          layers=part.stage_layers(s), params=part.stage_params(s), exposed_comm_by_group=groups,
-                          streams=streams)
+    return StageBreakdown(stage=s, compute_s=compute, host_overhead_s=pipe.host_s[s] + overhead,
+                          exposed_comm_s=exposed, bubble_s=pipe.bubble_s[s] + tail.sync_wait_s,
+                          optimizer_s=tail.optimizer_s, peak_memory_bytes=peak_bytes, layers=part.stage_layers(s),
+                          params=part.stage_params(s), exposed_comm_by_group=groups, streams=streams)
+
+
+_COMPUTE, _FSDP, _DP, _PP = Stream.COMPUTE.value, Stream.FSDP.value, Stream.DATA_PARALLEL.value, Stream.PIPELINE.value
+assert COMM_GROUPS == ("tp", "cp", "fsdp", "ep")  # the sums' order (_pass_sums: 4 + index)
 
 
 def stage_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
@@ -201,7 +211,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     iteration = end + stack.iteration_overhead_s
 
     mems = _memory(w, part)
-    stages = tuple(_stage_breakdown(s, w, part, sc, pipe, tails[s], iteration, mems[s].total_bytes)
+    pp_busy = _p2p_busy(part, sc, m)
+    stages = tuple(_stage_breakdown(s, w, part, sc, pipe, tails[s], iteration, mems[s].total_bytes, pp_busy[s])
                    for s in range(plan.pp))
     peak_stage = max(range(plan.pp), key=lambda i: mems[i].total_bytes)
     peak = mems[peak_stage].total_bytes

@@ -14,7 +14,7 @@ follows :meth:`ModelSpec.is_moe_layer` over the global order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Tuple
 
 from vtrain.workload.enums import Schedule
@@ -43,6 +43,14 @@ class StagePartition:
     mtp_expert_params: float = 0.0  # of those, routed experts'
     pos: Tuple[Tuple[int, ...], ...] = ()  # position[stage][chunk] (empty: c·p + s)
     chain: int = 0  # positions per chain (0: all p·v)
+    # per stage, computed once (every stage-level pass of the simulator reads them)
+    _stage_layers: Tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _stage_params: Tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rows = [self.pos[s] if self.pos else tuple(c * self.p + s for c in range(self.v)) for s in range(self.p)]
+        object.__setattr__(self, "_stage_layers", tuple(sum(self.layers[q] for q in row) for row in rows))
+        object.__setattr__(self, "_stage_params", tuple(sum(self.position_params(q) for q in row) for row in rows))
 
     @property
     def positions(self) -> int:
@@ -96,17 +104,13 @@ class StagePartition:
         return self.position_expert_params(self.position(stage, chunk))
 
     def stage_params(self, stage: int) -> float:
-        if not self.pos:
-            return sum(self.position_params(c * self.p + stage) for c in range(self.v))
-        return sum(self.position_params(self.pos[stage][c]) for c in range(self.v))
+        return self._stage_params[stage]
 
     def stage_expert_params(self, stage: int) -> float:
         return sum(self.position_expert_params(self.position(stage, c)) for c in range(self.v))
 
     def stage_layers(self, stage: int) -> int:
-        if not self.pos:
-            return sum(self.layers[c * self.p + stage] for c in range(self.v))
-        return sum(self.layers[self.pos[stage][c]] for c in range(self.v))
+        return self._stage_layers[stage]
 
     @property
     def tied_sync_params(self) -> float:
