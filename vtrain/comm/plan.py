@@ -22,7 +22,7 @@ Entries, per GPU of a stage:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
@@ -138,10 +138,16 @@ class CommPlan:
     fsdp_moe: Optional[FsdpComms] = None
     fsdp_experts: Optional[FsdpComms] = None
 
+    _by_group: Dict[Group, GroupPlacement] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_group", {
+            Group.EP: self.ep_where, Group.ETP: self.etp_where, Group.CP: self.cp_where, Group.DP: self.dp_where,
+            Group.EDP: self.edp_where, Group.EMBEDDING: self.embedding_where})
+
     def where(self, group: Group) -> GroupPlacement:
         """The placement of a collective's group (for pricing in-pass collectives)."""
-        return {Group.EP: self.ep_where, Group.ETP: self.etp_where, Group.CP: self.cp_where, Group.DP: self.dp_where,
-                Group.EDP: self.edp_where, Group.EMBEDDING: self.embedding_where}.get(group, self.tp_where)
+        return self._by_group.get(group, self.tp_where)
 
     def grad_reductions(self, stage: int, chunk: int) -> Tuple[Tuple[Collective, GroupPlacement], ...]:
         """The gradient reductions of a chunk in order: dense over DP, then routed experts over EDP."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import replace
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_choice, check_model, check_plan, require
@@ -46,17 +46,28 @@ _NO_CONTENT = object()
 
 
 def content_key(node: Any) -> Any:
-    """A hashable fingerprint of a config node's content (leaves with their types, so that ``True``, ``1``
-    and ``1.0`` differ), by the same fast walk as :func:`_plain`; raises _NeedsOmegaConf where it does."""
+    """A hashable fingerprint of a config node's content: leaves as (key, type, value), so that ``True``,
+    ``1`` and ``1.0`` differ, containers as (key, fingerprint); the same fast walk as :func:`_plain`
+    (raises _NeedsOmegaConf where it does)."""
     content = node.__dict__.get("_content", _NO_CONTENT)
-    if isinstance(content, dict):
-        return tuple((k, content_key(v)) for k, v in content.items())
-    if isinstance(content, list):
-        return ("[",) + tuple(content_key(v) for v in content)
-    if content is not _NO_CONTENT:
+    if type(content) is dict:
+        items = content.items()
+    elif type(content) is list:
+        items = enumerate(content)  # type: ignore[assignment]
+    elif content is _NO_CONTENT:
+        return (None, *_leaf(node))
+    else:  # a None / missing container
         raise _NeedsOmegaConf
+    out: List[Any] = [type(content)]
+    for k, v in items:
+        vd = v.__dict__
+        out.append((k, *_leaf(v)) if "_val" in vd else (k, content_key(v)))
+    return tuple(out)
+
+
+def _leaf(node: Any) -> Tuple[type, Any]:
     value = node.__dict__.get("_val", _NO_CONTENT)
-    if value is _NO_CONTENT or (isinstance(value, str) and ("${" in value or value == "???")):
+    if value is _NO_CONTENT or (type(value) is str and ("${" in value or value == "???")):
         raise _NeedsOmegaConf
     return type(value), value
 
@@ -169,12 +180,13 @@ _GROUPS = ("model", "gpu", "stack", "cluster", "parallelism", "training", "prici
 def build_workload(cfg: Any) -> Workload:
     """Validated, typed inputs of one simulation from a composed config (DictConfig or dataclass); the
     typed value of each group is reused while its content is unchanged (:func:`_memoised`)."""
-    for key in ("model", "cluster", "stack"):
-        require(_node(cfg, key) is not None, f"{key} is not set: add +{key}=<name>")
-    gpu_cfg = _node(cfg, "gpu")
-    require(gpu_cfg is not None, f"gpu: no gpu config resolved for cluster.gpu={_node(cfg.cluster, 'gpu')} "
-            "(compose with vtrain.compose or the CLI)")
     nodes = tuple(_node(cfg, g) for g in _GROUPS)
+    for key in ("model", "cluster", "stack"):
+        if nodes[_GROUPS.index(key)] is None:
+            raise ConfigError(f"{key} is not set: add +{key}=<name>")
+    if nodes[1] is None:
+        raise ConfigError(f"gpu: no gpu config resolved for cluster.gpu={_node(cfg.cluster, 'gpu')} "
+                          "(compose with vtrain.compose or the CLI)")
     return _memoised("workload", nodes, lambda: _build(*nodes))
 
 

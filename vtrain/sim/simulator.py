@@ -80,8 +80,30 @@ def _p2p_busy(part: StagePartition, sc: StageCosts, m: int) -> List[float]:
     return out
 
 
+def _streams(iteration: float, moe: bool, compute: float, tp: float, ep: float, optimizer: float, side: float,
+             dp_busy: float, pp_busy: float, host_busy: float, a2a: float) -> Tuple[StreamUsage, ...]:
+    """A stage's streams over the iteration: busy time by kind and idle time."""
+    busy = {"compute": compute, "in_stream_comm": tp, "optimizer": optimizer}
+    if moe:
+        busy["ep_comm"] = ep
+    streams: Tuple[StreamUsage, ...] = (
+        StreamUsage(_COMPUTE, busy, max(0.0, iteration - compute - tp - ep - optimizer)),
+        StreamUsage(_FSDP, {"fsdp": side}, max(0.0, iteration - side)),
+        StreamUsage(_DP, {"dp_comm": dp_busy}, max(0.0, iteration - dp_busy)),
+        StreamUsage(_PP, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
+        StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
+    )
+    if moe:
+        streams += (StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),)
+    return streams
+
+
+Streams = Dict[Tuple[float, ...], Tuple[StreamUsage, ...]]
+
+
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
-                     tail: StageTail, iteration: float, peak_bytes: float, pp_busy: float) -> StageBreakdown:
+                     tail: StageTail, iteration: float, peak_bytes: float, pp_busy: float,
+                     shared_streams: Streams) -> StageBreakdown:
     m = w.plan.num_microbatches
     moe = w.model.is_moe
     if sc.weight or sc.fused or moe:
@@ -101,18 +123,10 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
     exposed = sum(groups.values())
     host_busy = per_chunk * sums[2] + overhead
     side = per_chunk * sums[3]
-    busy = {"compute": compute, "in_stream_comm": tp, "optimizer": tail.optimizer_s}
-    if moe:
-        busy["ep_comm"] = ep
-    streams: Tuple[StreamUsage, ...] = (
-        StreamUsage(_COMPUTE, busy, max(0.0, iteration - compute - tp - ep - tail.optimizer_s)),
-        StreamUsage(_FSDP, {"fsdp": side}, max(0.0, iteration - side)),
-        StreamUsage(_DP, {"dp_comm": tail.dp_busy_s}, max(0.0, iteration - tail.dp_busy_s)),
-        StreamUsage(_PP, {"p2p": pp_busy}, max(0.0, iteration - pp_busy)),
-        StreamUsage("host", {"issue": host_busy}, max(0.0, iteration - host_busy)),
-    )
-    if moe:
-        streams += (StreamUsage(Stream.EXPERT.value, {"all_to_all": a2a}, max(0.0, iteration - a2a)),)
+    key = (compute, tp, ep, tail.optimizer_s, side, tail.dp_busy_s, pp_busy, host_busy, a2a)
+    streams = shared_streams.get(key)
+    if streams is None:  # stages with the same busy times (the middle of a pipeline) share one value
+        streams = shared_streams[key] = _streams(iteration, moe, *key)
     return StageBreakdown(stage=s, compute_s=compute, host_overhead_s=pipe.host_s[s] + overhead,
                           exposed_comm_s=exposed, bubble_s=pipe.bubble_s[s] + tail.sync_wait_s,
                           optimizer_s=tail.optimizer_s, peak_memory_bytes=peak_bytes, layers=part.stage_layers(s),
@@ -202,18 +216,19 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
                            split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown)
     m = plan.num_microbatches
-    durations = sc.durations()
+    durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
-    pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), sc.latencies(),
-                             sc.host_times(), full=full, fused=plan.overlap_moe_comm)
+    pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), latencies,
+                             host_times, full=full, fused=plan.overlap_moe_comm)
     drain = [max((b.side_tail_s for b in sc.backward[s]), default=0.0) for s in range(plan.pp)]
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
     iteration = end + stack.iteration_overhead_s
 
     mems = _memory(w, part)
     pp_busy = _p2p_busy(part, sc, m)
-    stages = tuple(_stage_breakdown(s, w, part, sc, pipe, tails[s], iteration, mems[s].total_bytes, pp_busy[s])
-                   for s in range(plan.pp))
+    shared: Streams = {}
+    stages = tuple(_stage_breakdown(s, w, part, sc, pipe, tails[s], iteration, mems[s].total_bytes, pp_busy[s],
+                                    shared) for s in range(plan.pp))
     peak_stage = max(range(plan.pp), key=lambda i: mems[i].total_bytes)
     peak = mems[peak_stage].total_bytes
 

@@ -31,17 +31,30 @@ class StageCosts:
     weight: Tuple[Tuple[PassCost, ...], ...] = ()  # [stage][chunk]: the W passes of a B/W-split schedule
     fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()  # [stage][f chunk][b chunk]: overlapped pairs
 
-    def _flat(self, attr: str) -> List[float]:
-        """Flat list indexed like CompiledSchedule.dur_key: stage·kinds·v + kind·v + chunk, then the fused
-        pairs and a zero-length wait (:func:`vtrain.sim.schedule.fused_key`)."""
-        out: List[float] = []
+    def passes(self) -> List[PassCost]:
+        """Every pass in the engine's duration order, CompiledSchedule.dur_key: stage·kinds·v + kind·v +
+        chunk, then the fused pairs (:func:`vtrain.sim.schedule.fused_key`); the zero-length wait after
+        them is not included."""
+        out: List[PassCost] = []
         for s, (fwd, bwd) in enumerate(zip(self.forward, self.backward)):
-            out += [getattr(c, attr) for c in fwd] + [getattr(c, attr) for c in bwd]
+            out += fwd
+            out += bwd
             if self.weight:
-                out += [getattr(c, attr) for c in self.weight[s]]
+                out += self.weight[s]
         if self.fused:
-            out += [getattr(c, attr) for row in self.fused for cb in row for c in cb] + [0.0]
+            out += [c for row in self.fused for cb in row for c in cb]
         return out
+
+    def _flat(self, attr: str) -> List[float]:
+        """One attribute of each pass in duration order (and the wait's 0 after fused pairs)."""
+        return [getattr(c, attr) for c in self.passes()] + ([0.0] if self.fused else [])
+
+    def engine_inputs(self) -> Tuple[List[float], List[float], List[float]]:
+        """(compute-stream time, host-bound latency, host issue time) of each pass, in duration order."""
+        passes = self.passes()
+        tail = [0.0] if self.fused else []
+        return ([c.gpu_compute_s + c.comm_s for c in passes] + tail, [c.latency_s for c in passes] + tail,
+                [c.host_s for c in passes] + tail)
 
     def durations(self) -> List[float]:
         """Compute-stream time of each pass (the engine's ``gpu_s``)."""
@@ -58,12 +71,6 @@ class StageCosts:
                          for f in f_row for cb in range(len(f_row))]
         return out
 
-    def latencies(self) -> List[float]:
-        return self._flat("latency_s")
-
-    def host_times(self) -> List[float]:
-        return self._flat("host_s")
-
     def lags(self) -> List[float]:
         out: List[float] = []
         for f, b in zip(self.p2p_fwd_s, self.p2p_bwd_s):
@@ -75,10 +82,16 @@ def _p2p(part: StagePartition, comm: CommPlan, cost: CostModel) -> Tuple[List[fl
     gather_s = cost.collective_time_s(comm.p2p_gather, comm.tp_where) if comm.p2p_gather is not None else 0.0
     p2p_f = [0.0] * part.positions
     p2p_b = [0.0] * part.positions
+    priced: Dict[Tuple[int, int], float] = {}  # boundaries share the message and one of two placements
     for q in range(1, part.positions):
         msg = comm.boundary[q]
         if msg is not None:  # none into a chain's first position or between two chunks of one stage
-            p2p_f[q] = p2p_b[q - 1] = cost.collective_time_s(msg, comm.boundary_where[q]) + gather_s
+            where = comm.boundary_where[q]
+            key = (id(msg), id(where))
+            t = priced.get(key)
+            if t is None:
+                t = priced[key] = cost.collective_time_s(msg, where) + gather_s
+            p2p_f[q] = p2p_b[q - 1] = t
     return p2p_f, p2p_b
 
 

@@ -63,14 +63,15 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
     p, cs = part.p, pipe.schedule
     reducers = plan.dp * plan.cp
     shard = float(plan.dp_shard * plan.cp if plan.sharding_stage >= 1 else 1)
-    priced: Dict[Tuple[CollectiveKind, Group, float], float] = {}  # price each size once (middle stages repeat)
+    priced: Dict[Tuple[CollectiveKind, Group, float, int], float] = {}  # each size once (middle stages repeat)
 
     def dp_time(kind: Collective, nbytes: float, where: GroupPlacement = comm.dp_where) -> float:
-        key = (kind.kind, kind.group, nbytes)
-        if key not in priced:
-            priced[key] = cost.collective_time_s(
+        key = (kind.kind, kind.group, nbytes, id(where))
+        t = priced.get(key)
+        if t is None:
+            t = priced[key] = cost.collective_time_s(
                 Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), where)
-        return priced[key]
+        return t
 
     ready: List[float] = []
     dp_busy = [0.0] * p
@@ -81,7 +82,8 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         dp_busy[s] += drain_s[s]
         if (reducers > 1 and any(c.bytes > 0 for c in comm.grad_reduce[s])) or comm.expert_grad_reduce:
             cur = 0.0
-            chunks = sorted((pipe.last_bwd_end[s][c], c) for c in range(part.v))
+            bwd_ends = pipe.last_bwd_end[s]
+            chunks = sorted(zip(bwd_ends, range(part.v))) if part.v > 1 else ((bwd_ends[0], 0),)
             for last_end, c in chunks:
                 dur = durations[cs.dur_key[cs.last_bwd[s][c]]]
                 for coll, where in comm.grad_reductions(s, c):
