@@ -51,7 +51,7 @@ class SimulationTrace:
 def _pass_sums(passes: Tuple[PassCost, ...]) -> Tuple[float, ...]:
     """(GPU compute, in-pass comm, host, side-stream comm, comm by group...) summed over a stage's passes;
     stages built from the same priced passes share one sum (most stages of a uniform pipeline)."""
-    key = tuple(id(c) for c in passes)
+    key = tuple(map(id, passes))
     hit = _SUMS.get(key)
     if hit is not None and hit[0] == passes:
         return hit[1]

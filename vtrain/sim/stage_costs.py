@@ -9,7 +9,7 @@ from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import ModelGraph, PassOps
 from vtrain.graph.ops import Gemm, Op
-from vtrain.sim.launch import NO_SIDE, Part, PassCost, SideStream, Timed, price_chunk, timed_ops
+from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
 from vtrain.workload.partition import StagePartition
 
 __all__ = ["PassCost", "StageCosts", "build_stage_costs", "price_chunk"]
@@ -101,6 +101,7 @@ def _dense_stage_costs(part: StagePartition, comm: CommPlan, cost: CostModel, mi
                        ) -> StageCosts:
     """A dense model on a schedule without B/W split or fused pairs: embedding, layers, head per chunk."""
     priced: Dict[Tuple[bool, bool, int], Tuple[PassCost, PassCost]] = {}
+    memo: PrefixMemo = {}
     forward, backward = [], []
     for s in range(part.p):
         f_row, b_row = [], []
@@ -113,7 +114,7 @@ def _dense_stage_costs(part: StagePartition, comm: CommPlan, cost: CostModel, mi
                     ([(head_f, 1, NO_SIDE)] if is_last else [])
                 bparts: List[Part] = ([(head_b, 1, NO_SIDE)] if is_last else []) + [(layer_b, n, side_b)] + \
                     ([(emb_b, 1, NO_SIDE)] if first else [])
-                priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0))
+                priced[key] = (price_chunk(fparts, microbatch_overhead_s, memo), price_chunk(bparts, 0.0, memo))
             f, b = priced[key]
             f_row.append(f)
             b_row.append(b)
@@ -178,6 +179,7 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
     mtp_b = _timed(graph.mtp.backward) if graph.mtp else []
     mtp_moe = graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0
     priced: Dict[Tuple[bool, bool, int, int], Tuple[PassCost, PassCost, Optional[PassCost]]] = {}
+    memo: PrefixMemo = {}
     forward, backward, weight = [], [], []
     for s in range(p):
         f_row, b_row, w_row = [], [], []
@@ -204,10 +206,11 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
                     return [x for x in fp if x[1] > 0], [x for x in bp if x[1] > 0]
                 fparts, bparts = parts(0)
                 if split:
-                    priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(parts(1)[1], 0.0),
-                                   price_chunk(parts(2)[1], 0.0))
+                    priced[key] = (price_chunk(fparts, microbatch_overhead_s, memo),
+                                   price_chunk(parts(1)[1], 0.0, memo), price_chunk(parts(2)[1], 0.0, memo))
                 else:
-                    priced[key] = (price_chunk(fparts, microbatch_overhead_s), price_chunk(bparts, 0.0), None)
+                    priced[key] = (price_chunk(fparts, microbatch_overhead_s, memo), price_chunk(bparts, 0.0, memo),
+                                   None)
             f, b, w = priced[key]
             f_row.append(f)
             b_row.append(b)
