@@ -91,3 +91,31 @@ def test_a_hundred_million_sequences_on_one_replica_stay_cheap():
                    "parallelism.dp=1", "training.global_batch_size=100000000"])
     r = simulator.simulate_workload(build_workload(cfg), cost_model_for(build_workload(cfg)))[0]
     assert r.plan.num_microbatches == 10**8 and r.iteration_time_s > 0
+
+
+def test_plans_that_differ_in_dp_alone_share_one_simulated_run_and_match_a_fresh_one():
+    from vtrain.sim import pipeline
+
+    base = ["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16"]
+    w8, w4 = (build_workload(compose([*base, f"parallelism.dp={d}"])) for d in (8, 4))
+    assert w8.plan.num_microbatches != w4.plan.num_microbatches
+    pipeline._RUNS.clear()
+    r8, _ = simulate_workload(w8, cost_model_for(w8))
+    runs = len(pipeline._RUNS)
+    r4, _ = simulate_workload(w4, cost_model_for(w4))
+    assert len(pipeline._RUNS) == runs  # the dp=4 plan reused the dp=8 plan's run
+    pipeline._RUNS.clear()
+    fresh, _ = simulate_workload(w4, cost_model_for(w4))
+    assert r4 == fresh and r4.iteration_time_s != r8.iteration_time_s
+
+
+def test_the_run_memo_stays_bounded():
+    from vtrain.sim import pipeline
+
+    pipeline._RUNS.clear()
+    p = 32  # 2,240 tasks a run: 120 distinct runs exceed the bound
+    for i in range(120):
+        simulate_pipeline(Schedule.ONE_F_ONE_B, p, 1, 256, [1.0 + i * 1e-3] * (2 * p), [0.1] * (2 * p),
+                          [0.0] * (2 * p), [0.0] * (2 * p))
+    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= pipeline._RUNS_MAX_TASKS
+    assert 0 < len(pipeline._RUNS) < 120

@@ -15,7 +15,8 @@ always runs in full. ``tests/unit/test_pipeline.py`` compares extrapolated and f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from operator import itemgetter, sub
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.errors import ConfigError
 from vtrain.sim.engine import PipelineRun, run_pipeline
@@ -55,31 +56,32 @@ def _result(cs: CompiledSchedule, run: PipelineRun, k: int = 0, shift: float = 0
 
 
 def _periodic_window(cs: CompiledSchedule, run: PipelineRun) -> Optional[Tuple[float, Waits]]:
-    """(shift per period, per-stage waits of one period) when the last two clean periods repeat."""
-    assert cs.period_mbs is not None
-    q = cs.period_units  # steady units per period
-    clean = cs.clean_units
-    lo = clean - 2 * q
-    if lo < 1:
+    """(shift per period, per-stage waits of one period) when the last two clean periods repeat: every task
+    of the second ends (and frees its host) ``shift`` after its counterpart in the first, with the same
+    waits, to within float rounding (compared as whole arrays: min and max of the differences)."""
+    if cs.window is None or not cs.window[0]:
         return None
+    first, second, bounds = cs.window
     tol = _TOL * (1.0 + max(run.stage_end))
-    shift: Optional[float] = None
-    waits: Waits = ([0.0] * cs.p, [0.0] * cs.p, [0.0] * cs.p)
-    for s, pairs in enumerate(cs.pairs):
-        for k in range(lo, lo + q):
-            for a, b in zip(pairs[k], pairs[k + q]):
-                d = run.end[b] - run.end[a]
-                if shift is None:
-                    shift = d
-                if (abs(d - shift) > tol or abs(run.host_free[b] - run.host_free[a] - shift) > tol
-                        or abs(run.bubble[b] - run.bubble[a]) > tol or abs(run.p2p[b] - run.p2p[a]) > tol
-                        or abs(run.host[b] - run.host[a]) > tol):
-                    return None
-                waits[0][s] += run.bubble[b]
-                waits[1][s] += run.p2p[b]
-                waits[2][s] += run.host[b]
-    assert shift is not None
+    a, b = itemgetter(*first), itemgetter(*second)
+    ends = list(map(sub, _seq(b(run.end)), _seq(a(run.end))))
+    shift = ends[0]
+    hosts = list(map(sub, _seq(b(run.host_free)), _seq(a(run.host_free))))
+    if max(ends) - shift > tol or shift - min(ends) > tol or max(hosts) - shift > tol or shift - min(hosts) > tol:
+        return None
+    for arr in (run.bubble, run.p2p, run.host):
+        d = list(map(sub, _seq(b(arr)), _seq(a(arr))))
+        if max(d) > tol or -min(d) > tol:
+            return None
+    bubble, p2p, host = ([sum(map(arr.__getitem__, second[lo:hi])) for lo, hi in bounds]
+                         for arr in (run.bubble, run.p2p, run.host))
+    waits: Waits = (bubble, p2p, host)
     return shift, waits
+
+
+def _seq(x: object) -> Sequence[float]:
+    """itemgetter's result as a sequence (a single index gives the bare value)."""
+    return x if isinstance(x, tuple) else (x,)
 
 
 def _candidates(p: int, v: int, period: int, m: int) -> List[int]:
@@ -93,6 +95,36 @@ def _candidates(p: int, v: int, period: int, m: int) -> List[int]:
     return out
 
 
+Simulated = Tuple[CompiledSchedule, PipelineRun, Optional[Tuple[float, Waits]]]
+_RUNS: Dict[Tuple[object, ...], Simulated] = {}  # the last simulated runs, by their exact inputs
+_RUNS_MAX_TASKS = 200_000  # ~30 MB of task arrays kept at most
+
+
+def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int, ms: int, fused: bool,
+               gpu_s: Sequence[float], lags: Sequence[float], latency_s: Sequence[float],
+               host_s: Sequence[float]) -> Simulated:
+    """The run of ``ms`` micro-batches and its periodic window. The run depends only on the schedule's
+    shape and the pass and transfer times, not on the iteration's micro-batch count m (m' is m reduced
+    modulo the period), so plans that differ in dp alone (the same passes, more or fewer micro-batches)
+    share one: a search reuses it, exactly, from this small memo of the last runs."""
+    global _runs_tasks
+    hit = _RUNS.pop(key, None)
+    if hit is None:
+        cs = compile_schedule(schedule, p, chunks, ms, fused)
+        run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
+        hit = (cs, run, _periodic_window(cs, run))
+        if not _RUNS:
+            _runs_tasks = 0  # emptied from outside (tests, benchmarks)
+        _runs_tasks += len(cs.stage)
+        while _RUNS and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
+            _runs_tasks -= len(_RUNS.pop(next(iter(_RUNS)))[0].stage)
+    _RUNS[key] = hit
+    return hit
+
+
+_runs_tasks = 0  # tasks held by _RUNS
+
+
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],
                       latency_s: Sequence[float], host_s: Sequence[float], full: bool = False,
                       fused: bool = False) -> PipelineResult:
@@ -102,13 +134,13 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
     per = period(schedule, p, chunks)
     if per is not None and not full:
         mbs = per[0]
+        inputs = (schedule, p, chunks, fused, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
         for ms in _candidates(p, 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.ZERO_BUBBLE) else chunks,
                               mbs, m):
             if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else 1):
                 continue
-            cs = compile_schedule(schedule, p, chunks, ms, fused)
-            run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
-            window = _periodic_window(cs, run)
+            cs, run, window = _simulated((ms, *inputs), schedule, p, chunks, ms, fused, gpu_s, lags, latency_s,
+                                         host_s)
             if window is not None:
                 shift, waits = window
                 return _result(cs, run, (m - ms) // mbs, shift, waits)

@@ -171,6 +171,9 @@ class CompiledSchedule:
     period_units: int = 1
     kind: Tuple[int, ...] = ()  # per task: F, B, W, FUSED, or -1 for the wait before a fused pair
     clean_units: int = -1  # steady units before the first one a cool-down task reaches (all stages); -1: unset
+    # the periodicity check's tasks (:func:`vtrain.sim.pipeline._periodic_window`): the last two clean periods,
+    # as (tasks of the first, their counterparts one period later, per stage its [start, end) in both)
+    window: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]] = None
 
 
 def fused_key(p: int, v: int, kinds: int, s: int, cf: int, cb: int) -> int:
@@ -282,6 +285,27 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
     per = period(schedule, p, chunks)
     clean = min((next((k for k, unit in enumerate(units) if any(tainted[i] for i in unit)), len(units))
                  for units in pairs), default=0)
+    q = 1 if per is None else per[1]
     return CompiledSchedule(p, chunks, m, tuple(stage), tuple(dur_key), tuple(dep), tuple(lag_key),
                             last_bwd, tuple(mbs), pairs, tuple(tainted), None if per is None else per[0],
-                            kinds, 1 if per is None else per[1], tuple(kind_of), clean)
+                            kinds, q, tuple(kind_of), clean, _window(pairs, clean, q) if per else None)
+
+
+def _window(pairs: Tuple[Tuple[Tuple[int, ...], ...], ...], clean: int, q: int
+            ) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]]:
+    """The tasks of the last two clean periods of steady units (``q`` units a period), stage by stage:
+    None when fewer than two clean periods follow the first steady unit."""
+    lo = clean - 2 * q
+    if lo < 1:
+        return None
+    first: List[int] = []
+    second: List[int] = []
+    bounds = []
+    for units in pairs:
+        start = len(first)
+        for k in range(lo, lo + q):
+            for a, b in zip(units[k], units[k + q]):
+                first.append(a)
+                second.append(b)
+        bounds.append((start, len(first)))
+    return tuple(first), tuple(second), tuple(bounds)
