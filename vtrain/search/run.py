@@ -103,12 +103,16 @@ def _best(recs: Sequence[TrialRecord]) -> Dict[str, TrialRecord]:
             "cost": min(uniq, key=lambda r: (_metric(r, "cost_usd"), _metric(r, "time_to_train_s"), r.number))}
 
 
+def _with_violations(rec: TrialRecord, limits: cons.Constraints) -> TrialRecord:
+    v = limits.violations(rec.metrics)
+    return rec if v == rec.violations else dataclasses.replace(rec, violations=v)  # no limits: no copy
+
+
 def finish(result: SearchResult) -> SearchResult:
     """Constraint violations of every record, then the Pareto front (de-duplicated by plan and by values)
     and the fastest/cheapest plans among the plans within the constraints."""
     limits = result.constraints or cons.Constraints()
-    result.records = [dataclasses.replace(r, violations=limits.violations(r.metrics)) if r.feasible else r
-                      for r in result.records]
+    result.records = [_with_violations(r, limits) if r.feasible else r for r in result.records]
     pool = sorted(result.satisfying, key=lambda r: r.number)
     pts = [to_minimise(r.values or (), result.directions) for r in pool]
     result.front = pareto_front(pool, pts, [r.plan_key for r in pool])
