@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 from vtrain.errors import ConfigError
@@ -43,6 +44,7 @@ def check_model(m: ModelSpec) -> None:
             f"model.vocab_divisible_by={m.vocab_divisible_by} must be >= 0 (0: no vocabulary padding)")
 
 
+@functools.lru_cache(maxsize=256)  # check_plan formats its messages eagerly: the search checks every plan
 def _divisors_hint(n: int, limit: int = 12) -> str:
     ds = [d for d in range(1, n + 1) if n % d == 0]
     return ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "")

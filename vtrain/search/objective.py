@@ -112,6 +112,11 @@ class Evaluator:
         reason = check(self.space, plan)
         if reason is not None:
             return Outcome(plan, None, reason)
+        return self.evaluate_valid(plan)
+
+    def evaluate_valid(self, plan: ParallelPlan) -> Outcome:
+        """The outcome of a plan that passed :func:`vtrain.search.space.check`: memory bound, then simulation
+        (not memoised: the grid's plans are distinct)."""
         cap = self.workload.cluster.gpu.hbm_capacity_bytes
         bound = memory_lower_bound_bytes(self.workload, plan)
         if bound > cap:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from vtrain.search.forked import Forked
 from vtrain.search.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS
@@ -154,19 +155,24 @@ def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[
     return dirs
 
 
+def write_plots(result: SearchResult, out_dir: Path) -> None:
+    """pareto.png and pareto.html."""
+    from vtrain.search.svg_view import write_html
+
+    plot_png(result, out_dir / "pareto.png")
+    write_html(result, out_dir / "pareto.html")
+
+
 def write_all(result: SearchResult, out_dir: Path, top_k: int = 2) -> List[Path]:
     """Every output file; with no feasible plan only trials.csv. Returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "trials.csv"]
+    # the plots (matplotlib: half of this function's time) draw in a second process meanwhile
+    plots = Forked(write_plots, result, out_dir) if result.front else None
     write_trials_csv(result, paths[0])
-    if not result.front:
+    if plots is None:
         return paths
     write_pareto_csv(result, out_dir / "pareto.csv")
-    plot_png(result, out_dir / "pareto.png")
-    from vtrain.search.svg_view import write_html
-
-    write_html(result, out_dir / "pareto.html")
-    paths += [out_dir / "pareto.csv", out_dir / "pareto.png", out_dir / "pareto.html"]
-    paths += list(write_best_yaml(result, out_dir).values())
-    paths += list(write_best_reports(result, out_dir, top_k).values())
-    return paths
+    best = list(write_best_yaml(result, out_dir).values()) + list(write_best_reports(result, out_dir, top_k).values())
+    plots.join()
+    return paths + [out_dir / "pareto.csv", out_dir / "pareto.png", out_dir / "pareto.html", *best]

@@ -19,7 +19,7 @@ from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.settings import check_all
-from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, enumerate_plans, plan_fields, plan_space
+from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, plan_space
 from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
@@ -103,12 +103,16 @@ def _best(recs: Sequence[TrialRecord]) -> Dict[str, TrialRecord]:
             "cost": min(uniq, key=lambda r: (_metric(r, "cost_usd"), _metric(r, "time_to_train_s"), r.number))}
 
 
+def _with_violations(rec: TrialRecord, limits: cons.Constraints) -> TrialRecord:
+    v = limits.violations(rec.metrics)
+    return rec if v == rec.violations else dataclasses.replace(rec, violations=v)  # no limits: no copy
+
+
 def finish(result: SearchResult) -> SearchResult:
     """Constraint violations of every record, then the Pareto front (de-duplicated by plan and by values)
     and the fastest/cheapest plans among the plans within the constraints."""
     limits = result.constraints or cons.Constraints()
-    result.records = [dataclasses.replace(r, violations=limits.violations(r.metrics)) if r.feasible else r
-                      for r in result.records]
+    result.records = [_with_violations(r, limits) if r.feasible else r for r in result.records]
     pool = sorted(result.satisfying, key=lambda r: r.number)
     pts = [to_minimise(r.values or (), result.directions) for r in pool]
     result.front = pareto_front(pool, pts, [r.plan_key for r in pool])
@@ -118,17 +122,17 @@ def finish(result: SearchResult) -> SearchResult:
 
 
 def run_grid(ctx: Context, workers: int, progress_bar: bool, max_plans: int = 0) -> List[TrialRecord]:
-    from vtrain.search.grid import evaluate_all
+    from vtrain.search.grid import evaluate_grid, grid_tasks
 
-    plans = enumerate_plans(ctx.space, max_plans)
-    bar = _bar(progress_bar, len(plans), "grid")
+    groups, tasks = grid_tasks(ctx.space, max_plans)
+    bar = _bar(progress_bar, sum(t.plans for t in tasks), "grid")
     try:
-        outs = evaluate_all(ctx.evaluator, plans, workers, bar.update if bar else None)
+        rows = evaluate_grid(ctx.evaluator, groups, tasks, workers, bar.update if bar else None)
     finally:
         if bar:
             bar.close()
-    return [TrialRecord(i, "COMPLETE" if o.feasible else "PRUNED", plan_fields(o.plan), o.values, o.metrics,
-                        o.reason) for i, o in enumerate(outs)]
+    return [TrialRecord(i, "PRUNED" if values is None else "COMPLETE", dict(zip(SEARCHED_FIELDS, fields)), values,
+                        metrics, reason) for i, (fields, values, reason, metrics) in enumerate(rows)]
 
 
 def _bar(enabled: bool, total: int, desc: str) -> Any:

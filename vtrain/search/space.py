@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from enum import Enum
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vtrain.comm.ep import expert_parallel_degrees
 from vtrain.config.validate import check_plan
@@ -205,18 +207,25 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
     return dataclasses.replace(plan, **changes) if changes else plan
 
 
+# every field is a scalar or an enum: the same tuple as dataclasses.astuple, without its deep copies
+_ALL_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(ParallelPlan)))
+_SEARCHED = operator.attrgetter(*SEARCHED_FIELDS)
+
+
 def plan_key(plan: ParallelPlan) -> PlanKey:
     """Hashable identity of a plan, for de-duplication and memoisation."""
-    return dataclasses.astuple(plan)
+    return _ALL_FIELDS(plan)
 
 
 def plan_fields(plan: ParallelPlan) -> dict:
     """The searched fields as plain values (str for enums): trial attrs, CSV rows, MLflow params."""
-    out = {}
-    for name in SEARCHED_FIELDS:
-        value = getattr(plan, name)
-        out[name] = value.value if hasattr(value, "value") else value
-    return out
+    return dict(zip(SEARCHED_FIELDS, plan_values(plan)))
+
+
+def plan_values(plan: ParallelPlan) -> Tuple[Any, ...]:
+    """The searched fields' plain values in :data:`SEARCHED_FIELDS` order (compact: the grid's workers
+    send these)."""
+    return tuple(v.value if isinstance(v, Enum) else v for v in _SEARCHED(plan))
 
 
 def plan_from_fields(base: ParallelPlan, fields: dict) -> ParallelPlan:
@@ -271,36 +280,56 @@ def _rest_options(space: PlanSpace, tp: int, cp: int, dp: int) -> List[Tuple[Any
         space.zero_stages if dp * cp > 1 else (0,), space.precision_choices, eps, space.dispatcher_choices))
 
 
+def plan_groups(space: PlanSpace) -> List[ParallelPlan]:
+    """One plan per (pp, tp, cp, dp, micro-batch, schedule, virtual stages) of the space, its other searched
+    fields the base's, sorted by :func:`pipeline_shape` (stable: ties keep the loop order). Each group's
+    plans (:func:`group_plans`) share its pipeline shape, so that the groups in this order, each expanded,
+    are every plan sorted by shape; canonical never changes these fields, so a repeated group (a choice
+    listed twice) only repeats plans and is left out."""
+    groups: Dict[PlanKey, ParallelPlan] = {}
+    gbs = space.base.global_batch_size
+    for pp, tp, cp in itertools.product(space.pp, space.tp, space.cp):
+        for dp in space.dp_choices(tp, pp, cp):
+            for mb in space.micro_batch_sizes:
+                if gbs % (dp * mb):
+                    continue
+                for sched, v in _schedule_options(space, pp, gbs // (dp * mb)):
+                    key = (pp, tp, cp, dp, mb, sched, v)
+                    if key not in groups:
+                        groups[key] = dataclasses.replace(space.base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb,
+                                                          schedule=sched, virtual_stages=v)
+    return sorted(groups.values(), key=pipeline_shape)
+
+
+def group_size(space: PlanSpace, group: ParallelPlan) -> int:
+    """How many plans :func:`group_plans` tries for ``group`` (an upper bound of the valid ones)."""
+    return len(_rest_options(space, group.tp, group.cp, group.dp))
+
+
+def group_plans(space: PlanSpace, group: ParallelPlan) -> List[ParallelPlan]:
+    """The valid, canonical plans of one group of :func:`plan_groups`, each once, in loop order."""
+    seen = set()
+    plans = []
+    for rc, sp, zs, prec, (ep, etp), disp in _rest_options(space, group.tp, group.cp, group.dp):
+        plan = canonical(dataclasses.replace(
+            group, recompute=rc, sequence_parallel=sp, zero_stage=zs, distributed_optimizer=zs >= 1, precision=prec,
+            ep=ep, etp=etp, moe_dispatcher=disp), space.model)
+        key = plan_key(plan)
+        if key not in seen and check(space, plan) is None:
+            seen.add(key)
+            plans.append(plan)
+    return plans
+
+
 def enumerate_plans(space: PlanSpace, max_plans: int = 0) -> List[ParallelPlan]:
     """Every valid, canonical plan once, sorted by :func:`pipeline_shape` so that neighbours reuse
     the simulator's compiled-schedule cache (``vtrain.sim.schedule.compile_schedule``). With ``max_plans``
     > 0, more valid plans than that is a :class:`ConfigError` (``search.max_grid_plans``): each new
     choice list multiplies the grid."""
-    seen = set()
     plans: List[ParallelPlan] = []
-    base = space.base
-    gbs = base.global_batch_size
-    for pp, tp, cp in itertools.product(space.pp, space.tp, space.cp):
-        for dp in space.dp_choices(tp, pp, cp):
-            rest = _rest_options(space, tp, cp, dp)
-            for mb in space.micro_batch_sizes:
-                if gbs % (dp * mb):
-                    continue
-                for sched, v in _schedule_options(space, pp, gbs // (dp * mb)):
-                    for rc, sp, zs, prec, (ep, etp), disp in rest:
-                        plan = canonical(dataclasses.replace(
-                            base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
-                            virtual_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=zs,
-                            distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp, moe_dispatcher=disp),
-                            space.model)
-                        key = plan_key(plan)
-                        if key in seen or check(space, plan) is not None:
-                            continue
-                        seen.add(key)
-                        plans.append(plan)
-                        if max_plans and len(plans) > max_plans:
-                            raise ConfigError(
-                                f"search.max_grid_plans={max_plans}: the grid has more valid plans; shorten the "
-                                "search.* choice lists (zero_stages, cp, precisions, ep, ...) or raise the cap")
-    plans.sort(key=pipeline_shape)  # stable: ties keep the loop order
+    for group in plan_groups(space):
+        plans.extend(group_plans(space, group))
+        if max_plans and len(plans) > max_plans:
+            raise ConfigError(f"search.max_grid_plans={max_plans}: the grid has more valid plans; shorten the "
+                              "search.* choice lists (zero_stages, cp, precisions, ep, ...) or raise the cap")
     return plans
