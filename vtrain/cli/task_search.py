@@ -34,6 +34,7 @@ def headline(result: Any) -> Dict[str, Any]:
 def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.cli.profiles import profile_for
     from vtrain.search import outputs
+    from vtrain.search.collector import fewer_collections
     from vtrain.search.run import run_search
     from vtrain.search.summary import render
     from vtrain.tracking.background import Logger
@@ -41,8 +42,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     quiet_interrupts()  # Ctrl-C: vtrain's one line, not Optuna's traceback of the interrupted trial
     tracker = Logger(cfg) if bool(cfg.tracking.enabled) else None  # mlflow set up on the other core meanwhile
     try:
-        result = run_search(cfg, out_dir, profile=profile_for(cfg))
-        paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
+        with fewer_collections():
+            result = run_search(cfg, out_dir, profile=profile_for(cfg))
+            paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
     except BaseException:
         if tracker is not None:
             tracker.close()

@@ -15,13 +15,13 @@ import multiprocessing as mp
 import os
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from vtrain.search.collector import fewer_collections
 from vtrain.search.objective import Evaluator
 from vtrain.search.space import (
     PlanSpace,
     enumerate_plans,
     group_plans,
     group_size,
-    pipeline_shape,
     plan_groups,
     plan_values,
 )
@@ -34,77 +34,105 @@ TASK_PLANS = 50  # candidate plans a task holds at least (longer tasks share mor
 
 
 class Task(NamedTuple):
-    start: int  # groups[start:end]
-    end: int
+    groups: Tuple[int, ...]  # indices into the groups, in order
     plans: int  # candidate plans (valid or not): the task's share of the progress bar
 
 
-def _run_task(task: Task) -> List[Row]:
-    """Rows of the valid plans of the task's groups, in order."""
+def _passes_key(plan: ParallelPlan) -> Tuple[object, ...]:
+    """What, besides the cluster (:func:`_cluster`), changes a plan's pass costs: plans equal in it have
+    the same passes, so that the engine's run memo (:mod:`vtrain.sim.pipeline`) serves the next one."""
+    return (plan.recompute.value, plan.sequence_parallel, plan.precision.value, plan.zero_stage >= 3, plan.ep,
+            plan.etp, plan.moe_dispatcher.value)
+
+
+def _cluster(group: ParallelPlan) -> Tuple[object, ...]:
+    """Groups whose plans may share a simulated pipeline run: all but dp (which changes only the number of
+    micro-batches, and the simulated run is the same m' for all of them)."""
+    return (group.pp, group.schedule.value, group.chunks, group.tp, group.cp, group.micro_batch_size)
+
+
+def _run_task(task: Task) -> List[Tuple[int, List[Row]]]:
+    """Rows of the valid plans of the task's groups, per group in order. The plans are evaluated sorted by
+    :func:`_passes_key` (stable), so that plans with the same passes follow each other."""
     assert _WORKER is not None
     ev, groups = _WORKER
-    rows: List[Row] = []
-    for group in groups[task.start:task.end]:
-        for plan in group_plans(ev.space, group):
-            o = ev.evaluate_valid(plan)  # group_plans checked it
-            rows.append((plan_values(plan), o.values, o.reason, o.metrics))
-    return rows
+    plans = [(g, plan) for g in task.groups for plan in group_plans(ev.space, groups[g])]
+    rows: List[Optional[Row]] = [None] * len(plans)
+    for i in sorted(range(len(plans)), key=lambda i: _passes_key(plans[i][1])):
+        plan = plans[i][1]
+        o = ev.evaluate_valid(plan)  # group_plans checked it
+        rows[i] = (plan_values(plan), o.values, o.reason, o.metrics)
+    out: Dict[int, List[Row]] = {g: [] for g in task.groups}
+    for (g, _), row in zip(plans, rows):
+        assert row is not None
+        out[g].append(row)
+    return list(out.items())
 
 
 def grid_tasks(space: PlanSpace, max_plans: int = 0) -> Tuple[List[ParallelPlan], List[Task]]:
-    """The plan groups of ``space`` and tasks over them: ranges of at least :data:`TASK_PLANS` candidates
-    that end where the pipeline shape changes, so that one shape's plans share one worker's
-    compiled-schedule cache. More valid plans than ``max_plans`` (> 0) is a ConfigError."""
+    """The plan groups of ``space`` (in :func:`vtrain.search.space.enumerate_plans`' order, the order of the
+    rows) and tasks over them: the groups of one cluster (:func:`_cluster`) together, clusters in order
+    of pipeline shape joined up to at least :data:`TASK_PLANS` candidates, so that a worker reuses its
+    compiled schedules and simulated runs. More valid plans than ``max_plans`` (> 0) is a ConfigError."""
     groups = plan_groups(space)
     sizes = [group_size(space, g) for g in groups]
     if max_plans and sum(sizes) > max_plans:
         enumerate_plans(space, max_plans)  # counts the valid ones: raises when they exceed the cap
-    out, start, count = [], 0, 0
-    for i in range(1, len(groups) + 1):
-        count += sizes[i - 1]
-        if i == len(groups) or (count >= TASK_PLANS and pipeline_shape(groups[i]) != pipeline_shape(groups[i - 1])):
-            out.append(Task(start, i, count))
-            start, count = i, 0
+    clusters: Dict[Tuple[object, ...], List[int]] = {}
+    for i, g in enumerate(groups):
+        clusters.setdefault(_cluster(g), []).append(i)
+    out: List[Task] = []
+    members: List[int] = []
+    for key in sorted(clusters, key=lambda k: (k[0], k[1], k[2])):  # stable: pp, schedule, chunks
+        members += clusters[key]
+        count = sum(sizes[i] for i in members)
+        if count >= TASK_PLANS:
+            out.append(Task(tuple(members), count))
+            members = []
+    if members:
+        out.append(Task(tuple(members), sum(sizes[i] for i in members)))
     return groups, out
 
 
 def evaluate_grid(ev: Evaluator, groups: Sequence[ParallelPlan], tasks: Sequence[Task], workers: int = 0,
                   progress: Optional[Callable[[int], None]] = None) -> List[Row]:
-    """One row per valid plan of the tasks, in task order (that of
+    """One row per valid plan of the groups, in group order (that of
     :func:`vtrain.search.space.enumerate_plans`); ``workers`` 0 = one per CPU (1 = in this process)."""
     global _WORKER
     workers = workers or (os.cpu_count() or 1)
     _WORKER = (ev, groups)
+    per_group: List[List[Row]] = [[] for _ in groups]
     try:
-        if workers <= 1 or sum(t.plans for t in tasks) < 200 or "fork" not in mp.get_all_start_methods():
-            parts = []
-            for t in tasks:
-                parts.append(_run_task(t))
-                if progress:
-                    progress(t.plans)
-        else:
-            parts = _run_parallel(tasks, workers, progress)
+        with fewer_collections():  # ~14% of the evaluation at the default thresholds (vtrain.search.collector)
+            if workers <= 1 or sum(t.plans for t in tasks) < 200 or "fork" not in mp.get_all_start_methods():
+                for t in tasks:
+                    for g, rows in _run_task(t):
+                        per_group[g] = rows
+                    if progress:
+                        progress(t.plans)
+            else:
+                _run_parallel(tasks, workers, per_group, progress)
     finally:
         _WORKER = None
-    rows = [row for part in parts for row in part]
+    rows = [row for part in per_group for row in part]
     ev.simulations += sum(1 for r in rows if "iteration_time_s" in r[3])
     return rows
 
 
-def _run_parallel(tasks: Sequence[Task], workers: int, progress: Optional[Callable[[int], None]]) -> List[List[Row]]:
-    parts: List[List[Row]] = [[] for _ in tasks]
+def _run_parallel(tasks: Sequence[Task], workers: int, per_group: List[List[Row]],
+                  progress: Optional[Callable[[int], None]]) -> None:
     order = reversed(range(len(tasks)))  # deep pipelines (slow to simulate) first, the cheap tasks last
     gc.freeze()  # the workers inherit the parent's objects: their collections skip them (and copy no pages)
     try:
         with mp.get_context("fork").Pool(workers) as pool:
             for i, part in pool.imap_unordered(_indexed, [(i, tasks[i]) for i in order]):
-                parts[i] = part
+                for g, rows in part:
+                    per_group[g] = rows
                 if progress:
                     progress(tasks[i].plans)
     finally:
         gc.unfreeze()
-    return parts
 
 
-def _indexed(item: Tuple[int, Task]) -> Tuple[int, List[Row]]:
+def _indexed(item: Tuple[int, Task]) -> Tuple[int, List[Tuple[int, List[Row]]]]:
     return item[0], _run_task(item[1])

@@ -134,24 +134,28 @@ def plot_png(result: SearchResult, path: Path) -> None:
     plt.close(fig)
 
 
+def best_report_dirs(result: SearchResult, out_dir: Path, top_k: int) -> Dict[str, Path]:
+    """Where :func:`write_best_reports` writes: ``best_<name>`` for the first ``top_k`` best plans."""
+    if result.context is None or top_k <= 0:
+        return {}
+    return {name: out_dir / f"best_{name}" for name in list(result.best)[:top_k]}
+
+
 def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[str, Path]:
     """``best_<name>/report.json`` and ``timeline.json`` (Chrome trace) of the fastest and cheapest plans."""
     from vtrain.search.space import plan_from_fields
     from vtrain.timeline import chrome_trace
 
     ctx = result.context
-    dirs: Dict[str, Path] = {}
-    if ctx is None or top_k <= 0:
-        return dirs
-    for name in list(result.best)[:top_k]:
+    dirs = best_report_dirs(result, out_dir, top_k)
+    for name, d in dirs.items():
+        assert ctx is not None
         rec = result.best[name]
         report, trace = ctx.evaluator.simulate(plan_from_fields(ctx.space.base, rec.plan or {}), keep_trace=True)
-        d = out_dir / f"best_{name}"
         d.mkdir(parents=True, exist_ok=True)
         (d / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
         if trace is not None:
             (d / "timeline.json").write_text(json.dumps(chrome_trace(trace)))
-        dirs[name] = d
     return dirs
 
 
@@ -167,12 +171,15 @@ def write_all(result: SearchResult, out_dir: Path, top_k: int = 2) -> List[Path]
     """Every output file; with no feasible plan only trials.csv. Returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "trials.csv"]
-    # the plots (matplotlib: half of this function's time) draw in a second process meanwhile
+    # the plots (matplotlib: half of this function's time) and the best plans' reports (a traced simulation
+    # each) are written in two more processes meanwhile
     plots = Forked(write_plots, result, out_dir) if result.front else None
+    reports = Forked(write_best_reports, result, out_dir, top_k) if result.front else None
     write_trials_csv(result, paths[0])
-    if plots is None:
+    if plots is None or reports is None:
         return paths
     write_pareto_csv(result, out_dir / "pareto.csv")
-    best = list(write_best_yaml(result, out_dir).values()) + list(write_best_reports(result, out_dir, top_k).values())
+    best = list(write_best_yaml(result, out_dir).values()) + list(best_report_dirs(result, out_dir, top_k).values())
     plots.join()
+    reports.join()
     return paths + [out_dir / "pareto.csv", out_dir / "pareto.png", out_dir / "pareto.html", *best]

@@ -96,19 +96,39 @@ def _candidates(p: int, v: int, period: int, m: int) -> List[int]:
 
 
 Simulated = Tuple[CompiledSchedule, PipelineRun, Optional[Tuple[float, Waits]]]
-_RUNS: Dict[Tuple[object, ...], Simulated] = {}  # the last simulated runs, by their exact inputs
+
+
+class _Key:
+    """A run's inputs (a long tuple of floats) hashed once: a dict hashes a tuple anew on every lookup."""
+
+    __slots__ = ("inputs", "hash")
+
+    def __init__(self, inputs: Tuple[object, ...]) -> None:
+        self.inputs = inputs
+        self.hash = hash(inputs)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self.inputs == other.inputs
+
+
+_RUNS: Dict[_Key, Simulated] = {}  # the last simulated runs, by their exact inputs
 _RUNS_MAX_TASKS = 200_000  # ~30 MB of task arrays kept at most
 
 
 def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int, ms: int, fused: bool,
                gpu_s: Sequence[float], lags: Sequence[float], latency_s: Sequence[float],
                host_s: Sequence[float]) -> Simulated:
-    """The run of ``ms`` micro-batches and its periodic window. The run depends only on the schedule's
-    shape and the pass and transfer times, not on the iteration's micro-batch count m (m' is m reduced
-    modulo the period), so plans that differ in dp alone (the same passes, more or fewer micro-batches)
-    share one: a search reuses it, exactly, from this small memo of the last runs."""
+    """The run of ``ms`` micro-batches (the whole schedule, or the simulated part of a longer one) and its
+    periodic window. It depends only on the schedule's shape and the pass and transfer times, not on the
+    iteration's micro-batch count m (m' is m reduced modulo the period), so plans that differ in dp alone
+    (the same passes, more or fewer micro-batches) or in what only the tail sees (ZeRO-1/2, the distributed
+    optimizer) share one: a search reuses it, exactly, from this small memo of the last runs."""
     global _runs_tasks
-    hit = _RUNS.pop(key, None)
+    hashed = _Key(key)
+    hit = _RUNS.pop(hashed, None)
     if hit is None:
         cs = compile_schedule(schedule, p, chunks, ms, fused)
         run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
@@ -118,7 +138,7 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
         _runs_tasks += len(cs.stage)
         while _RUNS and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
             _runs_tasks -= len(_RUNS.pop(next(iter(_RUNS)))[0].stage)
-    _RUNS[key] = hit
+    _RUNS[hashed] = hit
     return hit
 
 
@@ -132,9 +152,9 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
     ``fused``: steady forward/backward pairs run as one overlapped task."""
     chunks = chunks_of(schedule, v)
     per = period(schedule, p, chunks)
+    inputs = (schedule, p, chunks, fused, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
     if per is not None and not full:
         mbs = per[0]
-        inputs = (schedule, p, chunks, fused, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
         for ms in _candidates(p, 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.ZERO_BUBBLE) else chunks,
                               mbs, m):
             if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else 1):
@@ -149,5 +169,5 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
         raise ConfigError(f"{schedule.value} with pp={p}, {chunks} chunk(s) and {m} micro-batches is {tasks:,} "
                           f"pipeline tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
                           "(a larger micro_batch_size or dp) or a 1f1b/interleaved schedule")
-    cs = compile_schedule(schedule, p, chunks, m, fused)
-    return _result(cs, run_pipeline(cs, gpu_s, lags, latency_s, host_s))
+    cs, run, _ = _simulated((m, *inputs), schedule, p, chunks, m, fused, gpu_s, lags, latency_s, host_s)
+    return _result(cs, run)
