@@ -71,52 +71,61 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     """Divisibility and size rules of a plan (Megatron-LM's and FSDP's own asserts, readable)."""
     check_positive(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, micro_batch_size=p.micro_batch_size,
                    global_batch_size=p.global_batch_size, seq_len=p.seq_len, virtual_stages=p.virtual_stages)
-    require(p.num_gpus <= cluster.num_gpus,
-            f"tp*cp*pp*dp={p.tp}*{p.cp}*{p.pp}*{p.dp}={p.num_gpus} exceeds the {cluster.num_gpus} GPUs of "
-            f"cluster {cluster.name}")
-    require(m.num_heads % p.tp == 0, f"tp={p.tp} must divide attention heads={m.num_heads}: try "
-            f"{_divisors_hint(m.num_heads)}")
-    require(m.num_kv_heads % p.tp == 0, f"tp={p.tp} must divide kv heads={m.num_kv_heads}: try "
-            f"{_divisors_hint(m.num_kv_heads)}")
-    require(m.ffn_hidden_size % p.tp == 0, f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}")
+    if not (p.num_gpus <= cluster.num_gpus):
+        raise ConfigError(f"tp*cp*pp*dp={p.tp}*{p.cp}*{p.pp}*{p.dp}={p.num_gpus} exceeds the {cluster.num_gpus} "
+                          f"GPUs of cluster {cluster.name}")
+    if not (m.num_heads % p.tp == 0):
+        raise ConfigError(f"tp={p.tp} must divide attention heads={m.num_heads}: try "
+                          f"{_divisors_hint(m.num_heads)}")
+    if not (m.num_kv_heads % p.tp == 0):
+        raise ConfigError(f"tp={p.tp} must divide kv heads={m.num_kv_heads}: try "
+                          f"{_divisors_hint(m.num_kv_heads)}")
+    if not (m.ffn_hidden_size % p.tp == 0):
+        raise ConfigError(f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}")
     _check_pipeline_split(m, p)
     check_moe_plan(m, p)
-    require(p.global_batch_size % (p.dp * p.micro_batch_size) == 0,
-            f"dp*micro_batch_size={p.dp}*{p.micro_batch_size} must divide global_batch_size="
-            f"{p.global_batch_size}")
+    if not (p.global_batch_size % (p.dp * p.micro_batch_size) == 0):
+        raise ConfigError(f"dp*micro_batch_size={p.dp}*{p.micro_batch_size} must divide global_batch_size="
+                          f"{p.global_batch_size}")
     # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
-    require(p.cp == 1 or p.flash_attention, "cp>1 needs flash_attention=true (context parallelism runs fused "
-            "attention on KV blocks)")
-    require(p.cp == 1 or p.seq_len % (2 * p.cp) == 0,
-            f"2*cp=2*{p.cp} must divide seq_len={p.seq_len} (causal load balancing: 2*cp chunks)")
-    require(not p.sequence_parallel or p.tp > 1, "sequence_parallel=true needs tp>1")
-    require(not p.sequence_parallel or p.tokens_per_rank % p.tp == 0,
-            f"tp={p.tp} must divide the tokens per rank={p.tokens_per_rank} with sequence_parallel")
-    require(not p.tp_comm_overlap or (p.tp > 1 and p.sequence_parallel),
-            "tp_comm_overlap=true needs tp>1 and sequence_parallel=true (the overlap splits the all-gather and "
-            "reduce-scatter of sequence parallelism)")
+    if not (p.cp == 1 or p.flash_attention):
+        raise ConfigError("cp>1 needs flash_attention=true (context parallelism runs fused "
+                          "attention on KV blocks)")
+    if not (p.cp == 1 or p.seq_len % (2 * p.cp) == 0):
+        raise ConfigError(f"2*cp=2*{p.cp} must divide seq_len={p.seq_len} (causal load balancing: 2*cp chunks)")
+    if not (not p.sequence_parallel or p.tp > 1):
+        raise ConfigError("sequence_parallel=true needs tp>1")
+    if not (not p.sequence_parallel or p.tokens_per_rank % p.tp == 0):
+        raise ConfigError(f"tp={p.tp} must divide the tokens per rank={p.tokens_per_rank} with sequence_parallel")
+    if not (not p.tp_comm_overlap or (p.tp > 1 and p.sequence_parallel)):
+        raise ConfigError("tp_comm_overlap=true needs tp>1 and sequence_parallel=true (the overlap splits the "
+                          "all-gather and reduce-scatter of sequence parallelism)")
     if p.schedule == Schedule.INTERLEAVED:
-        require(p.pp > 1, "schedule=interleaved needs pp>1")
-        require(p.num_microbatches % p.pp == 0,
-                f"pp={p.pp} must divide the number of micro-batches={p.num_microbatches} "
-                f"with schedule=interleaved")
+        if not (p.pp > 1):
+            raise ConfigError("schedule=interleaved needs pp>1")
+        if not (p.num_microbatches % p.pp == 0):
+            raise ConfigError(f"pp={p.pp} must divide the number of micro-batches={p.num_microbatches} "
+                              f"with schedule=interleaved")
     stage = p.sharding_stage
-    require(stage < 3 or p.dp * p.cp > 1, "zero_stage=3 needs dp*cp>1 (nothing to shard the parameters over)")
+    if not (stage < 3 or p.dp * p.cp > 1):
+        raise ConfigError("zero_stage=3 needs dp*cp>1 (nothing to shard the parameters over)")
     if p.fsdp_shard_size:
-        require(stage >= 1, f"fsdp_shard_size={p.fsdp_shard_size} needs zero_stage>=1")
-        require(p.dp % p.fsdp_shard_size == 0,
-                f"fsdp_shard_size={p.fsdp_shard_size} must divide dp={p.dp}: try {_divisors_hint(p.dp)}")
-    require(not p.overlap_param_gather or stage in (1, 2),
-            "overlap_param_gather=true needs zero_stage 1 or 2 (Megatron's distributed optimizer)")
+        if not (stage >= 1):
+            raise ConfigError(f"fsdp_shard_size={p.fsdp_shard_size} needs zero_stage>=1")
+        if not (p.dp % p.fsdp_shard_size == 0):
+            raise ConfigError(f"fsdp_shard_size={p.fsdp_shard_size} must divide dp={p.dp}: try {_divisors_hint(p.dp)}")
+    if not (not p.overlap_param_gather or stage in (1, 2)):
+        raise ConfigError("overlap_param_gather=true needs zero_stage 1 or 2 (Megatron's distributed optimizer)")
     key = p.precision.peak_key
-    require(key in cluster.gpu.peak_tflops,
-            f"precision={p.precision} needs a {key} peak, which gpu={cluster.gpu.name} does not have "
-            f"({', '.join(sorted(cluster.gpu.peak_tflops))})" + ("; mxfp8 and nvfp4 need a Blackwell GPU"
-                                                                 if key in ("mxfp8", "nvfp4") else ""))
-    require(p.precision.activation.value in cluster.gpu.peak_tflops,
-            f"precision={p.precision} keeps {p.precision.activation} activations, which gpu={cluster.gpu.name} "
-            "has no peak for")
-    require(not p.fp8_attention or p.precision.low, "fp8_attention=true needs a low precision (fp8, mxfp8, ...)")
+    if key not in cluster.gpu.peak_tflops:
+        blackwell = "; mxfp8 and nvfp4 need a Blackwell GPU" if key in ("mxfp8", "nvfp4") else ""
+        raise ConfigError(f"precision={p.precision} needs a {key} peak, which gpu={cluster.gpu.name} does not have "
+                          f"({', '.join(sorted(cluster.gpu.peak_tflops))}){blackwell}")
+    if p.precision.activation.value not in cluster.gpu.peak_tflops:
+        raise ConfigError(f"precision={p.precision} keeps {p.precision.activation} activations, which "
+                          f"gpu={cluster.gpu.name} has no peak for")
+    if not (not p.fp8_attention or p.precision.low):
+        raise ConfigError("fp8_attention=true needs a low precision (fp8, mxfp8, ...)")
     try:
         parse_recompute_modules(p.recompute_modules)
     except ValueError as e:
@@ -129,34 +138,39 @@ def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
     n = p.pp * (1 if p.schedule == Schedule.DUALPIPE else p.chunks)  # DualPipe: each direction is pp deep
     first, last = p.first_stage_layers, p.last_stage_layers
     if first or last:
-        require(p.pp > 1, "first_stage_layers / last_stage_layers need pp>1")
-        require(not (p.account_for_embedding or p.account_for_loss),
-                "account_for_embedding / account_for_loss do not combine with first/last_stage_layers")
+        if not (p.pp > 1):
+            raise ConfigError("first_stage_layers / last_stage_layers need pp>1")
+        if not (not (p.account_for_embedding or p.account_for_loss)):
+            raise ConfigError("account_for_embedding / account_for_loss do not combine with first/last_stage_layers")
         fixed = [x for x in (first, last) if x]
         middle = p.pp - len(fixed)
         rest = m.num_layers - sum(fixed)
-        require(rest >= 0, f"first_stage_layers={first} + last_stage_layers={last} exceed the model's "
-                f"num_layers={m.num_layers}")
+        if not (rest >= 0):
+            raise ConfigError(f"first_stage_layers={first} + last_stage_layers={last} exceed the model's "
+                              f"num_layers={m.num_layers}")
         if middle:
-            require(rest % (middle * p.chunks) == 0 and rest > 0,
-                    f"first_stage_layers={first} / last_stage_layers={last} leave {rest} layers, which must "
-                    f"divide evenly over the other {middle} stage(s) x {p.chunks} chunk(s)")
+            if not (rest % (middle * p.chunks) == 0 and rest > 0):
+                raise ConfigError(f"first_stage_layers={first} / last_stage_layers={last} leave {rest} layers, "
+                                  f"which must divide evenly over the other {middle} stage(s) x {p.chunks} chunk(s)")
         else:
-            require(rest == 0, f"first_stage_layers={first} + last_stage_layers={last} must equal "
-                    f"num_layers={m.num_layers} with pp=2")
-        require(min(fixed) >= p.chunks, "each stage needs at least one layer per model chunk")
+            if not (rest == 0):
+                raise ConfigError(f"first_stage_layers={first} + last_stage_layers={last} must equal "
+                                  f"num_layers={m.num_layers} with pp=2")
+        if not (min(fixed) >= p.chunks):
+            raise ConfigError("each stage needs at least one layer per model chunk")
         return
     extra = int(p.account_for_embedding) + int(p.account_for_loss)
-    require(m.num_layers + extra >= n,
-            f"pp*virtual_stages={p.pp}*{p.chunks}={n} exceeds the layers={m.num_layers}: every position needs a layer")
+    if not (m.num_layers + extra >= n):
+        raise ConfigError(f"pp*virtual_stages={p.pp}*{p.chunks}={n} exceeds the layers={m.num_layers}: every "
+                          "position needs a layer")
     base, rem = divmod(m.num_layers + extra, n)
     first_pos = base + (1 if rem else 0) - int(p.account_for_embedding)
     last_pos = base - int(p.account_for_loss)  # the remainder goes to the first positions
     # a position holding the embedding or the loss may have no transformer layer (Megatron-Core builds an
     # empty decoder chunk there: the measured Qwen3 pp32 x vpp3 run over 94 + 2 layers does so)
-    require(first_pos >= (0 if p.account_for_embedding else 1) and last_pos >= (0 if p.account_for_loss else 1)
-            and base >= 1,
-            f"pp*virtual_stages={p.pp}*{p.chunks} leaves a pipeline position without a transformer layer")
+    if not (first_pos >= (0 if p.account_for_embedding else 1) and last_pos >= (0 if p.account_for_loss else 1)
+            and base >= 1):
+        raise ConfigError(f"pp*virtual_stages={p.pp}*{p.chunks} leaves a pipeline position without a transformer layer")
 
 
 def check_moe_plan(m: ModelSpec, p: ParallelPlan) -> None:
