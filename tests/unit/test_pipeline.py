@@ -109,13 +109,17 @@ def test_plans_that_differ_in_dp_alone_share_one_simulated_run_and_match_a_fresh
     assert r4 == fresh and r4.iteration_time_s != r8.iteration_time_s
 
 
-def test_the_run_memo_stays_bounded():
+def test_the_run_memo_stays_bounded(monkeypatch):
     from vtrain.sim import pipeline
 
+    monkeypatch.setattr(pipeline, "_RUNS_MAX_TASKS", 2_000)
     pipeline._RUNS.clear()
-    p = 32  # 2,240 tasks a run: 120 distinct runs exceed the bound
-    for i in range(120):
-        simulate_pipeline(Schedule.ONE_F_ONE_B, p, 1, 256, [1.0 + i * 1e-3] * (2 * p), [0.1] * (2 * p),
+    p = 8  # 176 tasks a run (11 micro-batches simulated of 64): 40 distinct runs exceed the bound
+    for i in range(40):
+        simulate_pipeline(Schedule.ONE_F_ONE_B, p, 1, 64, [1.0 + i * 1e-3, 2.0] * p, [0.1] * (2 * p),
                           [0.0] * (2 * p), [0.0] * (2 * p))
-    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= pipeline._RUNS_MAX_TASKS
-    assert 0 < len(pipeline._RUNS) < 120
+    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 2_000
+    assert 0 < len(pipeline._RUNS) < 40
+    simulate_pipeline(Schedule.GPIPE, p, 1, 200, [1.0, 2.0] * p, [0.1] * (2 * p), [0.0] * (2 * p), [0.0] * (2 * p))
+    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 2_000  # 3,200 tasks: not kept
+    pipeline._RUNS.clear()

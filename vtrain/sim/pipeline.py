@@ -133,6 +133,8 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
         cs = compile_schedule(schedule, p, chunks, ms, fused)
         run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
         hit = (cs, run, _periodic_window(cs, run))
+        if len(cs.stage) > _RUNS_MAX_TASKS:  # larger than the whole memo: not kept
+            return hit
         if not _RUNS:
             _runs_tasks = 0  # emptied from outside (tests, benchmarks)
         _runs_tasks += len(cs.stage)
