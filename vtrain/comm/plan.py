@@ -305,25 +305,32 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     # the embedding's and the head's; routed experts' over the expert-data-parallel group
     per_layer = fsdp is not None
     experts = [[_tail_expert_params(part, s, c, per_layer) if moe else 0.0 for c in range(v)] for s in range(p)]
-    dense = [[_tail_params(part, s, c, per_layer) - experts[s][c] for c in range(v)] for s in range(p)]
+    if moe or per_layer:
+        dense = [[_tail_params(part, s, c, per_layer) - experts[s][c] for c in range(v)] for s in range(p)]
+    else:  # a dense model without ZeRO-3: each chunk's whole parameters
+        dense = [[part.position_params(part.position(s, c)) for c in range(v)] for s in range(p)]
     fsdp_moe = fsdp_experts = None
     if per_layer and moe:
         fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes)
         fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes)
-    shared: Dict[Tuple[str, float], Collective] = {}  # stages of equal size share one value (middle stages)
-
-    def coll(name: str, kind: CollectiveKind, nbytes: float, group: Group, size: int) -> Collective:
-        c = shared.get((name, nbytes))
-        if c is None:
-            c = shared[(name, nbytes)] = Collective(name, kind, nbytes, group, size)
-        return c
-
     names = [f"dp.grad.chunk{c}" for c in range(v)]
-    grads = tuple(tuple(coll(names[c], kind, row[c] * gbytes, Group.DP, reducers) for c in range(v)) for row in dense)
     gather_all = stage >= 1 and reducers > 1 and not plan.overlap_param_gather
     dtype_bytes = plan.dtype_bytes
-    gathers = tuple(coll("dp.param_gather", CollectiveKind.ALL_GATHER, sum(row) * dtype_bytes, Group.DP, reducers)
-                    if gather_all else None for row in dense)
+    # stages of equal sizes (the middle of a pipeline) share one row of collectives
+    rows: Dict[Tuple[float, ...], Tuple[Tuple[Collective, ...], Optional[Collective]]] = {}
+    grads_l: list[Tuple[Collective, ...]] = []
+    gathers_l: list[Optional[Collective]] = []
+    for row in dense:
+        key = tuple(row)
+        hit = rows.get(key)
+        if hit is None:
+            hit = rows[key] = (
+                tuple(Collective(names[c], kind, x * gbytes, Group.DP, reducers) for c, x in enumerate(row)),
+                Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(row) * dtype_bytes, Group.DP, reducers)
+                if gather_all else None)
+        grads_l.append(hit[0])
+        gathers_l.append(hit[1])
+    grads, gathers = tuple(grads_l), tuple(gathers_l)
     edp = plan.expert_dp if moe else 1
     e_grads: Tuple[Tuple[Optional[Collective], ...], ...] = ()
     e_gathers: Tuple[Optional[Collective], ...] = ()

@@ -73,6 +73,27 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
                 Collective(kind.name, kind.kind, nbytes, kind.group, kind.group_size), where)
         return t
 
+    Priced = Tuple[bool, Tuple[Tuple[Tuple[Collective, GroupPlacement, int, float], ...], ...]]
+    rows: Dict[Tuple[int, int], Priced] = {}
+
+    def reductions(s: int) -> Priced:
+        """(whether the stage reduces anything, per chunk its reductions with bucket count and time per
+        bucket); stages whose comm-plan rows are one object (equal sizes) share one value."""
+        e_row = comm.expert_grad_reduce[s] if comm.expert_grad_reduce else None
+        key = (id(comm.grad_reduce[s]), id(e_row))
+        hit = rows.get(key)
+        if hit is None:
+            has = (reducers > 1 and any(c.bytes > 0 for c in comm.grad_reduce[s])) or bool(comm.expert_grad_reduce)
+            chunks = []
+            for c in range(part.v):
+                out = []
+                for coll, where in comm.grad_reductions(s, c):
+                    n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes)) if comm.overlap_grad_reduce else 1
+                    out.append((coll, where, n_b, dp_time(coll, coll.bytes / n_b, where)))  # x / 1 == x
+                chunks.append(tuple(out))
+            hit = rows[key] = (has, tuple(chunks))
+        return hit
+
     ready: List[float] = []
     dp_busy = [0.0] * p
     events: List[List[Event]] = [[] for _ in range(p)]
@@ -80,21 +101,20 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         end_s = pipe.stage_end[s]
         cur = end_s + drain_s[s]
         dp_busy[s] += drain_s[s]
-        if (reducers > 1 and any(c.bytes > 0 for c in comm.grad_reduce[s])) or comm.expert_grad_reduce:
+        has_grads, per_chunk = reductions(s)
+        if has_grads:
             cur = 0.0
             bwd_ends = pipe.last_bwd_end[s]
             chunks = sorted(zip(bwd_ends, range(part.v))) if part.v > 1 else ((bwd_ends[0], 0),)
             for last_end, c in chunks:
                 dur = durations[cs.dur_key[cs.last_bwd[s][c]]]
-                for coll, where in comm.grad_reductions(s, c):
+                for coll, where, n_b, t_b in per_chunk[c]:
                     if comm.overlap_grad_reduce:
-                        n_b = max(1, math.ceil(coll.bytes / comm.bucket_bytes))
-                        t_b = dp_time(coll, coll.bytes / n_b, where)
                         cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
                                               keep_events, events[s])
                         dp_busy[s] += n_b * t_b
                     else:
-                        t = dp_time(coll, coll.bytes, where)
+                        t = t_b
                         start = max(cur, end_s)
                         cur = start + t
                         dp_busy[s] += t
