@@ -123,3 +123,23 @@ def test_the_run_memo_stays_bounded(monkeypatch):
     simulate_pipeline(Schedule.GPIPE, p, 1, 200, [1.0, 2.0] * p, [0.1] * (2 * p), [0.0] * (2 * p), [0.0] * (2 * p))
     assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 2_000  # 3,200 tasks: not kept
     pipeline._RUNS.clear()
+
+
+def test_the_run_memo_is_safe_from_threads(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vtrain.sim import pipeline
+
+    monkeypatch.setattr(pipeline, "_RUNS_MAX_TASKS", 1_000)
+    pipeline._RUNS.clear()
+    p = 8
+
+    def run(i):
+        return simulate_pipeline(Schedule.ONE_F_ONE_B, p, 1, 64, [1.0 + (i % 7) * 1e-3, 2.0] * p, [0.1] * (2 * p),
+                                 [0.0] * (2 * p), [0.0] * (2 * p)).stage_end
+
+    with ThreadPoolExecutor(4) as pool:
+        ends = list(pool.map(run, range(200)))
+    assert all(ends[i] == ends[i % 7] for i in range(200))
+    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 1_000
+    pipeline._RUNS.clear()

@@ -14,6 +14,7 @@ always runs in full. ``tests/unit/test_pipeline.py`` compares extrapolated and f
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from operator import itemgetter, sub
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -128,23 +129,29 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
     optimizer) share one: a search reuses it, exactly, from this small memo of the last runs."""
     global _runs_tasks
     hashed = _Key(key)
-    hit = _RUNS.pop(hashed, None)
-    if hit is None:
-        cs = compile_schedule(schedule, p, chunks, ms, fused)
-        run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
-        hit = (cs, run, _periodic_window(cs, run))
-        if len(cs.stage) > _RUNS_MAX_TASKS:  # larger than the whole memo: not kept
+    with _RUNS_LOCK:
+        hit = _RUNS.pop(hashed, None)
+        if hit is not None:
+            _RUNS[hashed] = hit  # the most recently used last
             return hit
+    cs = compile_schedule(schedule, p, chunks, ms, fused)
+    run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
+    hit = (cs, run, _periodic_window(cs, run))
+    if len(cs.stage) > _RUNS_MAX_TASKS:  # larger than the whole memo: not kept
+        return hit
+    with _RUNS_LOCK:
         if not _RUNS:
             _runs_tasks = 0  # emptied from outside (tests, benchmarks)
-        _runs_tasks += len(cs.stage)
-        while _RUNS and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
+        if hashed not in _RUNS:
+            _runs_tasks += len(cs.stage)
+        _RUNS[hashed] = hit
+        while len(_RUNS) > 1 and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
             _runs_tasks -= len(_RUNS.pop(next(iter(_RUNS)))[0].stage)
-    _RUNS[hashed] = hit
     return hit
 
 
 _runs_tasks = 0  # tasks held by _RUNS
+_RUNS_LOCK = threading.Lock()  # callers may simulate from threads
 
 
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],
