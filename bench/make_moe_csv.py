@@ -1,6 +1,6 @@
 """Write vtrain/data/modern_gpus/megatron_moe_qwen3_h100.csv from the shared Megatron-MoE-ModelZoo table.
 
-    python bench/make_moe_csv.py /work/shared/data/modern_gpus/megatron_moe_modelzoo_qwen3.csv
+    python bench/make_moe_csv.py [TABLE]   # default: ../shared/data/modern_gpus/megatron_moe_modelzoo_qwen3.csv
 
 H100 rows of Qwen3-235B-A22B (the Qwen3-Next-80B-A3B row needs gated delta-net attention, not modelled, and is
 left out). Step times: the table's own, or (long-context rows, TFLOP/s only) Megatron's model FLOPs over the
@@ -17,7 +17,10 @@ from vtrain.config.build import model_spec
 from vtrain.validation.megatron_flops import megatron_flops_per_iteration
 from vtrain.validation.rows import model_config_fields
 
-OUT = Path(__file__).resolve().parent.parent / "vtrain" / "data" / "modern_gpus" / "megatron_moe_qwen3_h100.csv"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "vtrain" / "data" / "modern_gpus" / "megatron_moe_qwen3_h100.csv"
+# the shared data folder beside the project root (not shipped: this script only regenerates OUT from it)
+SOURCE = ROOT.parent / "shared" / "data" / "modern_gpus" / "megatron_moe_modelzoo_qwen3.csv"
 COLUMNS = ["name", "model", "gpu", "num_gpus", "gpus_per_node", "global_batch", "micro_batch", "seq_len", "tp", "cp",
            "pp", "dp", "ep", "etp", "zero_stage", "schedule", "virtual_stages", "moe_dispatcher", "overlap_moe_comm",
            "recompute", "recompute_modules", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
@@ -75,4 +78,4 @@ def main(src: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/modern_gpus/megatron_moe_modelzoo_qwen3.csv")
+    main(sys.argv[1] if len(sys.argv) > 1 else str(SOURCE))

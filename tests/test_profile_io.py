@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from vtrain.cost.profiled import Curve, ProfiledCostModel
 from vtrain.errors import ProfileError
 from vtrain.graph.ops import Collective, CollectiveKind, Gemm, Group, MemoryOp
 
-NCCL_DIR = Path("/work/shared/data/nccl_allreduce/a100")
+NCCL_DIR = Path(str(resources.files("vtrain") / "data" / "nccl_allreduce" / "a100"))  # the shipped copy
 SINGLE = ["parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=1", "parallelism.sequence_parallel=false",
           "parallelism.distributed_optimizer=false", "parallelism.recompute=none", "training.global_batch_size=4",
           "parallelism.micro_batch_size=2", "training.seq_len=128", "training.precision=fp32"]
@@ -157,7 +158,6 @@ def test_cli_corrupt_profile_exits_with_one_line(tmp_path: Path, synthetic: Path
     assert len(lines) == 1 and str(d / OPS_FILE) in lines[0] and "line 3" in lines[0]
 
 
-@pytest.mark.skipif(not NCCL_DIR.is_dir(), reason="shared nccl-tests data not present")
 def test_nccl_import_and_collective_lookup(tmp_path: Path) -> None:
     from vtrain.profiler.nccl import import_nccl, parse_nccl_csv
 
