@@ -13,7 +13,7 @@ BASE = ["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism
 
 
 def _uncached(cfg):
-    build._MEMO.clear()
+    build.clear_memo()
     return build_workload(cfg)
 
 

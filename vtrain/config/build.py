@@ -36,10 +36,7 @@ def _plain(node: Any) -> Any:
         return [_plain(v) for v in content]
     if content is not _NO_CONTENT:  # a None / missing container
         raise _NeedsOmegaConf
-    value = node.__dict__.get("_val", _NO_CONTENT)
-    if value is _NO_CONTENT or (isinstance(value, str) and ("${" in value or value == "???")):
-        raise _NeedsOmegaConf
-    return value
+    return _leaf(node)[1]
 
 
 _NO_CONTENT = object()
@@ -72,22 +69,33 @@ def _leaf(node: Any) -> Tuple[type, Any]:
     return type(value), value
 
 
-_MEMO: Dict[Any, Any] = {}  # content key -> typed spec: one config group's build is a pure function of it
+_MEMO: Dict[Any, Any] = {}  # content key -> typed value: one config group's build is a pure function of it
 _MEMO_MAX = 256
 
 
-def _memoised(tag: str, nodes: Tuple[Any, ...], build: Callable[[], T]) -> T:
-    """``build()``, reused while the config nodes it reads hold the same content (a sweep over one group
-    rebuilds only that group; plain mappings and dataclass configs are always rebuilt). Errors are not
-    memoised: a bad value raises on every call."""
+def fingerprint(node: Any) -> Any:
+    """:func:`content_key` of a DictConfig node, or None where there is none (an interpolation, a plain
+    mapping or dataclass config): such a node is built anew on every call (so is one with an unhashable
+    leaf, see :func:`_memoised`)."""
     from omegaconf import DictConfig
 
-    if not all(isinstance(n, DictConfig) for n in nodes):
+    if not isinstance(node, DictConfig):
+        return None
+    try:
+        return content_key(node)
+    except _NeedsOmegaConf:
+        return None
+
+
+def _memoised(key: Optional[Tuple[Any, ...]], build: Callable[[], T]) -> T:
+    """``build()``, reused while ``key`` (a tag and the fingerprints of the config nodes it reads; None when
+    one has none) is the same: a sweep over one group rebuilds only that group. Errors are not memoised: a
+    bad value raises on every call."""
+    if key is None or any(part is None for part in key):
         return build()
     try:
-        key = (tag, tuple(content_key(n) for n in nodes))
         hit = _MEMO.get(key)
-    except (_NeedsOmegaConf, TypeError):  # an interpolation, an unhashable leaf
+    except TypeError:  # an unhashable leaf
         return build()
     if hit is None:
         hit = build()
@@ -95,6 +103,11 @@ def _memoised(tag: str, nodes: Tuple[Any, ...], build: Callable[[], T]) -> T:
             _MEMO.clear()
         _MEMO[key] = hit
     return typing.cast(T, hit)
+
+
+def clear_memo() -> None:
+    """Forget every memoised group (benchmarks of a config never seen before, tests)."""
+    _MEMO.clear()
 
 
 def as_mapping(node: Any) -> Dict[str, Any]:
@@ -187,17 +200,18 @@ def build_workload(cfg: Any) -> Workload:
     if nodes[1] is None:
         raise ConfigError(f"gpu: no gpu config resolved for cluster.gpu={_node(cfg.cluster, 'gpu')} "
                           "(compose with vtrain.compose or the CLI)")
-    return _memoised("workload", nodes, lambda: _build(*nodes))
+    keys = tuple(fingerprint(n) for n in nodes)  # each group's once: the group memos below reuse them
+    return _memoised(("workload", *keys), lambda: _build(nodes, keys))
 
 
-def _build(model_cfg: Any, gpu_cfg: Any, stack_cfg: Any, cluster_cfg: Any, par_cfg: Any, train_cfg: Any,
-           pricing_cfg: Any, cost_cfg: Any) -> Workload:
-    model = _memoised("model", (model_cfg,), lambda: model_spec(model_cfg))
-    gpu = _memoised("gpu", (gpu_cfg,), lambda: gpu_spec(gpu_cfg))
-    stack = _memoised("stack", (stack_cfg,), lambda: stack_spec(stack_cfg))
-    cluster = _memoised("cluster", (cluster_cfg, gpu_cfg), lambda: cluster_spec(cluster_cfg, gpu))
-    plan = _memoised("plan", (par_cfg, train_cfg, cluster_cfg),
-                     lambda: parallel_plan(par_cfg, train_cfg, cluster.num_gpus))
+def _build(nodes: Tuple[Any, ...], keys: Tuple[Any, ...]) -> Workload:
+    model_cfg, gpu_cfg, stack_cfg, cluster_cfg, par_cfg, train_cfg, pricing_cfg, cost_cfg = nodes
+    k_model, k_gpu, k_stack, k_cluster, k_par, k_train = keys[:6]
+    model = _memoised(("model", k_model), lambda: model_spec(model_cfg))
+    gpu = _memoised(("gpu", k_gpu), lambda: gpu_spec(gpu_cfg))
+    stack = _memoised(("stack", k_stack), lambda: stack_spec(stack_cfg))
+    cluster = _memoised(("cluster", k_cluster, k_gpu), lambda: cluster_spec(cluster_cfg, gpu))
+    plan = _memoised(("plan", k_par, k_train, k_cluster), lambda: parallel_plan(par_cfg, train_cfg, cluster.num_gpus))
     check_plan(model, plan, cluster)
     if plan.seq_len > model.max_seq_len and model.position_embedding == PositionEmbedding.LEARNED:
         raise ConfigError(f"training.seq_len={plan.seq_len} exceeds model.max_seq_len={model.max_seq_len} "
