@@ -7,8 +7,8 @@ Per case: the cold call (schedule DAG compiled), the warm engine call (`simulate
 Workload: how a search calls it), the public `simulate(cfg)` on a composed config (build + engine), the
 same with the build's per-group memo emptied before each call (every group rebuilt and validated: the
 cost of a config never seen before), and the build alone (memo hit). The engine's memo of recent pipeline
-runs (`vtrain.sim.pipeline._RUNS`, which a search hits across plans that differ in dp alone) is emptied
-before every timed call: each figure includes the event simulation. Each figure is the minimum over 7
+runs (which a search hits across plans that differ in dp alone) is emptied before every timed call
+(`vtrain.sim.pipeline.clear_runs`): each figure includes the event simulation. Each figure is the minimum over 7
 repeats of the mean of a batch of calls, in CPU time of this process (`time.process_time`): on a shared
 2-core machine the minimum is the least disturbed figure.
 Targets (issue 11): public simulate of GPT-3 175B (8,16,8) <= 1 ms, MT-NLG 530B (8,35,12) <= 2 ms.
@@ -21,9 +21,8 @@ from typing import Callable, Dict, List
 
 from vtrain import compose, simulate
 from vtrain.api import cost_model_for
-from vtrain.config.build import _MEMO as build_memo
-from vtrain.config.build import build_workload
-from vtrain.sim.pipeline import _RUNS as runs_memo
+from vtrain.config.build import build_workload, clear_memo
+from vtrain.sim.pipeline import clear_runs
 from vtrain.sim.schedule import compile_schedule
 from vtrain.sim.simulator import simulate_workload
 
@@ -77,9 +76,9 @@ def table() -> None:
         t0 = time.process_time()
         simulate_workload(w, cost_model_for(w))
         cold = (time.process_time() - t0) * 1e3
-        warm = min_mean_ms(lambda: (runs_memo.clear(), simulate_workload(w, cost_model_for(w))), 20)
-        public = min_mean_ms(lambda: (runs_memo.clear(), simulate(cfg)), 10)
-        fresh = min_mean_ms(lambda: (runs_memo.clear(), build_memo.clear(), simulate(cfg)), 10)
+        warm = min_mean_ms(lambda: (clear_runs(), simulate_workload(w, cost_model_for(w))), 20)
+        public = min_mean_ms(lambda: (clear_runs(), simulate(cfg)), 10)
+        fresh = min_mean_ms(lambda: (clear_runs(), clear_memo(), simulate(cfg)), 10)
         build = min_mean_ms(lambda: build_workload(cfg), 10)
         tasks = len(compile_schedule(w.plan.schedule, w.plan.pp, w.plan.chunks, w.plan.num_microbatches).stage)
         print(f"| {name} | {tasks:,} | {cold:.1f} | {warm:.2f} | {public:.2f} | {fresh:.2f} | {build:.2f} |")
@@ -91,7 +90,7 @@ def batch_scaling() -> None:
     for gbs in (256, 1024, 4096, 16384, 65536):
         w = build_workload(compose([*GPT3, f"training.global_batch_size={gbs}"]))
         simulate_workload(w, cost_model_for(w))
-        ms = min_mean_ms(lambda: (runs_memo.clear(), simulate_workload(w, cost_model_for(w))), 10)
+        ms = min_mean_ms(lambda: (clear_runs(), simulate_workload(w, cost_model_for(w))), 10)
         print(f"| {gbs:,} | {w.plan.num_microbatches:,} | {ms:.2f} |")
 
 

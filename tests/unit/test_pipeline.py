@@ -99,12 +99,12 @@ def test_plans_that_differ_in_dp_alone_share_one_simulated_run_and_match_a_fresh
     base = ["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16"]
     w8, w4 = (build_workload(compose([*base, f"parallelism.dp={d}"])) for d in (8, 4))
     assert w8.plan.num_microbatches != w4.plan.num_microbatches
-    pipeline._RUNS.clear()
+    pipeline.clear_runs()
     r8, _ = simulate_workload(w8, cost_model_for(w8))
     runs = len(pipeline._RUNS)
     r4, _ = simulate_workload(w4, cost_model_for(w4))
     assert len(pipeline._RUNS) == runs  # the dp=4 plan reused the dp=8 plan's run
-    pipeline._RUNS.clear()
+    pipeline.clear_runs()
     fresh, _ = simulate_workload(w4, cost_model_for(w4))
     assert r4 == fresh and r4.iteration_time_s != r8.iteration_time_s
 
@@ -113,7 +113,7 @@ def test_the_run_memo_stays_bounded(monkeypatch):
     from vtrain.sim import pipeline
 
     monkeypatch.setattr(pipeline, "_RUNS_MAX_TASKS", 2_000)
-    pipeline._RUNS.clear()
+    pipeline.clear_runs()
     p = 8  # 176 tasks a run (11 micro-batches simulated of 64): 40 distinct runs exceed the bound
     for i in range(40):
         simulate_pipeline(Schedule.ONE_F_ONE_B, p, 1, 64, [1.0 + i * 1e-3, 2.0] * p, [0.1] * (2 * p),
@@ -122,7 +122,7 @@ def test_the_run_memo_stays_bounded(monkeypatch):
     assert 0 < len(pipeline._RUNS) < 40
     simulate_pipeline(Schedule.GPIPE, p, 1, 200, [1.0, 2.0] * p, [0.1] * (2 * p), [0.0] * (2 * p), [0.0] * (2 * p))
     assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 2_000  # 3,200 tasks: not kept
-    pipeline._RUNS.clear()
+    pipeline.clear_runs()
 
 
 def test_the_run_memo_is_safe_from_threads(monkeypatch):
@@ -131,7 +131,7 @@ def test_the_run_memo_is_safe_from_threads(monkeypatch):
     from vtrain.sim import pipeline
 
     monkeypatch.setattr(pipeline, "_RUNS_MAX_TASKS", 1_000)
-    pipeline._RUNS.clear()
+    pipeline.clear_runs()
     p = 8
 
     def run(i):
@@ -142,4 +142,4 @@ def test_the_run_memo_is_safe_from_threads(monkeypatch):
         ends = list(pool.map(run, range(200)))
     assert all(ends[i] == ends[i % 7] for i in range(200))
     assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 1_000
-    pipeline._RUNS.clear()
+    pipeline.clear_runs()

@@ -144,8 +144,6 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
     if len(cs.stage) > _RUNS_MAX_TASKS:  # larger than the whole memo: not kept
         return hit
     with _RUNS_LOCK:
-        if not _RUNS:
-            _runs_tasks = 0  # emptied from outside (tests, benchmarks)
         if hashed not in _RUNS:
             _runs_tasks += len(cs.stage)
         _RUNS[hashed] = hit
@@ -156,6 +154,14 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
 
 _runs_tasks = 0  # tasks held by _RUNS
 _RUNS_LOCK = threading.Lock()  # callers may simulate from threads
+
+
+def clear_runs() -> None:
+    """Forget the memoised runs (benchmarks that time the event simulation itself, tests)."""
+    global _runs_tasks
+    with _RUNS_LOCK:
+        _RUNS.clear()
+        _runs_tasks = 0
 
 
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],

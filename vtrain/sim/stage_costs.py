@@ -56,10 +56,6 @@ class StageCosts:
         return ([c.gpu_compute_s + c.comm_s for c in passes] + tail, [c.latency_s for c in passes] + tail,
                 [c.host_s for c in passes] + tail)
 
-    def durations(self) -> List[float]:
-        """Compute-stream time of each pass (the engine's ``gpu_s``)."""
-        return self._flat("gpu_s")
-
     def all_to_all(self) -> List[float]:
         """Expert-parallel all-to-all time of each pass (a fused pair: both passes' all-to-alls, hidden or not)."""
         out = self._flat("ep_comm_s")
