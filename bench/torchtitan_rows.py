@@ -26,7 +26,7 @@ from __future__ import annotations
 import csv
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 DATA = Path(__file__).resolve().parents[1] / "vtrain" / "data" / "modern_gpus"
 SOURCE = DATA / "torchtitan_benchmarks.csv"
@@ -54,32 +54,24 @@ def _model(name: str) -> str:
     raise ValueError(f"unknown model {name!r}")
 
 
+def _first(text: str, table: Tuple[Tuple[str, str], ...]) -> Optional[str]:
+    """The value of the first key of ``table`` found in ``text`` (order matters: "gb200" before "b200")."""
+    return next((value for key, value in table if key in text), None)
+
+
+_GPUS = (("h100", "h100_96gb_500w"), ("h200", "h200"), ("gb200", "gb200"), ("b200", "b200"), ("blackwell", "gb200"))
+_PRECISIONS = (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("rowwise", "fp8_rowwise"), ("float8", "fp8"), ("fp8", "fp8"))
+
+
 def _gpu(r: Dict[str, str]) -> str:
-    g, notes = r["gpu"].lower(), r["hardware_notes"].lower()
-    if "h100" in g:
-        return "h100_96gb_500w"
-    if "h200" in g:
-        return "h200"
-    if "gb200" in g:
-        return "gb200"
-    if "b200" in g:
-        return "b200"
-    if "blackwell" in g:
-        return "gb200"
-    raise ValueError(f"unknown gpu {r['gpu']!r} ({notes})")
+    gpu = _first(r["gpu"].lower(), _GPUS)
+    if gpu is None:
+        raise ValueError(f"unknown gpu {r['gpu']!r} ({r['hardware_notes'].lower()})")
+    return gpu
 
 
 def _precision(raw: str) -> str:
-    p = raw.lower()
-    if "nvfp4" in p:
-        return "nvfp4"
-    if "mxfp8" in p:
-        return "mxfp8"
-    if "rowwise" in p:
-        return "fp8_rowwise"
-    if "float8" in p or "fp8" in p:
-        return "fp8"
-    return "bf16"
+    return _first(raw.lower(), _PRECISIONS) or "bf16"
 
 
 def _recompute(raw: str) -> str:
