@@ -59,3 +59,11 @@ def test_generated_schemas_pickle_by_name_for_the_submitit_launchers():
     assert cloudpickle.loads(cloudpickle.dumps(schema)) is schema
     node = OmegaConf.structured(cloudpickle.loads(cloudpickle.dumps(schema)))
     assert OmegaConf.to_container(node)["provenance"] == {}
+
+
+@pytest.mark.parametrize("pricing", group_options("pricing"))
+def test_every_gpu_has_a_price_in_every_price_list(pricing):
+    """A shipped GPU with no price would stop every simulate on it (the cost needs one)."""
+    cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"pricing={pricing}"])
+    for gpu in group_options("gpu"):
+        assert gpu in cfg.pricing.usd_per_gpu_hour, f"{pricing} has no price for {gpu}"
