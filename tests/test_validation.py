@@ -85,3 +85,52 @@ def test_single_node_only_fit_trades_large_scale_accuracy():
     table = read_weak_scaling(data_path("megatron_2021_weak_scaling.csv"))
     errors = [predict(r, cluster, "megatron_deepspeed_2022_single_node").error_pct for r in table]
     assert min(errors) > 5.0  # recorded +9.8% .. +23.5% TFLOP/s/GPU
+
+
+def test_own_csv_rows_take_the_software_of_their_gpu(tmp_path, cfg):
+    """A CSV of one's own (no stack, recompute or sequence_parallel columns): an A100 row is simulated on the
+    vTrain-era stack with its defaults, an H100 row on Megatron-Core + TE with sequence parallelism (tp > 1)
+    and the lightest recompute mode that fits (it ran, so it fitted)."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+
+    p = tmp_path / "own.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,"
+                 "iteration_time_ms,gpu\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,900,a100_80gb\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,900,h100_sxm\n"
+                 "8,32,4,4096,32,32,8192,1,8,1,900,h100_sxm\n")
+    rows = read_measurements(p)
+    a100, h100, big = validate_rows(rows, cfg, defaults=None)
+    assert (a100.stack, a100.recompute) == ("megatron_deepspeed_2022", "full")
+    assert (h100.stack, h100.recompute, h100.fits) == ("megatron_core_te", "none", True)
+    assert (big.recompute, big.fits) == ("full", True)  # 4 x 8K tokens a GPU of a 6.7B model: ~150 GB without
+    w = row_workload(rows[1], cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.plan.sequence_parallel and w.plan.distributed_optimizer and w.plan.flash_attention
+    assert w.plan.precision.value == "bf16"
+    w = row_workload(rows[0], cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert not w.plan.sequence_parallel and w.plan.precision.value == "fp16"
+
+
+def test_a_copy_of_a_shipped_dataset_validates_as_the_shipped_one(tmp_path, capfd):
+    """validate.data=<path> of the shipped A100 rows gives the shipped dataset's predictions (their stack
+    follows from their GPU), and a stack= on the command line still chooses the stack."""
+    import csv
+
+    from tests.clirun import run_inprocess
+
+    lines = data_path("a100_single_node_iteration_times.csv").read_text().splitlines()
+    own = tmp_path / "own.csv"
+    own.write_text("\n".join([lines[0], *lines[1:400:40]]) + "\n")  # 10 rows
+    predicted = {}
+    for name, args in (("shipped", ["validate.data=a100_single_node"]), ("own", [f"validate.data={own}"]),
+                       ("chosen", [f"validate.data={own}", "stack=megatron_core_te"])):
+        run = tmp_path / name
+        res = run_inprocess(["task=validate", "+cluster=vtrain_a100", *args, "validate.show_rows=0",
+                             f"hydra.run.dir={run}"], capfd)
+        assert res.code == 0, res.err
+        rows = csv.DictReader((run / "validation.csv").open())
+        predicted[name] = [(r["simulated_stack"], r["predicted_ms"]) for r in rows]
+    assert predicted["own"] == predicted["shipped"][:400:40]
+    assert {s for s, _ in predicted["own"]} == {"megatron_deepspeed_2022"}
+    assert {s for s, _ in predicted["chosen"]} == {"megatron_core_te"}

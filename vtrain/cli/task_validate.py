@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from omegaconf import DictConfig
 
@@ -25,7 +25,7 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
         w = csv.writer(fh)
         w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
                     "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
-                    "predicted_hi_ms", "covered80", "interval_regime"])
+                    "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute"])
         for r in results:
             err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"
@@ -38,7 +38,7 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             hi = "" if r.predicted_hi_ms is None else f"{r.predicted_hi_ms:.3f}"
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, "" if r.fits is None else r.fits, mem,
                         mem_err, r.skipped_reason or "", lo, hi, "" if r.covered is None else r.covered,
-                        r.interval_regime])
+                        r.interval_regime, r.stack, r.recompute])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -73,6 +73,19 @@ def coverage_line(results: Sequence[RowResult]) -> str:
     return f"coverage80: {cov:.1f}% ({', '.join(regimes)})"
 
 
+def _chosen_stack() -> Optional[str]:
+    """The ``stack=...`` of the command line, if one was given (the config's default stack is not a choice)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    for o in HydraConfig.get().overrides.task:
+        key, _, value = str(o).lstrip("+").partition("=")
+        if key == "stack":
+            return value
+    return None
+
+
 def run(cfg: DictConfig, out_dir: Path) -> int:
     require_group(cfg, "cluster")
     if not cfg.validate.data:
@@ -80,7 +93,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                           "(a100_single_node)")
     path = resolve_dataset(str(cfg.validate.data))
     rows = read_measurements(path)
-    stack = cfg.validate.stack or SHIPPED_STACK.get(str(cfg.validate.data)) or str(cfg.stack.name)
+    # rows without a stack column: validate.stack, the shipped dataset's, a stack= given on the command line,
+    # else the stack of each row's era (vtrain.validation.rows.era_defaults)
+    stack = cfg.validate.stack or SHIPPED_STACK.get(str(cfg.validate.data)) or _chosen_stack()
     results = validate_rows(rows, cfg, shipped_defaults(str(cfg.validate.data)), stack=stack)
     summary = summary_of(results)
     show = int(cfg.validate.show_rows)

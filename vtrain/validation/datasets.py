@@ -20,9 +20,12 @@ SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_w
 
 
 def shipped_defaults(name: str) -> Any:
-    """What the rows of a shipped dataset leave unsaid (its software's own defaults): a RowDefaults."""
+    """What the rows of a shipped dataset leave unsaid (its software's own defaults): a RowDefaults; None
+    for a CSV of one's own (each row's defaults follow its GPU: :func:`vtrain.validation.rows.era_defaults`)."""
     from vtrain.validation.rows import MODERN_DEFAULTS, RowDefaults
 
+    if name not in SHIPPED:
+        return None
     return MODERN_DEFAULTS if name in ("torchtitan", "megatron_moe_qwen3_h100") else RowDefaults()
 
 

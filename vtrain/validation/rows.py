@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import typing
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from vtrain.config.build import cluster_spec, gpu_spec, stack_spec
 from vtrain.config.specs import spec_from
@@ -53,6 +53,10 @@ class RowDefaults:
         "distributed_optimizer": False, "overlap_grad_reduce": False, "precision": Precision.FP16,
         "flash_attention": False})
     stack: str = "megatron_deepspeed_2022"
+    sequence_parallel_with_tp: bool = False  # a row silent on sequence_parallel has it exactly when tp > 1
+    # a row silent on recompute ran with the lightest mode that fits (it ran, so its memory fitted): the
+    # validator tries these in order (:func:`vtrain.validation.run.validate_rows`); empty: plan's recompute
+    recompute_to_fit: Tuple[Recompute, ...] = ()
 
 
 # Modern runs (torchtitan, Megatron-Core): bf16, flash attention, DP overlapped, model shapes from model/
@@ -61,6 +65,30 @@ MODERN_DEFAULTS = RowDefaults(
     plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
           "flash_attention": True, "overlap_grad_reduce": True},
     stack="torchtitan_fsdp2")
+# A row of a CSV of one's own on a Hopper or Blackwell GPU: Megatron-Core with Transformer Engine, as NVIDIA's
+# published recipes run it (NeMo / Megatron-Bridge: bf16, fused attention, distributed optimizer with
+# overlapped gradient reduction, sequence parallelism whenever tp > 1, vocabulary padded to 128)
+MEGATRON_CORE_DEFAULTS = RowDefaults(
+    model={"vocab_divisible_by": 128},
+    plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
+          "flash_attention": True, "overlap_grad_reduce": True, "distributed_optimizer": True},
+    stack="megatron_core_te", sequence_parallel_with_tp=True,
+    recompute_to_fit=(Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
+
+
+def era_defaults(gpu: Any) -> RowDefaults:
+    """What a row of a CSV of one's own leaves unsaid, by the GPU it ran on: one without FP8 tensor cores
+    (V100, A100) ran the software of vTrain's measurements (Megatron-DeepSpeed 2022, :class:`RowDefaults`),
+    a Hopper or Blackwell GPU Megatron-Core with Transformer Engine (:data:`MEGATRON_CORE_DEFAULTS`)."""
+    return MEGATRON_CORE_DEFAULTS if "fp8" in gpu.peak_tflops else RowDefaults()
+
+
+def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
+                defaults: Optional[RowDefaults]) -> RowDefaults:
+    """The defaults that apply to ``row``: the dataset's, or (None) those of the GPU it ran on."""
+    if defaults is not None:
+        return defaults
+    return era_defaults(gpu_spec(load_gpu(row.get("gpu") or str(cluster_cfg.gpu))))
 
 
 def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
@@ -117,12 +145,16 @@ def model_config_fields(name: str) -> Dict[str, Any]:
 
 
 def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
-                 load_stack: Callable[[str], Any], defaults: RowDefaults = RowDefaults(),
-                 stack: Optional[str] = None) -> Workload:
+                 load_stack: Callable[[str], Any], defaults: Optional[RowDefaults] = RowDefaults(),
+                 stack: Optional[str] = None, recompute: Optional[Recompute] = None) -> Workload:
     """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs): ``stack``
-    (validate.stack) overrides the dataset's stack for rows without a ``stack`` column. Raises
-    ConfigError (the skip reason) when the row cannot be simulated as measured."""
+    (validate.stack) overrides the dataset's stack for rows without a ``stack`` column; ``defaults`` None:
+    those of the row's GPU (:func:`era_defaults`); ``recompute`` replaces the defaults' recompute mode for a
+    row without a ``recompute`` column. Raises ConfigError (the skip reason) when the row cannot be
+    simulated as measured."""
     prefix = f"row {row.index}:"
+    gpu = gpu_spec(load_gpu(row.get("gpu") or str(cluster_cfg.gpu)))
+    defaults = defaults if defaults is not None else era_defaults(gpu)
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
     base: Dict[str, Any] = {}
@@ -144,7 +176,9 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
                        or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
-    plan_d = {**defaults.plan, **p}
+    plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
+    if defaults.sequence_parallel_with_tp and "sequence_parallel" not in p:
+        plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
     if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
         interleaved = plan_d.get("schedule") == Schedule.INTERLEAVED
         plan_d["virtual_stages"] = 2 if interleaved and model.num_layers % (2 * plan_d.get("pp", 1)) == 0 else 1
@@ -155,7 +189,6 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     num_gpus = parse_cell(row, "num_gpus", row.get("num_gpus") or "", int) if row.get("num_gpus") else plan.num_gpus
     if plan.num_gpus != num_gpus:
         raise ConfigError(f"{prefix} tp*dp*pp={plan.num_gpus} differs from num_gpus={num_gpus}")
-    gpu = gpu_spec(load_gpu(row.get("gpu") or str(cluster_cfg.gpu)))
     cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
     if row.get("gpus_per_node") is not None:
         per_node = parse_cell(row, "gpus_per_node", row.get("gpus_per_node") or "", int)

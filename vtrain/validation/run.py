@@ -8,10 +8,13 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
+from vtrain.report import Report
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
-from vtrain.validation.rows import RowDefaults, row_workload
+from vtrain.validation.rows import RowDefaults, defaults_of, row_workload
+from vtrain.workload.enums import Recompute
+from vtrain.workload.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class RowResult:
     predicted_hi_ms: Optional[float] = None
     interval_regime: str = ""
     leaf_regime: str = ""
+    stack: str = ""  # the software stack and recompute mode simulated (what the row said or its defaults)
+    recompute: str = ""
 
     @property
     def covered(self) -> Optional[bool]:
@@ -81,9 +86,24 @@ def _measured(row: MeasuredRow, tokens_per_iteration: float, gpus: int) -> Tuple
     return tokens_per_iteration / (tps * gpus) * 1e3, "tokens_per_s_per_gpu"
 
 
-def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: RowDefaults = RowDefaults(),
+def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
+                  stack: Optional[str]) -> Tuple[Workload, Report]:
+    """The row's workload and report; a row silent on recompute whose defaults say so
+    (``RowDefaults.recompute_to_fit``) takes the first of those modes that fits."""
+    modes = defaults_of(row, cfg.cluster, load_gpu, defaults).recompute_to_fit
+    tries: Sequence[Optional[Recompute]] = modes if modes and row.get("recompute") is None else (None,)
+    for i, mode in enumerate(tries):
+        w = row_workload(row, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=mode)
+        report, _ = simulate_workload(w, AnalyticalCostModel(w))
+        if report.fits or i == len(tries) - 1:
+            break
+    return w, report
+
+
+def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowDefaults] = RowDefaults(),
                   stack: Optional[str] = None) -> List[RowResult]:
-    """Simulate each row on ``cfg.cluster`` (``stack``: validate.stack, for rows without a stack column)."""
+    """Simulate each row on ``cfg.cluster`` (``stack``: validate.stack, for rows without a stack column;
+    ``defaults`` None: by each row's GPU, :func:`vtrain.validation.rows.era_defaults`)."""
     from vtrain.config.compose import load_gpu_config, load_stack_config
 
     load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
@@ -91,17 +111,17 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: RowDefaults =
     out: List[RowResult] = []
     for row in rows:
         try:
-            w = row_workload(row, cfg.cluster, load_gpu, load_stack, defaults, stack)
+            w, report = _simulate_row(row, cfg, load_gpu, load_stack, defaults, stack)
             measured, quantity = _measured(row, w.plan.global_batch_size * w.plan.seq_len, w.plan.num_gpus)
             mem = _positive(row, "peak_memory_gib")
-            report, _ = simulate_workload(w, AnalyticalCostModel(w))
         except ConfigError as err:
             out.append(RowResult(row, float("nan"), None, str(err)))
             continue
         out.append(RowResult(row, measured, report.iteration_time_s * 1e3, None, quantity, report.fits,
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
                              report.iteration_time_hi_s * 1e3, report.interval_regime,
-                             leaf_regime(w, report.provenance, host_fraction(report))))
+                             leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
+                             w.plan.recompute.value))
     return out
 
 
