@@ -3,12 +3,15 @@
     python bench/bench_simulate.py            # the table of the README's Speed section
     python bench/bench_simulate.py --batch    # warm time over global batch 256 .. 65,536 (grows with pp, not m)
 
-Per case: the cold call (schedule DAG compiled), the warm engine call (`simulate_workload` on a built
-Workload: how a search calls it), the public `simulate(cfg)` on a composed config (build + engine), the
-same with the build's per-group memo emptied before each call (every group rebuilt and validated: the
-cost of a config never seen before), and the build alone (memo hit). The engine's memo of recent pipeline
-runs (which a search hits across plans that differ in dp alone) is emptied before every timed call
-(`vtrain.sim.pipeline.clear_runs`): each figure includes the event simulation. Each figure is the minimum over 7
+Per case: the cold call (schedule DAG compiled, partition and op graph built), the warm engine call
+(`simulate_workload` on a built Workload: how a search calls it), the public `simulate(cfg)` on a composed
+config (build + engine), the same with the build's per-group memo and the engine's structures (partition,
+op graph: `vtrain.sim.structure`) emptied before each call (every group rebuilt and validated: the cost
+of a config never seen before, its schedule DAG compiled), and the build alone (memo hit). The warm
+and public figures keep what a search keeps across plans: the compiled schedule, the partition and the op
+graph (structure, no prices). The engine's memo of recent pipeline runs (which a search hits across plans
+that differ in dp alone) is emptied before every timed call (`vtrain.sim.pipeline.clear_runs`): every
+figure prices every op and includes the event simulation. Each figure is the minimum over 7
 repeats of the mean of a batch of calls, in CPU time of this process (`time.process_time`): on a shared
 2-core machine the minimum is the least disturbed figure.
 Targets (issue 11): public simulate of GPT-3 175B (8,16,8) <= 1 ms, MT-NLG 530B (8,35,12) <= 2 ms.
@@ -25,6 +28,7 @@ from vtrain.config.build import build_workload, clear_memo
 from vtrain.sim.pipeline import clear_runs
 from vtrain.sim.schedule import compile_schedule
 from vtrain.sim.simulator import simulate_workload
+from vtrain.sim.structure import clear_structures
 
 GPT3 = ["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8",
         "parallelism.micro_batch_size=1"]
@@ -73,12 +77,13 @@ def table() -> None:
             print(f"| {name} | - | {type(err).__name__}: {err} | | | | |")
             continue
         compile_schedule.cache_clear()
+        clear_structures()
         t0 = time.process_time()
         simulate_workload(w, cost_model_for(w))
         cold = (time.process_time() - t0) * 1e3
         warm = min_mean_ms(lambda: (clear_runs(), simulate_workload(w, cost_model_for(w))), 20)
         public = min_mean_ms(lambda: (clear_runs(), simulate(cfg)), 10)
-        fresh = min_mean_ms(lambda: (clear_runs(), clear_memo(), simulate(cfg)), 10)
+        fresh = min_mean_ms(lambda: (clear_runs(), clear_memo(), clear_structures(), simulate(cfg)), 10)
         build = min_mean_ms(lambda: build_workload(cfg), 10)
         tasks = len(compile_schedule(w.plan.schedule, w.plan.pp, w.plan.chunks, w.plan.num_microbatches).stage)
         print(f"| {name} | {tasks:,} | {cold:.1f} | {warm:.2f} | {public:.2f} | {fresh:.2f} | {build:.2f} |")

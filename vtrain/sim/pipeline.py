@@ -19,9 +19,10 @@ only in what the run does not see (dp, ZeRO-1/2).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from operator import itemgetter, sub
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from vtrain.errors import ConfigError
 from vtrain.sim.engine import PipelineRun, run_pipeline
@@ -119,7 +120,9 @@ class _Key:
         return isinstance(other, _Key) and self.inputs == other.inputs
 
 
-_RUNS: Dict[_Key, Simulated] = {}  # the last simulated runs, by their exact inputs
+# the last simulated runs, by their exact inputs, least recently used first (an OrderedDict: evicting from
+# the front of a plain dict rescans the deleted slots there on every next(iter(...)), O(evictions))
+_RUNS: "OrderedDict[_Key, Simulated]" = OrderedDict()
 _RUNS_MAX_TASKS = 200_000  # at most ~40 MB of task arrays kept (6 lists of floats a task)
 
 
@@ -134,9 +137,9 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
     global _runs_tasks
     hashed = _Key(key)
     with _RUNS_LOCK:
-        hit = _RUNS.pop(hashed, None)
+        hit = _RUNS.get(hashed)
         if hit is not None:
-            _RUNS[hashed] = hit  # the most recently used last
+            _RUNS.move_to_end(hashed)  # the most recently used last
             return hit
     cs = compile_schedule(schedule, p, chunks, ms, fused)
     run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
@@ -148,7 +151,7 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
             _runs_tasks += len(cs.stage)
         _RUNS[hashed] = hit
         while len(_RUNS) > 1 and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
-            _runs_tasks -= len(_RUNS.pop(next(iter(_RUNS)))[0].stage)
+            _runs_tasks -= len(_RUNS.popitem(last=False)[1][0].stage)
     return hit
 
 

@@ -1,6 +1,7 @@
 """One training iteration, end to end: partition → communication plan → op graph → per-pass costs →
 pipeline events → gradient sync and optimizer → Report. Pure: no I/O, no global state besides the
-schedule cache."""
+caches of structure (compiled schedules, partitions and op graphs: vtrain/sim/structure.py) and the
+memo of recent pipeline runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +10,6 @@ from typing import Dict, List, Optional, Tuple
 from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream, build_comm_plan
 from vtrain.cost.base import CostModel
-from vtrain.graph.builder import build_model_graph
-from vtrain.graph.fusion import fuse_elementwise
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
@@ -22,9 +21,10 @@ from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule, splits_backward
 from vtrain.sim.stage_costs import StageCosts, build_stage_costs
+from vtrain.sim.structure import model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
 from vtrain.workload.enums import Recompute, Schedule
-from vtrain.workload.partition import StagePartition, partition
+from vtrain.workload.partition import StagePartition
 from vtrain.workload.workload import Workload
 
 _DUALPIPE = Schedule.DUALPIPE
@@ -206,11 +206,10 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                       ) -> Tuple[Report, Optional[SimulationTrace]]:
     model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
     gpu = cluster.gpu
-    part = partition(model, plan)
+    shape = shape_key(model, plan)
+    part = stage_partition(model, plan, shape)
     comm: CommPlan = build_comm_plan(w, part)
-    graph = build_model_graph(model, plan, comm.tp, comm.cp, comm.ep)
-    if stack.fuse_elementwise:
-        graph = fuse_elementwise(graph)
+    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,

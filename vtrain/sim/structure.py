@@ -1,0 +1,69 @@
+"""The structure of an iteration — the stage partition and the op graph — built once per distinct shape.
+
+Both are pure functions of the model and of the plan fields that shape one micro-batch's work on one
+stage; neither reads the data-parallel degree, the batch or the data-parallel sharding (what the tail, the
+communication plan and the memory model see). A search visits many plans that differ only there (every dp
+of one (tp, pp, micro-batch) shape), and a simulate of a config already seen finds both built, as it finds
+its compiled schedule (:func:`vtrain.sim.schedule.compile_schedule`'s cache). Prices are never kept here:
+every call prices the ops anew. ``tests/unit/test_structure_memo.py`` checks that the fields left out of
+the key do not change what is built.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from operator import attrgetter
+from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+
+from vtrain.comm.cp import CpComms
+from vtrain.comm.tp import TpComms, TpOperator
+from vtrain.graph.builder import ModelGraph, build_model_graph
+from vtrain.graph.fusion import fuse_elementwise
+from vtrain.workload.model import ModelSpec
+from vtrain.workload.partition import StagePartition, partition
+from vtrain.workload.plan import ParallelPlan
+
+# plan fields the partition and the graph do not read (grep vtrain/graph, vtrain/workload/partition.py)
+NOT_SHAPING = frozenset({"dp", "global_batch_size", "tokens_to_train", "zero_stage", "fsdp_shard_size",
+                         "reshard_after_forward", "overlap_param_gather", "distributed_optimizer",
+                         "overlap_grad_reduce", "grad_bucket_mib"})
+_shaping: Callable[[ParallelPlan], Tuple[Any, ...]] = attrgetter(
+    *(f.name for f in fields(ParallelPlan) if f.name not in NOT_SHAPING))
+_MAX_ENTRIES = 512  # each memo is emptied when it grows past this (a search's shapes number in the hundreds)
+_PARTS: Dict[Hashable, StagePartition] = {}
+_GRAPHS: Dict[Hashable, ModelGraph] = {}
+
+
+def shape_key(model: ModelSpec, plan: ParallelPlan) -> Tuple[Any, ...]:
+    """What the partition and the graph depend on: the model and the shaping plan fields."""
+    return (model, _shaping(plan))
+
+
+def stage_partition(model: ModelSpec, plan: ParallelPlan, key: Optional[Tuple[Any, ...]] = None) -> StagePartition:
+    """:func:`vtrain.workload.partition.partition`, built once per shape."""
+    k = key if key is not None else shape_key(model, plan)
+    hit = _PARTS.get(k)
+    if hit is None:
+        if len(_PARTS) >= _MAX_ENTRIES:
+            _PARTS.clear()
+        hit = _PARTS[k] = partition(model, plan)
+    return hit
+
+
+def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms], ep: Optional[TpOperator],
+                fuse: bool, key: Optional[Tuple[Any, ...]] = None) -> ModelGraph:
+    """:func:`vtrain.graph.builder.build_model_graph` with the communication plan's TP, CP and EP collectives
+    (and Inductor-style fusion when ``fuse``), built once per shape and collectives."""
+    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, fuse)
+    hit = _GRAPHS.get(k)
+    if hit is None:
+        if len(_GRAPHS) >= _MAX_ENTRIES:
+            _GRAPHS.clear()
+        graph = build_model_graph(model, plan, tp, cp, ep)
+        hit = _GRAPHS[k] = fuse_elementwise(graph) if fuse else graph
+    return hit
+
+
+def clear_structures() -> None:
+    """Forget the built partitions and graphs (benchmarks that time a config never seen, tests)."""
+    _PARTS.clear()
+    _GRAPHS.clear()
