@@ -54,8 +54,10 @@ class AnalyticalCostModel:
             self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff
         else:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
-        self.flash_rate *= stack.attention_kernel_efficiency
-        self.sustained = gpu.sustained_gemm_fraction  # benchmarked GEMM rate -> rate inside a training step
+        # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
+        self.flash_rate *= stack.attention_kernel_efficiency * gpu.power_clock_fraction
+        # benchmarked GEMM rate -> rate inside a training step (and on this part's clock)
+        self.sustained = gpu.sustained_gemm_fraction * gpu.power_clock_fraction
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
         self.kernel_s = gpu.kernel_time_s
         self.host_s = stack.host_time_per_kernel_s

@@ -38,6 +38,11 @@ class GpuSpec:
         1.0, domain=FRACTION,
         doc="share of its benchmarked GEMM rate a GPU sustains inside a training step (power and clock "
             "limits under continuous load); 1 where the GEMM constants were fitted to training runs (A100)")
+    power_clock_fraction: float = spec(
+        1.0, domain=FRACTION,
+        doc="tensor-core clock of this part under its board power limit, relative to the part its GEMM and "
+            "fused-attention constants were measured on (a power-capped SKU); scales GEMMs and fused attention, "
+            "not memory-bound kernels")
     gemm_ceiling_by_precision: Dict[str, float] = spec(
         factory=dict, domain=FRACTION,
         doc="best achievable matmul per precision as a fraction of its peak (a brute-force shape search, "
