@@ -8,12 +8,13 @@ Per case: the cold call (schedule DAG compiled, partition and op graph built), t
 config (build + engine), the same with the build's per-group memo and the engine's structures (partition,
 op graph: `vtrain.sim.structure`) emptied before each call (every group rebuilt and validated: the cost
 of a config never seen before, its schedule DAG compiled), and the build alone (memo hit). The warm
-and public figures keep what a search keeps across plans: the compiled schedule, the partition and the op
-graph (structure, no prices). The engine's memo of recent pipeline runs (which a search hits across plans
-that differ in dp alone) is emptied before every timed call (`vtrain.sim.pipeline.clear_runs`): every
-figure prices every op and includes the event simulation. Each figure is the minimum over 7
-repeats of the mean of a batch of calls, in CPU time of this process (`time.process_time`): on a shared
-2-core machine the minimum is the least disturbed figure.
+and public figures keep what a search keeps across plans: the compiled schedule, the partition and the
+op graph (structure, no prices). The engine's memos of priced passes and of recent pipeline runs (which
+a search hits across plans that differ in dp alone) are emptied before every timed call
+(`vtrain.sim.pass_memo.clear_passes`, `vtrain.sim.pipeline.clear_runs`): every figure prices every op and
+includes the event simulation. Each figure is the minimum over 7 repeats of the mean of a batch of calls,
+in CPU time of this process (`time.process_time`): on a shared 2-core machine the minimum is the least
+disturbed figure.
 Targets (issue 11): public simulate of GPT-3 175B (8,16,8) <= 1 ms, MT-NLG 530B (8,35,12) <= 2 ms.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Callable, Dict, List
 from vtrain import compose, simulate
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload, clear_memo
+from vtrain.sim.pass_memo import clear_passes
 from vtrain.sim.pipeline import clear_runs
 from vtrain.sim.schedule import compile_schedule
 from vtrain.sim.simulator import simulate_workload
@@ -56,6 +58,12 @@ CASES: Dict[str, List[str]] = {
 }
 
 
+def forget_prices() -> None:
+    """Empty the memos of priced passes and pipeline runs: the timed call prices every op and simulates."""
+    clear_passes()
+    clear_runs()
+
+
 def min_mean_ms(fn: Callable[[], object], calls: int, repeats: int = 7) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -81,9 +89,9 @@ def table() -> None:
         t0 = time.process_time()
         simulate_workload(w, cost_model_for(w))
         cold = (time.process_time() - t0) * 1e3
-        warm = min_mean_ms(lambda: (clear_runs(), simulate_workload(w, cost_model_for(w))), 20)
-        public = min_mean_ms(lambda: (clear_runs(), simulate(cfg)), 10)
-        fresh = min_mean_ms(lambda: (clear_runs(), clear_memo(), clear_structures(), simulate(cfg)), 10)
+        warm = min_mean_ms(lambda: (forget_prices(), simulate_workload(w, cost_model_for(w))), 20)
+        public = min_mean_ms(lambda: (forget_prices(), simulate(cfg)), 10)
+        fresh = min_mean_ms(lambda: (forget_prices(), clear_memo(), clear_structures(), simulate(cfg)), 10)
         build = min_mean_ms(lambda: build_workload(cfg), 10)
         tasks = len(compile_schedule(w.plan.schedule, w.plan.pp, w.plan.chunks, w.plan.num_microbatches).stage)
         print(f"| {name} | {tasks:,} | {cold:.1f} | {warm:.2f} | {public:.2f} | {fresh:.2f} | {build:.2f} |")
@@ -95,7 +103,7 @@ def batch_scaling() -> None:
     for gbs in (256, 1024, 4096, 16384, 65536):
         w = build_workload(compose([*GPT3, f"training.global_batch_size={gbs}"]))
         simulate_workload(w, cost_model_for(w))
-        ms = min_mean_ms(lambda: (clear_runs(), simulate_workload(w, cost_model_for(w))), 10)
+        ms = min_mean_ms(lambda: (forget_prices(), simulate_workload(w, cost_model_for(w))), 10)
         print(f"| {gbs:,} | {w.plan.num_microbatches:,} | {ms:.2f} |")
 
 

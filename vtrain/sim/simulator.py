@@ -1,7 +1,8 @@
 """One training iteration, end to end: partition → communication plan → op graph → per-pass costs →
 pipeline events → gradient sync and optimizer → Report. Pure: no I/O, no global state besides the
 caches of structure (compiled schedules, partitions and op graphs: vtrain/sim/structure.py) and the
-memo of recent pipeline runs."""
+memos of priced passes (vtrain/sim/pass_memo.py) and recent pipeline runs (vtrain/sim/pipeline.py), each
+exact."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
 from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
 from vtrain.sim.memory_moe import moe_memory
+from vtrain.sim.pass_memo import stage_costs
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule, splits_backward
-from vtrain.sim.stage_costs import StageCosts, build_stage_costs
+from vtrain.sim.stage_costs import StageCosts
 from vtrain.sim.structure import model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
 from vtrain.workload.enums import Recompute, Schedule
@@ -212,8 +214,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
-    sc = build_stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
-                           split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown)
+    sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
+                     split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown)
     m = plan.num_microbatches
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS

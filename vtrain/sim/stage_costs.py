@@ -91,7 +91,7 @@ def _p2p(part: StagePartition, comm: CommPlan, cost: CostModel) -> Tuple[List[fl
     return p2p_f, p2p_b
 
 
-def _dense_stage_costs(part: StagePartition, comm: CommPlan, cost: CostModel, microbatch_overhead_s: float,
+def _dense_stage_costs(part: StagePartition, microbatch_overhead_s: float,
                        layer_f: List[Timed], layer_b: List[Timed], emb_f: List[Timed], emb_b: List[Timed],
                        head_f: List[Timed], head_b: List[Timed], side_f: SideStream, side_b: SideStream
                        ) -> StageCosts:
@@ -116,8 +116,7 @@ def _dense_stage_costs(part: StagePartition, comm: CommPlan, cost: CostModel, mi
             b_row.append(b)
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
-    p2p_f, p2p_b = _p2p(part, comm, cost)
-    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b))
+    return StageCosts(tuple(forward), tuple(backward), (), ())
 
 
 def _side_streams(comm: CommPlan, cost: CostModel, moe: bool = False) -> Tuple[SideStream, SideStream]:
@@ -137,12 +136,34 @@ def _side_streams(comm: CommPlan, cost: CostModel, moe: bool = False) -> Tuple[S
     return SideStream(gather_s=g), SideStream(gather_s=g if comm.fsdp.regather else 0.0, reduce_s=reduce_s)
 
 
+def side_streams(comm: CommPlan, cost: CostModel) -> Tuple[SideStream, ...]:
+    """The passes' side-stream work: (dense forward, dense backward, MoE forward, MoE backward)."""
+    return (*_side_streams(comm, cost), *_side_streams(comm, cost, moe=True))
+
+
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                       microbatch_overhead_s: float, split: bool = False,
                       fuse: Optional[Tuple[float]] = None, overlap_slowdown: float = 0.0) -> StageCosts:
     """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share
     of the dispatcher,) to price fused forward/backward pairs (:func:`vtrain.sim.overlap.fused_pass`);
     ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it."""
+    passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown,
+                           side_streams(comm, cost))
+    return with_p2p(passes, part, comm, cost)
+
+
+def with_p2p(passes: StageCosts, part: StagePartition, comm: CommPlan, cost: CostModel) -> StageCosts:
+    """The priced passes with the pipeline transfers of this plan's placement."""
+    p2p_f, p2p_b = _p2p(part, comm, cost)
+    return StageCosts(passes.forward, passes.backward, tuple(p2p_f), tuple(p2p_b), passes.weight, passes.fused)
+
+
+def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
+                  microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float]],
+                  overlap_slowdown: float, sides: Tuple[SideStream, ...]) -> StageCosts:
+    """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
+    placement of the in-pass collectives' groups (``comm.where``) and the side streams ``sides``
+    (:func:`side_streams`) only."""
     p, v = part.p, part.v
 
     def _timed(ops: PassOps | Sequence[Op]) -> List[Timed]:
@@ -157,10 +178,9 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
     layer_b = _timed(graph.layer.recompute) + _timed(graph.layer.backward)
     emb_f, emb_b = _timed(graph.embedding.forward), _timed(graph.embedding.backward)
     head_f, head_b = _timed(graph.head.forward), _timed(graph.head.backward)
-    side_f, side_b = _side_streams(comm, cost)
-    moe_side_f, moe_side_b = _side_streams(comm, cost, moe=True)
+    side_f, side_b, moe_side_f, moe_side_b = sides
     if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
-        return _dense_stage_costs(part, comm, cost, microbatch_overhead_s, layer_f, layer_b, emb_f, emb_b, head_f,
+        return _dense_stage_costs(part, microbatch_overhead_s, layer_f, layer_b, emb_f, emb_b, head_f,
                                   head_b, side_f, side_b)
     comps = {"layer": graph.layer, "emb": graph.embedding, "head": graph.head, "moe": graph.moe_layer,
              "mtp": graph.mtp}
@@ -215,7 +235,6 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
         weight.append(tuple(w_row))
-    p2p_f, p2p_b = _p2p(part, comm, cost)
     fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()
     if fuse is not None:
         from vtrain.sim.overlap import fused_pass
@@ -223,5 +242,4 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
         whole = [[b + w for b, w in zip(backward[s], weight[s])] if split else list(backward[s]) for s in range(p)]
         fused = tuple(tuple(tuple(fused_pass(forward[s][cf], whole[s][cb], fuse[0]) for cb in range(v))
                             for cf in range(v)) for s in range(p))
-    return StageCosts(tuple(forward), tuple(backward), tuple(p2p_f), tuple(p2p_b),
-                      tuple(weight) if split else (), fused)
+    return StageCosts(tuple(forward), tuple(backward), (), (), tuple(weight) if split else (), fused)
