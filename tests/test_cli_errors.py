@@ -143,3 +143,21 @@ def test_multirun_bad_job_fails_alone_and_sweep_summary(tmp_path, capfd):
     assert float(rows[1]["days_to_train"]) > 0 and float(rows[1]["mfu_pct"]) > 1  # percent, not a fraction
     assert "(tp,pp,dp)=(8,16,8)" in rows[1]["plan"]
     assert "#0 parallelism.tp=5: error: tp=5 must divide" in res.out and "fastest job: #1" in res.out
+
+
+def test_an_unusable_run_directory_is_one_line(tmp_path, capfd):
+    """hydra.run.dir naming a file, or a path under one: one line, and the file is left as it was."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("mine")
+    for run_dir, why in ((blocker, "File exists"), (blocker / "sub", "Not a directory")):
+        line = run_inprocess([*BASE, f"hydra.run.dir={run_dir}"], capfd).one_line_error()
+        assert "hydra.run.dir" in line and why in line
+    assert blocker.read_text() == "mine"
+
+
+@pytest.mark.parametrize("device", ["nope", "cuda:-1"])
+def test_a_bad_profile_device_is_one_line(tmp_path, capfd, device):
+    run_dir = tmp_path / "run"
+    res = run_inprocess(["task=profile", "+model=tiny", f"profile.device={device}", f"hydra.run.dir={run_dir}"], capfd)
+    assert f"profile.device={device} is not one of cpu, cuda" in res.one_line_error()
+    assert not run_dir.exists()

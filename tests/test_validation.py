@@ -134,3 +134,33 @@ def test_a_copy_of_a_shipped_dataset_validates_as_the_shipped_one(tmp_path, capf
     assert predicted["own"] == predicted["shipped"][:400:40]
     assert {s for s, _ in predicted["own"]} == {"megatron_deepspeed_2022"}
     assert {s for s, _ in predicted["chosen"]} == {"megatron_core_te"}
+
+
+@pytest.mark.parametrize("content,message", [
+    (bytes(range(256)) * 4, "is not UTF-8 text"),
+    ("num_gpus,global_batch,micro_batch,seq_len,tp,dp,pp,hidden_size,num_heads,num_layers,iteration_time_ms,name\n"
+     "8,16,2,2048,8,1,1,1024,16,24,100," + "x" * 200_000 + "\n", "is not a readable CSV"),
+    ("num_gpus,global_batch,micro_batch,seq_len,tp,dp,pp,hidden_size,num_heads,num_layers,iteration_time_ms,tp\n"
+     "8,16,2,2048,8,1,1,1024,16,24,100,4\n", "column(s) tp appear more than once"),
+])
+def test_an_unreadable_file_is_one_line(tmp_path, content, message):
+    p = tmp_path / "runs.csv"
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_measurements(p)
+
+
+def test_a_directory_is_not_a_csv(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        read_measurements(tmp_path)
+
+
+def test_counts_no_run_has_are_skipped_with_the_reason(tmp_path, cfg):
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,seq_len,tp,dp,pp,hidden_size,num_heads,num_layers,"
+                 "iteration_time_ms\n"
+                 "2,16,8,1e30,1,1,2,1024,16,24,372.2\n"
+                 "2,16,8,2048,1,1,2,1024,16,24,372.2\n")
+    absurd, ok = run(cfg, p)
+    assert absurd.predicted_ms is None and "seq_len=1e30 must be an integer below 2^53" in absurd.skipped_reason
+    assert ok.predicted_ms is not None

@@ -33,7 +33,10 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from vtrain.cli import rundir
 
-        path = rundir.claim(str(config.hydra.run.dir), exclusive=not _explicit(config, "hydra.run.dir"))
+        try:
+            path = rundir.claim(str(config.hydra.run.dir), exclusive=not _explicit(config, "hydra.run.dir"))
+        except OSError:  # a file in the way, no permission: Hydra's own mkdir fails next, and vtrain says so once
+            return
         with read_write(config.hydra):
             config.hydra.run.dir = str(path)
 

@@ -130,6 +130,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if _started:
             raise
         fail(f"the overrides could not be applied to the config ({type(exc).__name__}: {exc})")
+    except OSError as exc:  # Hydra creating the run directory (a file in the way, no permission, ...)
+        if _started:
+            raise
+        fail(f"hydra.run.dir (or hydra.sweep.dir): cannot create the run directory {exc.filename or ''} "
+             f"({exc.strerror or exc})")
     finally:
         signal.signal(signal.SIGINT, previous)
     if sweep.exit_code:

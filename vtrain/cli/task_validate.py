@@ -113,7 +113,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                   f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
-        say(f"skipped row {r.row.index}: {r.skipped_reason}")
+        reason = r.skipped_reason or ""
+        say(f"skipped {reason}" if reason.startswith(f"row {r.row.index}:") else f"skipped row {r.row.index}: {reason}")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(results, out_dir / "validation.csv")
     if ok:

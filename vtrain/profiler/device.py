@@ -13,7 +13,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 def torch_device(spec: str) -> torch.device:
     """``cpu`` or ``cuda[:i]``; a CUDA request without a visible GPU is a one-line error."""
-    dev = torch.device(spec)
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, ValueError, TypeError):  # torch's own message lists every device type it knows
+        raise ProfileError(f"profile.device={spec} is not one of cpu, cuda, cuda:<index>") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ProfileError(f"profile.device={spec}: no CUDA device is visible (torch {torch.__version__})")
     if dev.type not in ("cpu", "cuda"):

@@ -120,7 +120,8 @@ def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, 
     overhead = w.stack.iteration_overhead_s
     # exposed in-pass communication by group: CP and FSDP from the passes, EP as the schedule hid it, TP the rest
     cp, fsdp = per_chunk * sums[5], per_chunk * sums[6]
-    groups = {"tp": tp - cp - fsdp, "cp": cp, "fsdp": fsdp, "ep": ep, "pp": pipe.p2p_s[s],
+    tp = max(0.0, tp)  # sums of differences: a TP-free stage may come out at -1e-17
+    groups = {"tp": max(0.0, tp - cp - fsdp), "cp": cp, "fsdp": fsdp, "ep": ep, "pp": pipe.p2p_s[s],
               "dp": tail.dp_exposed_s + tail.param_gather_s, "embedding": tail.embedding_s}
     exposed = sum(groups.values())
     host_busy = per_chunk * sums[2] + overhead

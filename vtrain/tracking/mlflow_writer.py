@@ -41,12 +41,11 @@ def client_for(uri: str, timeout_s: int = 10) -> Any:
     if uri.startswith("http"):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(timeout_s))
-    import logging
-
-    import mlflow  # noqa: F401  (configures its loggers on import; quiet them afterwards)
     from mlflow.tracking import MlflowClient
 
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    from vtrain.tracking.store import quiet_mlflow_logging
+
+    quiet_mlflow_logging()
     return MlflowClient(tracking_uri=uri)
 
 

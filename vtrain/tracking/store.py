@@ -49,4 +49,16 @@ def prepare_store(uri: str) -> None:
     with store_lock(uri):
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
+        quiet_mlflow_logging()
         SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))  # runs MLflow's migrations if needed
+
+
+def quiet_mlflow_logging() -> None:
+    """MLflow's import gives its loggers a stderr handler at INFO ("Creating initial MLflow database
+    tables...", alembic's migration steps): keep stderr for vtrain's one error line and warnings."""
+    import logging
+
+    import mlflow  # noqa: F401  (configures its loggers on import)
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)

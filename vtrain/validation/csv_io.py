@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 from vtrain.errors import ConfigError
 
@@ -45,27 +45,47 @@ def normalise_header(name: str) -> str:
 
 
 def read_measurements(path: str | Path) -> List[MeasuredRow]:
+    """The rows of a measured-runs CSV (UTF-8, optionally with a BOM); a file that cannot be read as one is a
+    one-line ConfigError naming validate.data."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise ConfigError(f"validate.data={path}: is a directory, not a CSV file")
+    if not p.exists():
         raise ConfigError(f"validate.data={path}: file not found")
-    with p.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        try:
-            header = [normalise_header(h) for h in next(reader)]
-        except StopIteration:
-            raise ConfigError(f"validate.data={path}: the file is empty") from None
-        missing = [c for c in REQUIRED if c not in header]
-        if "model" not in header:
-            missing += [c for c in SHAPE if c not in header]
-        if not any(c in header for c in MEASURED):
-            missing.append(" or ".join(MEASURED))
-        if missing:
-            raise ConfigError(f"validate.data={path}: missing required column(s) {', '.join(missing)}")
-        rows = []
-        for i, rec in enumerate(reader, start=1):
-            if not rec or all(not x.strip() for x in rec):
-                continue
-            rows.append(MeasuredRow(i, dict(zip(header, rec))))
+    if not p.is_file():
+        raise ConfigError(f"validate.data={path}: is not a regular file")
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
+            return _rows(csv.reader(fh), path)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"validate.data={path}: is not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except csv.Error as err:
+        raise ConfigError(f"validate.data={path}: is not a readable CSV ({err})") from None
+    except OSError as err:
+        raise ConfigError(f"validate.data={path}: cannot be read ({err.strerror or err})") from None
+
+
+def _rows(reader: Iterator[List[str]], path: str | Path) -> List[MeasuredRow]:
+    try:
+        header = [normalise_header(h) for h in next(reader)]
+    except StopIteration:
+        raise ConfigError(f"validate.data={path}: the file is empty") from None
+    repeated = sorted({h for h in header if header.count(h) > 1 and h})
+    if repeated:
+        raise ConfigError(f"validate.data={path}: column(s) {', '.join(repeated)} appear more than once "
+                          "(each column must be named once)")
+    missing = [c for c in REQUIRED if c not in header]
+    if "model" not in header:
+        missing += [c for c in SHAPE if c not in header]
+    if not any(c in header for c in MEASURED):
+        missing.append(" or ".join(MEASURED))
+    if missing:
+        raise ConfigError(f"validate.data={path}: missing required column(s) {', '.join(missing)}")
+    rows = []
+    for i, rec in enumerate(reader, start=1):
+        if not rec or all(not x.strip() for x in rec):
+            continue
+        rows.append(MeasuredRow(i, dict(zip(header, rec))))
     if not rows:
         raise ConfigError(f"validate.data={path}: no data rows")
     return rows

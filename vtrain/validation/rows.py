@@ -34,6 +34,7 @@ from vtrain.workload.workload import Workload
 
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}
+_MAX_EXACT_INT = 2.0 ** 53  # the largest integer a float holds exactly
 PLAN_ALIASES = {"micro_batch": "micro_batch_size", "global_batch": "global_batch_size"}
 _MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"name", "max_seq_len"}
 _PLAN_FIELDS = {f.name for f in fields(ParallelPlan)} - {"tokens_to_train", "optimizer"}
@@ -119,6 +120,8 @@ def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
     if tp is int:
         if value != value or value in (float("inf"), -float("inf")) or value != int(value):
             raise ConfigError(f"{label} must be an integer")
+        if abs(value) >= _MAX_EXACT_INT:  # 1e30 parses, but is no count of anything a run has
+            raise ConfigError(f"{label} must be an integer below 2^53")
         return int(value)
     return value
 
@@ -188,7 +191,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     plan = spec_from(ParallelPlan, plan_d, prefix)
     num_gpus = parse_cell(row, "num_gpus", row.get("num_gpus") or "", int) if row.get("num_gpus") else plan.num_gpus
     if plan.num_gpus != num_gpus:
-        raise ConfigError(f"{prefix} tp*dp*pp={plan.num_gpus} differs from num_gpus={num_gpus}")
+        product = "tp*cp*pp*dp" if plan.cp > 1 else "tp*dp*pp"
+        raise ConfigError(f"{prefix} {product}={plan.num_gpus} differs from num_gpus={num_gpus}")
     cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
     if row.get("gpus_per_node") is not None:
         per_node = parse_cell(row, "gpus_per_node", row.get("gpus_per_node") or "", int)

@@ -112,6 +112,9 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
     for row in rows:
         try:
             w, report = _simulate_row(row, cfg, load_gpu, load_stack, defaults, stack)
+            if not math.isfinite(report.iteration_time_s) or report.iteration_time_s <= 0:
+                raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
+                                  "(a shape no run has: check its sizes)")
             measured, quantity = _measured(row, w.plan.global_batch_size * w.plan.seq_len, w.plan.num_gpus)
             mem = _positive(row, "peak_memory_gib")
         except ConfigError as err:
