@@ -110,18 +110,22 @@ def test_plans_that_differ_in_dp_alone_share_one_simulated_run_and_match_a_fresh
 
 
 def test_the_run_memo_stays_bounded(monkeypatch):
+    """Entries cost their per-stage sums (5p + p·v units) or, when a timeline keeps the task arrays, their
+    tasks; the memo evicts the least recently used beyond its bound."""
     from vtrain.sim import pipeline
 
-    monkeypatch.setattr(pipeline, "_RUNS_MAX_TASKS", 2_000)
+    monkeypatch.setattr(pipeline, "_RUNS_MAX_TASKS", 500)
     pipeline.clear_runs()
-    p = 8  # 176 tasks a run (11 micro-batches simulated of 64): 40 distinct runs exceed the bound
+    p = 8  # 48 units a run without task arrays: 40 distinct runs exceed the bound
     for i in range(40):
         simulate_pipeline(Schedule.ONE_F_ONE_B, p, 1, 64, [1.0 + i * 1e-3, 2.0] * p, [0.1] * (2 * p),
                           [0.0] * (2 * p), [0.0] * (2 * p))
-    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 2_000
-    assert 0 < len(pipeline._RUNS) < 40
-    simulate_pipeline(Schedule.GPIPE, p, 1, 200, [1.0, 2.0] * p, [0.1] * (2 * p), [0.0] * (2 * p), [0.0] * (2 * p))
-    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 2_000  # 3,200 tasks: not kept
+    assert sum(pipeline._units.values()) == pipeline._runs_tasks <= 500
+    assert 0 < len(pipeline._RUNS) < 40 and all(not run.end for _, run, _, _ in pipeline._RUNS.values())
+    traced = simulate_pipeline(Schedule.GPIPE, p, 1, 200, [1.0, 2.0] * p, [0.1] * (2 * p), [0.0] * (2 * p),
+                               [0.0] * (2 * p), keep_tasks=True)
+    assert len(traced.run.end) == 3_200  # the caller gets every task; the memo does not keep 3,200 tasks
+    assert sum(pipeline._units.values()) == pipeline._runs_tasks <= 500
     pipeline.clear_runs()
 
 
@@ -141,5 +145,5 @@ def test_the_run_memo_is_safe_from_threads(monkeypatch):
     with ThreadPoolExecutor(4) as pool:
         ends = list(pool.map(run, range(200)))
     assert all(ends[i] == ends[i % 7] for i in range(200))
-    assert sum(len(cs.stage) for cs, _, _ in pipeline._RUNS.values()) <= 1_000
+    assert sum(pipeline._units.values()) == pipeline._runs_tasks <= 1_000
     pipeline.clear_runs()

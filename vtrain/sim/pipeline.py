@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from operator import itemgetter, sub
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.errors import ConfigError
 from vtrain.sim.engine import PipelineRun, run_pipeline
@@ -49,15 +49,15 @@ class PipelineResult:
 Waits = Tuple[List[float], List[float], List[float]]  # per stage: bubble, p2p, host
 
 
-def _result(cs: CompiledSchedule, run: PipelineRun, k: int = 0, shift: float = 0.0,
-            extra: Optional[Waits] = None) -> PipelineResult:
+def _result(sim: "Simulated", k: int = 0, shift: float = 0.0, extra: Optional[Waits] = None) -> PipelineResult:
+    cs, run, _, last_ends = sim
     b, q, h = run.stage_bubble, run.stage_p2p, run.stage_host
     if extra is not None:
         b = [x + k * y for x, y in zip(b, extra[0])]
         q = [x + k * y for x, y in zip(q, extra[1])]
         h = [x + k * y for x, y in zip(h, extra[2])]
     return PipelineResult(tuple(e + k * shift for e in run.stage_end),
-                          tuple(tuple(run.end[i] + k * shift for i in row) for row in cs.last_bwd),
+                          tuple(tuple(e + k * shift for e in row) for row in last_ends),
                           tuple(b), tuple(q), tuple(h), cs, run, k, shift)
 
 
@@ -101,7 +101,9 @@ def _candidates(p: int, v: int, period: int, m: int) -> List[int]:
     return out
 
 
-Simulated = Tuple[CompiledSchedule, PipelineRun, Optional[Tuple[float, Waits]]]
+# the simulated schedule, its run (per-task arrays emptied in the memo unless a trace asked for them), its
+# periodic window, and per [stage][chunk] the end of the chunk's last backward
+Simulated = Tuple[CompiledSchedule, PipelineRun, Optional[Tuple[float, Waits]], Tuple[Tuple[float, ...], ...]]
 
 
 class _Key:
@@ -123,36 +125,43 @@ class _Key:
 # the last simulated runs, by their exact inputs, least recently used first (an OrderedDict: evicting from
 # the front of a plain dict rescans the deleted slots there on every next(iter(...)), O(evictions))
 _RUNS: "OrderedDict[_Key, Simulated]" = OrderedDict()
-_RUNS_MAX_TASKS = 200_000  # at most ~40 MB of task arrays kept (6 lists of floats a task)
+_RUNS_MAX_TASKS = 200_000  # at most ~40 MB kept: a run with its task arrays costs its tasks, one without ~5p
+_units: Dict[_Key, int] = {}  # what each memo entry costs against _RUNS_MAX_TASKS
 
 
 def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int, ms: int, fused: bool,
                gpu_s: Sequence[float], lags: Sequence[float], latency_s: Sequence[float],
-               host_s: Sequence[float]) -> Simulated:
+               host_s: Sequence[float], keep_tasks: bool = False) -> Simulated:
     """The run of ``ms`` micro-batches (the whole schedule, or the simulated part of a longer one) and its
     periodic window. It depends only on the schedule's shape and the pass and transfer times, not on the
     iteration's micro-batch count m (m' is m reduced modulo the period), so plans that differ in dp alone
     (the same passes, more or fewer micro-batches) or in what only the tail sees (ZeRO-1/2, the distributed
-    optimizer) share one: a search reuses it, exactly, from this small memo of the last runs."""
+    optimizer) share one: a search reuses it, exactly, from this memo of the last runs. The memo keeps a
+    run's per-stage sums only (freed while they are fresh in the cache, not when evicted long after: that
+    cost a quarter of the event pass), unless ``keep_tasks`` (a timeline) asks for every task's times."""
     global _runs_tasks
     hashed = _Key(key)
     with _RUNS_LOCK:
         hit = _RUNS.get(hashed)
-        if hit is not None:
+        if hit is not None and (hit[1].end or not keep_tasks):
             _RUNS.move_to_end(hashed)  # the most recently used last
             return hit
     cs = compile_schedule(schedule, p, chunks, ms, fused)
     run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
-    hit = (cs, run, _periodic_window(cs, run))
-    if len(cs.stage) > _RUNS_MAX_TASKS:  # larger than the whole memo: not kept
-        return hit
+    sim = (cs, run, _periodic_window(cs, run), tuple(tuple(run.end[i] for i in row) for row in cs.last_bwd))
+    kept = sim if keep_tasks else (cs, PipelineRun([], [], [], [], [], run.stage_end, run.stage_bubble,
+                                                   run.stage_p2p, run.stage_host), sim[2], sim[3])
+    units = len(cs.stage) if keep_tasks else 5 * p + p * chunks
+    if units > _RUNS_MAX_TASKS:  # larger than the whole memo: not kept
+        return sim
     with _RUNS_LOCK:
-        if hashed not in _RUNS:
-            _runs_tasks += len(cs.stage)
-        _RUNS[hashed] = hit
+        _runs_tasks += units - _units.get(hashed, 0)
+        _units[hashed] = units
+        _RUNS[hashed] = kept
+        _RUNS.move_to_end(hashed)
         while len(_RUNS) > 1 and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
-            _runs_tasks -= len(_RUNS.popitem(last=False)[1][0].stage)
-    return hit
+            _runs_tasks -= _units.pop(_RUNS.popitem(last=False)[0])
+    return sim
 
 
 _runs_tasks = 0  # tasks held by _RUNS
@@ -164,14 +173,16 @@ def clear_runs() -> None:
     global _runs_tasks
     with _RUNS_LOCK:
         _RUNS.clear()
+        _units.clear()
         _runs_tasks = 0
 
 
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],
                       latency_s: Sequence[float], host_s: Sequence[float], full: bool = False,
-                      fused: bool = False) -> PipelineResult:
+                      fused: bool = False, keep_tasks: bool = False) -> PipelineResult:
     """The pipeline phase for m micro-batches; ``full`` forces the whole schedule (timelines, tests);
-    ``fused``: steady forward/backward pairs run as one overlapped task."""
+    ``fused``: steady forward/backward pairs run as one overlapped task; ``keep_tasks``: the result's run
+    holds every simulated task's times (a timeline; else it may hold the per-stage sums only)."""
     chunks = chunks_of(schedule, v)
     per = period(schedule, p, chunks)
     inputs = (schedule, p, chunks, fused, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
@@ -181,15 +192,15 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
                               mbs, m):
             if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else 1):
                 continue
-            cs, run, window = _simulated((ms, *inputs), schedule, p, chunks, ms, fused, gpu_s, lags, latency_s,
-                                         host_s)
-            if window is not None:
-                shift, waits = window
-                return _result(cs, run, (m - ms) // mbs, shift, waits)
+            sim = _simulated((ms, *inputs), schedule, p, chunks, ms, fused, gpu_s, lags, latency_s, host_s,
+                             keep_tasks)
+            if sim[2] is not None:
+                shift, waits = sim[2]
+                return _result(sim, (m - ms) // mbs, shift, waits)
     tasks = 2 * p * chunks * m
     if tasks > MAX_TASKS:
         raise ConfigError(f"{schedule.value} with pp={p}, {chunks} chunk(s) and {m} micro-batches is {tasks:,} "
                           f"pipeline tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
                           "(a larger micro_batch_size or dp) or a 1f1b/interleaved schedule")
-    cs, run, _ = _simulated((m, *inputs), schedule, p, chunks, m, fused, gpu_s, lags, latency_s, host_s)
-    return _result(cs, run)
+    return _result(_simulated((m, *inputs), schedule, p, chunks, m, fused, gpu_s, lags, latency_s, host_s,
+                              keep_tasks))

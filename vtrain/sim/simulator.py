@@ -221,7 +221,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), latencies,
-                             host_times, full=full, fused=plan.overlap_moe_comm)
+                             host_times, full=full, fused=plan.overlap_moe_comm, keep_tasks=keep_trace)
     drain = [max((b.side_tail_s for b in sc.backward[s]), default=0.0) for s in range(plan.pp)]
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
     iteration = end + stack.iteration_overhead_s
