@@ -147,3 +147,25 @@ def test_the_run_memo_is_safe_from_threads(monkeypatch):
     assert all(ends[i] == ends[i % 7] for i in range(200))
     assert sum(pipeline._units.values()) == pipeline._runs_tasks <= 1_000
     pipeline.clear_runs()
+
+
+@pytest.mark.parametrize("schedule,v", [(Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2)])
+def test_recording_from_the_window_changes_no_float(schedule, v):
+    """The engine's sums-only prefix runs the same arithmetic: ends, per-stage sums and every recorded task
+    equal the full recording's exactly."""
+    from vtrain.sim.engine import run_pipeline
+    from vtrain.sim.schedule import compile_schedule
+
+    p = 6
+    cs = compile_schedule(schedule, p, v, 8 * p, False)
+    n_pass = 2 * p * v
+    gpu_s = [1.0 + 0.01 * (i % 5) for i in range(n_pass)]
+    args = (gpu_s, [0.05 + 0.001 * i for i in range(2 * p * v)], [x * 0.9 for x in gpu_s], [0.2] * n_pass)
+    full = run_pipeline(cs, *args)
+    start = cs.window_start
+    assert 0 < start < len(cs.stage)
+    part = run_pipeline(cs, *args, record_from=start)
+    assert part.end == full.end and part.stage_end == full.stage_end
+    assert (part.stage_bubble, part.stage_p2p, part.stage_host) == (full.stage_bubble, full.stage_p2p, full.stage_host)
+    for name in ("host_free", "bubble", "p2p", "host"):
+        assert getattr(part, name)[start:] == getattr(full, name)[start:]

@@ -147,7 +147,7 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
             _RUNS.move_to_end(hashed)  # the most recently used last
             return hit
     cs = compile_schedule(schedule, p, chunks, ms, fused)
-    run = run_pipeline(cs, gpu_s, lags, latency_s, host_s)
+    run = run_pipeline(cs, gpu_s, lags, latency_s, host_s, record_from=0 if keep_tasks else cs.window_start)
     sim = (cs, run, _periodic_window(cs, run), tuple(tuple(run.end[i] for i in row) for row in cs.last_bwd))
     kept = sim if keep_tasks else (cs, PipelineRun([], [], [], [], [], run.stage_end, run.stage_bubble,
                                                    run.stage_p2p, run.stage_host), sim[2], sim[3])

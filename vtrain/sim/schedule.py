@@ -174,6 +174,7 @@ class CompiledSchedule:
     # the periodicity check's tasks (:func:`vtrain.sim.pipeline._periodic_window`): the last two clean periods,
     # as (tasks of the first, their counterparts one period later, per stage its [start, end) in both)
     window: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[Tuple[int, int], ...]]] = None
+    window_start: int = 0  # the first task the check reads: the engine need not record the tasks before it
 
 
 def fused_key(p: int, v: int, kinds: int, s: int, cf: int, cb: int) -> int:
@@ -286,9 +287,11 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
     clean = min((next((k for k, unit in enumerate(units) if any(tainted[i] for i in unit)), len(units))
                  for units in pairs), default=0)
     q = 1 if per is None else per[1]
+    window = _window(pairs, clean, q) if per else None
     return CompiledSchedule(p, chunks, m, tuple(stage), tuple(dur_key), tuple(dep), tuple(lag_key),
                             last_bwd, tuple(mbs), pairs, tuple(tainted), None if per is None else per[0],
-                            kinds, q, tuple(kind_of), clean, _window(pairs, clean, q) if per else None)
+                            kinds, q, tuple(kind_of), clean, window,
+                            min(window[0]) if window and window[0] else 0)
 
 
 def _window(pairs: Tuple[Tuple[Tuple[int, ...], ...], ...], clean: int, q: int
