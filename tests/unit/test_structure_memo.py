@@ -63,3 +63,14 @@ def test_a_shape_change_builds_anew():
     a = structure.stage_partition(w.model, w.plan)
     b = structure.stage_partition(w.model, dataclasses.replace(w.plan, pp=4))
     assert a.p == 8 and b.p == 4
+
+
+def test_the_communication_plan_is_kept_per_plan_object():
+    from vtrain.sim.structure import comm_plan
+
+    w = build_workload(compose(PLANS["dense"]))
+    part = structure.stage_partition(w.model, w.plan)
+    first = comm_plan(w, part)
+    assert comm_plan(w, part) is first and first == build_comm_plan(w, part)
+    other = dataclasses.replace(w, plan=dataclasses.replace(w.plan, dp=4))
+    assert comm_plan(other, part) == build_comm_plan(other, part) != first  # dp changes the plan's groups

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.ep import DISPATCH_SMS
-from vtrain.comm.plan import CommPlan, Stream, build_comm_plan
+from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
@@ -23,7 +23,7 @@ from vtrain.sim.pass_memo import stage_costs
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule, splits_backward
 from vtrain.sim.stage_costs import StageCosts
-from vtrain.sim.structure import model_graph, shape_key, stage_partition
+from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
 from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.partition import StagePartition
@@ -211,7 +211,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     gpu = cluster.gpu
     shape = shape_key(model, plan)
     part = stage_partition(model, plan, shape)
-    comm: CommPlan = build_comm_plan(w, part)
+    comm: CommPlan = comm_plan(w, part)
     graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None

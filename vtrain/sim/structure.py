@@ -1,12 +1,13 @@
-"""The structure of an iteration — the stage partition and the op graph — built once per distinct shape.
+"""The structure of an iteration — the stage partition, the op graph, the communication plan — built once.
 
-Both are pure functions of the model and of the plan fields that shape one micro-batch's work on one
-stage; neither reads the data-parallel degree, the batch or the data-parallel sharding (what the tail, the
-communication plan and the memory model see). A search visits many plans that differ only there (every dp
-of one (tp, pp, micro-batch) shape), and a simulate of a config already seen finds both built, as it finds
-its compiled schedule (:func:`vtrain.sim.schedule.compile_schedule`'s cache). Prices are never kept here:
-every call prices the ops anew. ``tests/unit/test_structure_memo.py`` checks that the fields left out of
-the key do not change what is built.
+The partition and the graph are pure functions of the model and of the plan fields that shape one
+micro-batch's work on one stage; neither reads the data-parallel degree, the batch or the data-parallel
+sharding (what the tail, the communication plan and the memory model see). A search visits many plans that
+differ only there (every dp of one (tp, pp, micro-batch) shape), and a simulate of a config already seen
+finds both built, as it finds its compiled schedule (:func:`vtrain.sim.schedule.compile_schedule`'s cache),
+and its communication plan (which does read dp: kept per plan). Prices are never kept here: every call
+prices the ops anew. ``tests/unit/test_structure_memo.py`` checks that the fields left out of the key do
+not change what is built.
 """
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from operator import attrgetter
 from typing import Any, Callable, Dict, Hashable, Optional, Tuple
 
 from vtrain.comm.cp import CpComms
+from vtrain.comm.plan import CommPlan, build_comm_plan
 from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.builder import ModelGraph, build_model_graph
 from vtrain.graph.fusion import fuse_elementwise
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import StagePartition, partition
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.system import ClusterSpec
+from vtrain.workload.workload import Workload
 
 # plan fields the partition and the graph do not read (grep vtrain/graph, vtrain/workload/partition.py)
 NOT_SHAPING = frozenset({"dp", "global_batch_size", "tokens_to_train", "zero_stage", "fsdp_shard_size",
@@ -31,6 +35,7 @@ _shaping: Callable[[ParallelPlan], Tuple[Any, ...]] = attrgetter(
 _MAX_ENTRIES = 512  # each memo is emptied when it grows past this (a search's shapes number in the hundreds)
 _PARTS: Dict[Hashable, StagePartition] = {}
 _GRAPHS: Dict[Hashable, ModelGraph] = {}
+_COMMS: Dict[Tuple[int, int, int, int], Tuple[ModelSpec, ParallelPlan, ClusterSpec, StagePartition, CommPlan]] = {}
 
 
 def shape_key(model: ModelSpec, plan: ParallelPlan) -> Tuple[Any, ...]:
@@ -63,7 +68,24 @@ def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[
     return hit
 
 
+def comm_plan(w: Workload, part: StagePartition) -> CommPlan:
+    """:func:`vtrain.comm.plan.build_comm_plan` (it reads the model, the plan and the cluster), built once per
+    (model, plan, cluster, partition) objects: a config simulated again (the build memo hands back the same
+    values) finds its communication plan built. Keyed by identity (the values hold dicts), the objects held."""
+    k = (id(w.model), id(w.plan), id(w.cluster), id(part))
+    hit = _COMMS.get(k)
+    if hit is not None and hit[0] is w.model and hit[1] is w.plan and hit[2] is w.cluster and hit[3] is part:
+        return hit[4]
+    if len(_COMMS) >= _MAX_ENTRIES:
+        _COMMS.clear()
+    comm = build_comm_plan(w, part)
+    _COMMS[k] = (w.model, w.plan, w.cluster, part, comm)
+    return comm
+
+
 def clear_structures() -> None:
-    """Forget the built partitions and graphs (benchmarks that time a config never seen, tests)."""
+    """Forget the built partitions, graphs and communication plans (benchmarks that time a config never
+    seen, tests)."""
     _PARTS.clear()
     _GRAPHS.clear()
+    _COMMS.clear()
