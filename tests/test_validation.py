@@ -164,3 +164,19 @@ def test_counts_no_run_has_are_skipped_with_the_reason(tmp_path, cfg):
     absurd, ok = run(cfg, p)
     assert absurd.predicted_ms is None and "seq_len=1e30 must be an integer below 2^53" in absurd.skipped_reason
     assert ok.predicted_ms is not None
+
+
+def test_published_names_of_gpus_and_measured_quantities(tmp_path, cfg):
+    """gpu=H100 / A100-SXM4-80GB and times in seconds or whole-job throughput, as published tables write them."""
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,gpu,"
+                 "iteration_time_ms,step_time_s,tokens_per_s\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,A100-SXM4-80GB,900,,\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,a100_80gb,,0.9,\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,A100,,,145635.6\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,H100,900,,\n")
+    ms, s, tps, h100 = validate_rows(read_measurements(p), cfg, defaults=None)
+    assert ms.predicted_ms == s.predicted_ms == tps.predicted_ms and h100.predicted_ms is not None
+    assert ms.measured_ms == s.measured_ms == pytest.approx(900.0)
+    assert tps.quantity == "tokens_per_s_per_gpu" and tps.measured_ms == pytest.approx(64 * 2048 / 145635.6 * 1e3)
+    assert h100.stack == "megatron_core_te" and ms.stack == "megatron_deepspeed_2022"

@@ -84,12 +84,30 @@ def era_defaults(gpu: Any) -> RowDefaults:
     return MEGATRON_CORE_DEFAULTS if "fp8" in gpu.peak_tflops else RowDefaults()
 
 
+# what published tables call the GPUs of gpu/ (case, "-" and " " aside): the SXM part where a name leaves it
+# open, the 80 GB A100 (the training part of DGX A100 / p4de), a rack name for its GPU
+GPU_ALIASES = {"h100": "h100_sxm", "h100_80gb": "h100_sxm", "h100_sxm5": "h100_sxm", "h100_sxm5_80gb": "h100_sxm",
+               "h100_sxm_80gb": "h100_sxm", "a100": "a100_80gb", "a100_sxm": "a100_80gb", "a100_sxm4_80gb": "a100_80gb",
+               "a100_sxm4_40gb": "a100_40gb", "v100_32gb": "v100", "v100_sxm2": "v100", "h200_sxm": "h200",
+               "h200_141gb": "h200", "b200_sxm": "b200", "dgx_b200": "b200", "hgx_b200": "b200", "b300_sxm": "b300",
+               "gb200_nvl72": "gb200", "gb300_nvl72": "gb300", "h800_sxm": "h800"}
+
+
+def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
+    """The row's ``gpu`` as a gpu/ config name (its aliases in :data:`GPU_ALIASES`), else the cluster's GPU."""
+    raw = row.get("gpu")
+    if raw is None:
+        return str(cluster_cfg.gpu)
+    key = raw.strip().lower().replace("-", "_").replace(" ", "_")
+    return GPU_ALIASES.get(key, key)
+
+
 def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
                 defaults: Optional[RowDefaults]) -> RowDefaults:
     """The defaults that apply to ``row``: the dataset's, or (None) those of the GPU it ran on."""
     if defaults is not None:
         return defaults
-    return era_defaults(gpu_spec(load_gpu(row.get("gpu") or str(cluster_cfg.gpu))))
+    return era_defaults(gpu_spec(load_gpu(gpu_name(row, cluster_cfg))))
 
 
 def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
@@ -156,7 +174,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     row without a ``recompute`` column. Raises ConfigError (the skip reason) when the row cannot be
     simulated as measured."""
     prefix = f"row {row.index}:"
-    gpu = gpu_spec(load_gpu(row.get("gpu") or str(cluster_cfg.gpu)))
+    gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
     defaults = defaults if defaults is not None else era_defaults(gpu)
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)

@@ -76,13 +76,22 @@ def _positive(row: MeasuredRow, column: str) -> Optional[float]:
 
 
 def _measured(row: MeasuredRow, tokens_per_iteration: float, gpus: int) -> Tuple[float, str]:
-    """(measured iteration ms, quantity) of a row."""
+    """(measured iteration ms, quantity) of a row: the first of its time columns (ms, then seconds), else its
+    throughput (per GPU, then of the job); the error is reported in that quantity."""
     ms = _positive(row, "iteration_time_ms")
     if ms is not None:
         return ms, "iteration_time_ms"
+    for column in ("iteration_time_s", "step_time_s"):
+        s = _positive(row, column)
+        if s is not None:
+            return s * 1e3, "iteration_time_ms"
     tps = _positive(row, "tokens_per_s_per_gpu")
     if tps is None:
-        raise ConfigError(f"row {row.index}: iteration_time_ms or tokens_per_s_per_gpu is empty")
+        total = _positive(row, "tokens_per_s")
+        if total is None:
+            raise ConfigError(f"row {row.index}: iteration_time_ms, iteration_time_s, step_time_s, "
+                              "tokens_per_s_per_gpu and tokens_per_s are all empty")
+        tps = total / gpus
     return tokens_per_iteration / (tps * gpus) * 1e3, "tokens_per_s_per_gpu"
 
 
