@@ -180,3 +180,19 @@ def test_published_names_of_gpus_and_measured_quantities(tmp_path, cfg):
     assert ms.measured_ms == s.measured_ms == pytest.approx(900.0)
     assert tps.quantity == "tokens_per_s_per_gpu" and tps.measured_ms == pytest.approx(64 * 2048 / 145635.6 * 1e3)
     assert h100.stack == "megatron_core_te" and ms.stack == "megatron_deepspeed_2022"
+
+
+def test_published_names_of_precisions_schedules_and_recompute(tmp_path, cfg):
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,gpu,"
+                 "iteration_time_ms,precision,schedule,virtual_stages,recompute\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,H100,900,FP8-delayed,Interleaved 1F1B,2,Selective recompute\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,H100,900,bf16-mixed,1f1b,1,full\n")
+    fp8, bf16 = (row_workload(r, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+                 for r in read_measurements(p))
+    assert (fp8.plan.precision.value, fp8.plan.schedule.value, fp8.plan.recompute.value) == (
+        "fp8", "interleaved", "selective")
+    assert bf16.plan.precision.value == "bf16"

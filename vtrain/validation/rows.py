@@ -93,6 +93,19 @@ GPU_ALIASES = {"h100": "h100_sxm", "h100_80gb": "h100_sxm", "h100_sxm5": "h100_s
                "gb200_nvl72": "gb200", "gb300_nvl72": "gb300", "h800_sxm": "h800"}
 
 
+# what published tables call the precisions, schedules and recompute modes (case, "-" and " " aside)
+ENUM_ALIASES: Dict[type, Dict[str, str]] = {
+    Precision: {"bf16_mixed": "bf16", "bfloat16": "bf16", "fp16_mixed": "fp16", "float16": "fp16",
+                "fp8_delayed": "fp8", "fp8_current": "fp8", "fp8_tensorwise": "fp8", "fp8_hybrid": "fp8",
+                "float8": "fp8", "fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8",
+                "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4"},
+    Schedule: {"interleaved_1f1b": "interleaved", "1f1b_interleaved": "interleaved", "vpp": "interleaved",
+               "zb_h1": "zero_bubble", "zb": "zero_bubble", "zb_v": "zbv", "dualpipe_v": "dualpipev"},
+    Recompute: {"selective_recompute": "selective", "full_recompute": "full", "no": "none", "false": "none",
+                "off": "none"},
+}
+
+
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
     """The row's ``gpu`` as a gpu/ config name (its aliases in :data:`GPU_ALIASES`), else the cluster's GPU."""
     raw = row.get("gpu")
@@ -121,8 +134,9 @@ def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
     if tp is str:
         return raw
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        key = raw.strip().lower().replace("-", "_").replace(" ", "_")
         try:
-            return tp(raw.lower())
+            return tp(ENUM_ALIASES.get(tp, {}).get(key, key))
         except ValueError:
             raise ConfigError(f"{label} is not supported (one of {', '.join(e.value for e in tp)})") from None
     if tp is bool:
