@@ -9,6 +9,7 @@ identity an all-gather (and the backward mirrors them). Every message is the ful
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -72,6 +73,7 @@ def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float, overlap:
         exit_backward=coll(exit_, "bwd.ag", ag) if sp else NONE)
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of scalars: a search's plans share a handful of values
 def tp_comms(tp: int, sequence_parallel: bool, tokens: int, hidden: int, dtype_bytes: int,
              overlap: bool = False) -> TpComms:
     size = float(tokens * hidden * dtype_bytes)
