@@ -26,7 +26,7 @@ def _cmd(tmp: Path, run_dir: str, *extra: str) -> list:
 
 
 def test_three_workers_share_one_study(tmp_path):
-    n = 60
+    n = 150  # enough trials that the last worker to start still finds budget left on a loaded machine
     procs = [subprocess.Popen(_cmd(tmp_path, f"w{i}", f"search.n_trials={n}", "search.sampler=random",
                                    "tracking.child_runs=all"),
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
