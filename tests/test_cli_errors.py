@@ -161,3 +161,21 @@ def test_a_bad_profile_device_is_one_line(tmp_path, capfd, device):
     res = run_inprocess(["task=profile", "+model=tiny", f"profile.device={device}", f"hydra.run.dir={run_dir}"], capfd)
     assert f"profile.device={device} is not one of cpu, cuda" in res.one_line_error()
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["+casestudy=multitenant", "case_study.params.plan_micro_batch_sizes=[0]"],
+     "case_study.params.plan_micro_batch_sizes=[0] must be a non-empty list of integers >= 1"),
+    (["+casestudy=multitenant", "case_study.params.plan_recompute=[wat]"],
+     "case_study.params.plan_recompute=['wat'] must be a non-empty list of"),
+    (["+casestudy=compute_optimal", "+case_study.params.loss.alpha=0"],
+     "case_study.params.loss.alpha=0.0 must be a number in"),
+    (["+casestudy=compute_optimal", "+case_study.params.loss.E=-100"], "case_study.params.loss.E=-100.0 must be"),
+    (["task=simulate", "+model=gpt_1_7b", "+cluster=h200x8", "hydra.run.dir=/tmp/x${oops}"],
+     "hydra.run.dir: Interpolation key 'oops' not found"),
+])
+def test_case_study_parameters_and_interpolations_are_one_line(tmp_path, capfd, args, message):
+    extra = [] if any(a.startswith("hydra.run.dir") for a in args) else [f"hydra.run.dir={tmp_path / 'run'}"]
+    res = run_inprocess([*args, "tracking.enabled=false", *extra], capfd)
+    assert message in res.one_line_error()
+    assert not (tmp_path / "run").exists()

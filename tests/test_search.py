@@ -133,6 +133,18 @@ def test_resume_fails_a_dead_workers_trial_and_keeps_completed_ones(tmp_path):
     assert len(finished) == 7
 
 
+def test_a_study_of_another_search_is_not_resumed(tmp_path):
+    """The same storage and study name for another model (or cluster, prices, plan space): one line, and the
+    study's trials stay as they were; the same search with a larger budget resumes."""
+    run_search(small(tmp_path, "search.n_trials=3", "search.study_name=one"), tmp_path)
+    other = small(tmp_path, "search.n_trials=3", "search.study_name=one")
+    other.training.global_batch_size = 64
+    with pytest.raises(ConfigError, match="search.study_name=one: the study in search.storage=.* searches gpt_1_7b"):
+        run_search(other, tmp_path)
+    again = run_search(small(tmp_path, "search.n_trials=5", "search.study_name=one"), tmp_path)
+    assert again.resumed_trials == 3
+
+
 def test_trial_params_hold_the_plan_values_and_metric_names(tmp_path):
     run_search(small(tmp_path, "search.n_trials=6", "search.study_name=names"), tmp_path)
     study = optuna.load_study(study_name="names", storage=f"sqlite:///{tmp_path / 'optuna.db'}")

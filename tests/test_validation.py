@@ -196,3 +196,14 @@ def test_published_names_of_precisions_schedules_and_recompute(tmp_path, cfg):
     assert (fp8.plan.precision.value, fp8.plan.schedule.value, fp8.plan.recompute.value) == (
         "fp8", "interleaved", "selective")
     assert bf16.plan.precision.value == "bf16"
+
+
+def test_measurements_that_overflow_the_unit_are_skipped(tmp_path, cfg):
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,"
+                 "iteration_time_ms,step_time_s,tokens_per_s_per_gpu\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,,,1e308\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,,1e308,\n"
+                 "16,64,1,4096,32,32,2048,8,1,2,1e-310,,\n")
+    for r in run(cfg, p):
+        assert r.predicted_ms is None and "outside 1e-6 .. 1e15 ms" in r.skipped_reason

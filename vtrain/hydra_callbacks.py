@@ -21,12 +21,15 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf.errors import OmegaConfBaseException
 
 log = logging.getLogger(__name__)
 
 
 def _explicit(config: DictConfig, key: str) -> bool:
-    return any(str(o).startswith(f"{key}=") for o in config.hydra.overrides.hydra)
+    """Whether ``key`` was given on the command line (the override strings unresolved: one may hold ${...})."""
+    given = OmegaConf.to_container(config.hydra.overrides.hydra, resolve=False)
+    return any(str(o).startswith(f"{key}=") for o in (given if isinstance(given, list) else []))
 
 
 class RunDirGuard(Callback):
@@ -35,17 +38,20 @@ class RunDirGuard(Callback):
 
         try:
             path = rundir.claim(str(config.hydra.run.dir), exclusive=not _explicit(config, "hydra.run.dir"))
-        except OSError:  # a file in the way, no permission: Hydra's own mkdir fails next, and vtrain says so once
-            return
+        except (OSError, OmegaConfBaseException):  # a file in the way, no permission, a bad ${...}: Hydra
+            return  # fails next, and vtrain says so in one line
         with read_write(config.hydra):
             config.hydra.run.dir = str(path)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from vtrain.cli import rundir
 
-        if _explicit(config, "hydra.sweep.dir"):
+        try:
+            if _explicit(config, "hydra.sweep.dir"):
+                return
+            path = rundir.claim(str(config.hydra.sweep.dir), exclusive=True)
+        except (OSError, OmegaConfBaseException):  # as in on_run_start: Hydra's own step fails next, in one line
             return
-        path = rundir.claim(str(config.hydra.sweep.dir), exclusive=True)
         with read_write(config.hydra):
             config.hydra.sweep.dir = str(path)
             config.hydra.overrides.hydra.append(f"hydra.sweep.dir={path}")  # jobs are composed anew from these

@@ -70,9 +70,22 @@ class GpuCountSpace:
 
     @classmethod
     def of(cls, params: Any) -> "GpuCountSpace":
-        """From a study's ``plan_tp``, ``plan_max_pp``, ``plan_micro_batch_sizes``, ``plan_recompute``."""
-        return cls(tuple(params.plan_tp), params.plan_max_pp, tuple(params.plan_micro_batch_sizes),
-                   tuple(params.plan_recompute))
+        """From a study's ``plan_tp``, ``plan_max_pp``, ``plan_micro_batch_sizes``, ``plan_recompute``; each
+        a non-empty list of positive integers (the recompute modes: names of Recompute), else a one-line
+        error naming the key."""
+        lists = {"plan_tp": params.plan_tp, "plan_micro_batch_sizes": params.plan_micro_batch_sizes}
+        for key, values in lists.items():
+            if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+                raise ConfigError(f"case_study.params.{key}={list(values)} must be a non-empty list of integers >= 1")
+        max_pp = params.plan_max_pp
+        if isinstance(max_pp, bool) or not isinstance(max_pp, int) or max_pp < 1:
+            raise ConfigError(f"case_study.params.plan_max_pp={max_pp} must be an integer >= 1")
+        modes = [str(m) for m in params.plan_recompute]
+        known = [r.value for r in Recompute]
+        if not modes or any(m not in known for m in modes):
+            raise ConfigError(f"case_study.params.plan_recompute={modes} must be a non-empty list of "
+                              f"{', '.join(known)}")
+        return cls(tuple(lists["plan_tp"]), max_pp, tuple(lists["plan_micro_batch_sizes"]), tuple(modes))
 
     def plans(self, w: Workload, gpus: int) -> Iterator[Workload]:
         gbs = w.plan.global_batch_size

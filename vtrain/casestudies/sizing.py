@@ -43,6 +43,15 @@ class ChinchillaFit:
     alpha: float = 0.34
     beta: float = 0.28
 
+    def __post_init__(self) -> None:
+        """The fit's domain (Hoffmann et al.'s values: E = 1.69, A = 406.4, B = 410.7, alpha = 0.34, beta = 0.28):
+        an irreducible loss >= 0 and positive scales and exponents, finite and of a sane size."""
+        for name, lo, hi in (("E", 0.0, 1e3), ("A", 1e-12, 1e12), ("B", 1e-12, 1e12), ("alpha", 1e-3, 10.0),
+                             ("beta", 1e-3, 10.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise ConfigError(f"case_study.params.loss.{name}={value} must be a number in [{lo:g}, {hi:g}]")
+
     def loss(self, n_params: float, n_tokens: float) -> float:
         return self.E + self.A / n_params ** self.alpha + self.B / n_tokens ** self.beta
 

@@ -206,6 +206,9 @@ def first_line(exc: BaseException) -> str:
         return f"{text}: select a group once (+group=name for model/cluster/gpu, group=name for the others)"
     detail = next((ln for ln in lines[1:] if not ln.startswith(("full_key", "reference_type", "object_type",
                                                                  "See ", "Set the environment"))), None)
+    key = str(getattr(exc, "full_key", "") or "")
+    if key and key not in text and "nterpolation" in text:  # ${...} in an override: name the key that holds it
+        text = f"{key}: {text}"
     return f"{text.rstrip('.')}: {detail}" if detail and len(text) < 60 else text
 
 

@@ -149,6 +149,18 @@ def study_name(ctx: Context, search: Any) -> str:
     return str(search.study_name or f"vtrain-{ctx.workload.model.name}-{ctx.workload.cluster.name}-{search.sampler}")
 
 
+def _what_it_searches(ctx: Context, search: Any) -> Tuple[str, str]:
+    """(fingerprint, description) of what a study's trials depend on: the workload (model, base plan, cluster,
+    stack, prices), the plan space, the objectives and the quantile they are ranked on; not the budget
+    (search.n_trials), the constraints (applied to the trials afterwards) or how the run is shown."""
+    import hashlib
+
+    w = ctx.workload
+    text = repr((w, ctx.space, tuple(ctx.objectives), str(search.get("objective_quantile", ""))))
+    what = f"{w.model.name} on {w.cluster.name} ({w.cluster.num_gpus} x {w.cluster.gpu.name}, stack {w.stack.name})"
+    return hashlib.sha256(text.encode()).hexdigest(), what
+
+
 def run_optuna(ctx: Context, search: Any, out_dir: Path) -> Tuple[List[TrialRecord], str, str, int, int]:
     from vtrain.search import study as st
     from vtrain.search.ledger import FINISHED
@@ -156,7 +168,7 @@ def run_optuna(ctx: Context, search: Any, out_dir: Path) -> Tuple[List[TrialReco
 
     spec = storage_spec(search, out_dir)
     name = study_name(ctx, search)
-    study = st.open_study(name, spec, ctx.directions, ctx.objectives)
+    study = st.open_study(name, spec, ctx.directions, ctx.objectives, _what_it_searches(ctx, search))
     resumed = len(study.get_trials(deepcopy=False, states=FINISHED))
     loop = st.Loop(ctx, search, spec, study)
     loop.run(bool(search.progress_bar))

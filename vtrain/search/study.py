@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -40,7 +40,14 @@ class OverBudget(Exception):
     """This trial would exceed ``search.n_trials`` (other workers filled the budget)."""
 
 
-def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectives: Sequence[str]) -> optuna.Study:
+SPACE = "vtrain.space"  # study user attribute: what the study searches (fingerprint, description)
+
+
+def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectives: Sequence[str],
+               space: Optional[Tuple[str, str]] = None) -> optuna.Study:
+    """Create or load the study; ``space`` = (fingerprint, description) of what it searches (model, cluster,
+    stack, prices, plan space, objectives): a study that exists for another one is a one-line error, so
+    that a resumed or shared study never mixes another search's trials into this one's results."""
     import warnings
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # no per-trial lines, no Ctrl-C traceback
@@ -51,6 +58,14 @@ def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectiv
     if have != list(directions):
         raise ConfigError(f"search.study_name={name}: the study exists with directions {have}, not "
                           f"{list(directions)}: choose another study name or the same search.objectives")
+    if space is not None:
+        have_space = study.user_attrs.get(SPACE)
+        if have_space is None:
+            study.set_user_attr(SPACE, {"fingerprint": space[0], "what": space[1]})
+        elif have_space.get("fingerprint") != space[0]:
+            raise ConfigError(f"search.study_name={name}: the study in search.storage={spec.display} searches "
+                              f"{have_space.get('what', 'another space')}, not {space[1]} (or other search "
+                              "settings): choose another search.study_name or search.storage")
     if study.metric_names != list(objectives):
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -46,35 +46,35 @@ def normalise_header(name: str) -> str:
     return VTRAIN_HEADERS.get(key.lower(), key.lower().replace(" ", "_"))
 
 
-def read_measurements(path: str | Path) -> List[MeasuredRow]:
+def read_measurements(path: str | Path, field: str = "validate.data") -> List[MeasuredRow]:
     """The rows of a measured-runs CSV (UTF-8, optionally with a BOM); a file that cannot be read as one is a
-    one-line ConfigError naming validate.data."""
+    one-line ConfigError naming ``field`` (the config key that gave the path)."""
     p = Path(path)
     if p.is_dir():
-        raise ConfigError(f"validate.data={path}: is a directory, not a CSV file")
+        raise ConfigError(f"{field}={path}: is a directory, not a CSV file")
     if not p.exists():
-        raise ConfigError(f"validate.data={path}: file not found")
+        raise ConfigError(f"{field}={path}: file not found")
     if not p.is_file():
-        raise ConfigError(f"validate.data={path}: is not a regular file")
+        raise ConfigError(f"{field}={path}: is not a regular file")
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
-            return _rows(csv.reader(fh), path)
+            return _rows(csv.reader(fh), path, field)
     except UnicodeDecodeError as err:
-        raise ConfigError(f"validate.data={path}: is not UTF-8 text (byte {err.start}: {err.reason})") from None
+        raise ConfigError(f"{field}={path}: is not UTF-8 text (byte {err.start}: {err.reason})") from None
     except csv.Error as err:
-        raise ConfigError(f"validate.data={path}: is not a readable CSV ({err})") from None
+        raise ConfigError(f"{field}={path}: is not a readable CSV ({err})") from None
     except OSError as err:
-        raise ConfigError(f"validate.data={path}: cannot be read ({err.strerror or err})") from None
+        raise ConfigError(f"{field}={path}: cannot be read ({err.strerror or err})") from None
 
 
-def _rows(reader: Iterator[List[str]], path: str | Path) -> List[MeasuredRow]:
+def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[MeasuredRow]:
     try:
         header = [normalise_header(h) for h in next(reader)]
     except StopIteration:
-        raise ConfigError(f"validate.data={path}: the file is empty") from None
+        raise ConfigError(f"{field}={path}: the file is empty") from None
     repeated = sorted({h for h in header if header.count(h) > 1 and h})
     if repeated:
-        raise ConfigError(f"validate.data={path}: column(s) {', '.join(repeated)} appear more than once "
+        raise ConfigError(f"{field}={path}: column(s) {', '.join(repeated)} appear more than once "
                           "(each column must be named once)")
     missing = [c for c in REQUIRED if c not in header]
     if "model" not in header:
@@ -82,12 +82,12 @@ def _rows(reader: Iterator[List[str]], path: str | Path) -> List[MeasuredRow]:
     if not any(c in header for c in MEASURED):
         missing.append(" or ".join(MEASURED))
     if missing:
-        raise ConfigError(f"validate.data={path}: missing required column(s) {', '.join(missing)}")
+        raise ConfigError(f"{field}={path}: missing required column(s) {', '.join(missing)}")
     rows = []
     for i, rec in enumerate(reader, start=1):
         if not rec or all(not x.strip() for x in rec):
             continue
         rows.append(MeasuredRow(i, dict(zip(header, rec))))
     if not rows:
-        raise ConfigError(f"validate.data={path}: no data rows")
+        raise ConfigError(f"{field}={path}: no data rows")
     return rows

@@ -40,14 +40,15 @@ def resolve_dataset(name_or_path: str) -> Path:
     return Path(name_or_path).expanduser()
 
 
-def single_node_workloads(cluster_cfg: Any, path: Path | None = None, stack: str | None = None
-                          ) -> Tuple[List[Any], np.ndarray, List[Any]]:
-    """(workloads, measured seconds, rows) of a measured-iteration CSV on the given cluster config."""
+def single_node_workloads(cluster_cfg: Any, path: Path | None = None, stack: str | None = None,
+                          field: str = "calibrate.data") -> Tuple[List[Any], np.ndarray, List[Any]]:
+    """(workloads, measured seconds, rows) of a measured-iteration CSV on the given cluster config (``field``:
+    the config key that gave the path, for the one-line errors)."""
     from vtrain.config.compose import load_gpu_config, load_stack_config
     from vtrain.validation.csv_io import read_measurements
     from vtrain.validation.rows import row_workload
 
-    rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]))
+    rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]), field)
     load = functools.lru_cache(maxsize=None)(load_gpu_config)
     load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
     ws = [row_workload(r, cluster_cfg, load, load_stack, stack=stack) for r in rows]

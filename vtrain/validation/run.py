@@ -125,6 +125,9 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                 raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
                                   "(a shape no run has: check its sizes)")
             measured, quantity = _measured(row, w.plan.global_batch_size * w.plan.seq_len, w.plan.num_gpus)
+            if not math.isfinite(measured) or not 1e-6 < measured < 1e15:  # 1 ns .. 30,000 years, in ms
+                raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
+                                  "(outside 1e-6 .. 1e15 ms: check its value and unit)")
             mem = _positive(row, "peak_memory_gib")
         except ConfigError as err:
             out.append(RowResult(row, float("nan"), None, str(err)))
