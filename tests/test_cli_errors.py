@@ -84,6 +84,8 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
      "calibrate.fit_on=weak is not one of joint, single_node"),
     (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=single_node", "calibrate.folds=weak_scaling"],
      "calibrate.folds=weak_scaling needs calibrate.fit_on=joint"),
+    (["task=calibrate", "+cluster=h100x1024"], "calibrate.data is not set, and the shipped single-node runs ran on "
+                                               "A100 80 GB: fitting gpu=h100_sxm to them"),
 ])
 def test_unknown_names(tmp_path, capfd, args, message):
     assert message in run_inprocess([*args, f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()

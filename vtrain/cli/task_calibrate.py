@@ -92,6 +92,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         raise ConfigError(f"calibrate.fit_on={fit_on} is not one of {', '.join(FIT_ON)}")
     if fit_on == "single_node" and folds == "weak_scaling":
         raise ConfigError("calibrate.folds=weak_scaling needs calibrate.fit_on=joint (it holds out weak-scaling rows)")
+    if not cfg.calibrate.data and not str(cfg.cluster.gpu).startswith("a100_80gb"):
+        raise ConfigError(f"calibrate.data is not set, and the shipped single-node runs ran on A100 80 GB: fitting "
+                          f"gpu={cfg.cluster.gpu} to them would give it the A100's constants; give calibrate.data="
+                          "<a CSV of runs on that GPU> or a cluster of A100 80 GB (+cluster=vtrain_a100)")
     path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
     stack = cfg.validate.stack or SHIPPED_STACK["a100_single_node"]
     single, single_s, _ = single_node_workloads(cfg.cluster, path, stack)
