@@ -13,8 +13,10 @@ The mapping is mechanical and stated here, one rule per column (nothing is tuned
 - parallelism: fsdp -> dp with zero_stage=3 (FSDP2), tp, pp, cp as given (blank = 1); tp > 1 ->
   sequence_parallel=true (torchtitan's TP plan shards norms over the sequence); async TP -> tp_comm_overlap;
   pp_schedule "Interleaved 1F1B" -> interleaved with 2 stages per rank (torchtitan's default); PP ->
-  reshard_after_forward=false (torchtitan's "default" policy), micro-batch 1 (its default), else
-  micro-batch = local batch; global batch = local batch x fsdp degree where the table leaves it blank.
+  reshard_after_forward=false (torchtitan's "default" policy) and as many micro-batches as pipeline stages
+  (micro-batch = local batch / pp: at the benchmarked commit, 9dec370, an unset
+  experimental.pipeline_parallel_microbatches defaults to parallel_dims.pp), else micro-batch = local batch;
+  global batch = local batch x fsdp degree where the table leaves it blank.
 - precision: bf16 / float8 tensorwise -> fp8 / float8 rowwise -> fp8_rowwise / mxfp8* -> mxfp8 / NVFP4 -> nvfp4.
 - activation checkpointing: selective (torchtitan's per-op SAC) -> selective_op; full -> full; none -> none.
 - CP: torchtitan's context parallelism all-gathers K/V (rotate method "allgather") -> cp_comm=allgather.
@@ -105,7 +107,7 @@ def convert(r: Dict[str, str]) -> Dict[str, str]:
         "gpus_per_node": "4" if gpu == "gb200" else "8", "num_gpus": str(num_gpus), "tp": str(tp), "cp": str(cp),
         "pp": str(pp), "dp": str(fsdp), "zero_stage": "3" if fsdp > 1 or cp > 1 else "0",
         "schedule": "interleaved" if interleaved else "1f1b", "virtual_stages": "2" if interleaved else "1",
-        "micro_batch": "1" if pp > 1 else str(lbs), "global_batch": str(gbs), "seq_len": r["seq_len"],
+        "micro_batch": str(lbs // pp if pp > 1 else lbs), "global_batch": str(gbs), "seq_len": r["seq_len"],
         "precision": _precision(r["precision_recipe"]), "recompute": _recompute(r["activation_checkpointing"]),
         "sequence_parallel": str(tp > 1).lower(),
         "tp_comm_overlap": str(r["async_tp"].lower().startswith("yes")).lower(),
