@@ -48,3 +48,38 @@ def test_no_tp_no_dp_means_only_pipeline_transfers():
                          "parallelism.sequence_parallel=false", "model.tied_embeddings=false")
     streams = {e.stream for e in comm.entries()}
     assert streams == {Stream.PIPELINE}
+
+
+def _zero3_pipeline(stack, reshard):
+    return plan_of(f"stack={stack}", "parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8",
+                   "parallelism.zero_stage=3", "parallelism.distributed_optimizer=false",
+                   f"parallelism.reshard_after_forward={str(reshard).lower()}")
+
+
+def test_zero3_under_a_pipeline_reduces_per_layer_unless_the_stack_defers_it():
+    """Megatron-style ZeRO-3 reduce-scatters each layer's gradients in every micro-batch's backward; FSDP2 under
+    torch.distributed.pipelining (torchtitan) reduces a stage's gradients once, after its last backward, and
+    gathers parameters kept between forward and backward once per iteration."""
+    w, part, comm = _zero3_pipeline("megatron_core_te", reshard=False)
+    kinds = Counter((e.op.kind.value, e.stream.value) for e in comm.entries())
+    assert kinds[("reduce_scatter", "fsdp")] == 16 and comm.overlap_grad_reduce
+    w, part, comm = _zero3_pipeline("torchtitan_fsdp2", reshard=False)
+    entries = comm.entries()
+    assert comm.fsdp is None and not comm.overlap_grad_reduce
+    assert not [e for e in entries if e.stream == Stream.FSDP]
+    grads = [e for e in entries if e.op.kind.value == "reduce_scatter" and e.stream == Stream.DATA_PARALLEL]
+    assert len(grads) == 16 and all(e.count == 1 for e in grads)
+    for s in range(16):  # the whole stage, in the fp32 reduce dtype
+        assert comm.grad_reduce[s][0].bytes == part.position_params(part.position(s, 0)) * 4.0
+        assert comm.param_gather[s] is not None
+        assert comm.param_gather[s].bytes == part.position_params(part.position(s, 0)) * w.plan.dtype_bytes
+    assert comm.prefetch_gather_bytes == part.layer_params * w.plan.dtype_bytes
+    # parameters resharded after forward: gathered per layer and micro-batch, gradients still once
+    w, part, comm = _zero3_pipeline("torchtitan_fsdp2", reshard=True)
+    fsdp = Counter(e.op.kind.value for e in comm.entries() if e.stream == Stream.FSDP)
+    assert fsdp == Counter({"all_gather": 16}) and comm.fsdp is not None and not comm.fsdp.reduce_per_layer
+    for s in range(16):
+        assert comm.grad_reduce[s][0].bytes == part.position_params(part.position(s, 0)) * 4.0
+        layers = part.layers[part.position(s, 0)] * part.layer_params
+        gathered = comm.param_gather[s].bytes if comm.param_gather[s] is not None else 0.0
+        assert gathered == (part.position_params(part.position(s, 0)) - layers) * w.plan.dtype_bytes

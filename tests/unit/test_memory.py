@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from vtrain.sim.memory import inflight_layers, layer_activation_bytes, state_bytes_per_param
+from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
 from vtrain.workload.enums import NormType, PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -53,3 +53,13 @@ def test_1f1b_inflight_microbatches():
 def test_distributed_optimizer_shards_states():
     w, g, o = state_bytes_per_param(plan(dp=8, distributed_optimizer=True))
     assert (w, o) == (2.0, 12.0 / 8)
+
+
+def test_zero3_working_set_keeps_the_stages_gradients_when_their_sync_is_deferred():
+    """ZeRO-3 holds the unsharded gradients of the two layers in flight, or, when a pipeline on FSDP2 defers
+    the gradient sync to the stage's last backward, of all its layers, accumulated in fp32 (hand-computed)."""
+    p = plan(dp=8, zero_stage=3, reshard_after_forward=False)
+    layer = 1.0e9
+    assert sharded_working_bytes(layer, 12, p) == (12 * layer * 2, 2 * layer * 4)
+    assert sharded_working_bytes(layer, 12, p, deferred=True) == (12 * layer * 2, 12 * layer * 4)
+    assert sharded_working_bytes(layer, 12, replace(p, zero_stage=1), deferred=True) == (0.0, 0.0)

@@ -23,11 +23,11 @@ Entries, per GPU of a stage:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
-from vtrain.comm.sharding import FsdpComms, expert_fsdp_comms, fsdp_comms
+from vtrain.comm.sharding import FsdpComms, deferred_sync, expert_fsdp_comms, fsdp_comms
 from vtrain.comm.tp import TpComms, TpOperator, plan_tp_comms
 from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
@@ -137,6 +137,9 @@ class CommPlan:
     # ZeRO-3 with experts: an MoE layer's non-expert parameters over dp·cp, its routed experts over edp
     fsdp_moe: Optional[FsdpComms] = None
     fsdp_experts: Optional[FsdpComms] = None
+    # ZeRO-3 parameters gathered once per iteration (deferred_sync): the first layer's bytes, which the next
+    # forward waits for (FSDP2 gathers layer by layer, prefetching the next); 0: not so
+    prefetch_gather_bytes: float = 0.0
 
     _by_group: Dict[Group, GroupPlacement] = field(init=False, repr=False, compare=False)
 
@@ -192,6 +195,8 @@ class CommPlan:
                     out.append(Comm(op=fs.gather, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER,
                                     stages=(s,), count=n * (1 + int(fs.regather)),
                                     overlaps="the previous layer's compute (prefetch)"))
+                    if not fs.reduce_per_layer:
+                        continue
                     out.append(Comm(op=fs.reduce, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER,
                                     stages=(s,), count=n, overlaps="the next layers' backward"))
                     if fs.replica_reduce is not None:
@@ -270,6 +275,15 @@ def _tail_expert_params(part: StagePartition, stage: int, chunk: int, per_layer:
     return part.mtp_expert_params if part.is_last(q) else 0.0
 
 
+def _tail_rows(part: StagePartition, per_layer: bool, moe: bool) -> Tuple[List[List[float]], List[List[float]]]:
+    """[stage][chunk] (routed-expert, dense) parameters reduced or gathered once per iteration."""
+    p, v = part.p, part.v
+    experts = [[_tail_expert_params(part, s, c, per_layer) if moe else 0.0 for c in range(v)] for s in range(p)]
+    if moe or per_layer:
+        return experts, [[_tail_params(part, s, c, per_layer) - experts[s][c] for c in range(v)] for s in range(p)]
+    return experts, [[part.position_params(part.position(s, c)) for c in range(v)] for s in range(p)]  # whole chunks
+
+
 def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     model, plan, cluster = w.model, w.plan, w.cluster
     domain = cluster.domain_size
@@ -299,34 +313,35 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     stage = plan.sharding_stage
     reducers = plan.dp * plan.cp
     kind = CollectiveKind.REDUCE_SCATTER if stage >= 1 else CollectiveKind.ALL_REDUCE
-    fsdp = fsdp_comms(part.layer_params, plan, gbytes) if stage == 3 else None
+    deferred = deferred_sync(plan, w.stack)  # a pipeline on FSDP2: gradients once, kept parameters gathered once
+    gather_per_layer = stage == 3 and not (deferred and not plan.reshard_after_forward)
+    reduce_per_layer = stage == 3 and not deferred
+    fsdp = fsdp_comms(part.layer_params, plan, gbytes, reduce_per_layer) if gather_per_layer else None
     moe = model.is_moe
     # dense gradients over DP (x CP); ZeRO-3 reduces each layer's in its backward, what is left at the end is
     # the embedding's and the head's; routed experts' over the expert-data-parallel group
-    per_layer = fsdp is not None
-    experts = [[_tail_expert_params(part, s, c, per_layer) if moe else 0.0 for c in range(v)] for s in range(p)]
-    if moe or per_layer:
-        dense = [[_tail_params(part, s, c, per_layer) - experts[s][c] for c in range(v)] for s in range(p)]
-    else:  # a dense model without ZeRO-3: each chunk's whole parameters
-        dense = [[part.position_params(part.position(s, c)) for c in range(v)] for s in range(p)]
+    experts, dense = _tail_rows(part, reduce_per_layer, moe)
+    g_experts, g_dense = (experts, dense) if gather_per_layer == reduce_per_layer else \
+        _tail_rows(part, gather_per_layer, moe)
     fsdp_moe = fsdp_experts = None
-    if per_layer and moe:
-        fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes)
-        fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes)
+    if fsdp is not None and moe:
+        fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes, reduce_per_layer)
+        fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes, reduce_per_layer)
     names = [f"dp.grad.chunk{c}" for c in range(v)]
     gather_all = stage >= 1 and reducers > 1 and not plan.overlap_param_gather
     dtype_bytes = plan.dtype_bytes
     # stages of equal sizes (the middle of a pipeline) share one row of collectives
-    rows: Dict[Tuple[float, ...], Tuple[Tuple[Collective, ...], Optional[Collective]]] = {}
+    rows: Dict[Tuple[float, ...], Tuple[Tuple[Collective, ...], Optional[Collective]]] = {}  # (grads, -1, gathers)
     grads_l: list[Tuple[Collective, ...]] = []
     gathers_l: list[Optional[Collective]] = []
-    for row in dense:
-        key = tuple(row)
+    for row, g_row in zip(dense, g_dense):
+        key = (*row, -1.0, *g_row)
         hit = rows.get(key)
         if hit is None:
             hit = rows[key] = (
                 tuple(Collective(names[c], kind, x * gbytes, Group.DP, reducers) for c, x in enumerate(row)),
-                Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(row) * dtype_bytes, Group.DP, reducers)
+                Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(g_row) * dtype_bytes, Group.DP,
+                           reducers)
                 if gather_all else None)
         grads_l.append(hit[0])
         gathers_l.append(hit[1])
@@ -339,8 +354,8 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                                          Group.EDP, edp) if experts[s][c] > 0 else None
                               for c in range(v)) for s in range(p))
         e_gathers = tuple(Collective("edp.param_gather", CollectiveKind.ALL_GATHER,
-                                     sum(experts[s]) * plan.dtype_bytes, Group.EDP, edp)
-                          if stage >= 1 and edp > 1 and sum(experts[s]) > 0 else None
+                                     sum(g_experts[s]) * plan.dtype_bytes, Group.EDP, edp)
+                          if stage >= 1 and edp > 1 and sum(g_experts[s]) > 0 else None
                           for s in range(p))
     emb = None
     emb_where = GroupPlacement(1, 1)
@@ -356,7 +371,8 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     boundary=tuple(boundary),
                     boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
                     dp_where=dp_placement(plan, domain), bucket_bytes=plan.grad_bucket_bytes,
-                    overlap_grad_reduce=plan.overlap_grad_reduce, embedding_sync=emb, embedding_where=emb_where,
+                    overlap_grad_reduce=plan.overlap_grad_reduce and not deferred, embedding_sync=emb,
+                    embedding_where=emb_where,
                     param_gather=gathers, boundary_stages=tuple(boundary_stages),
                     stage_layers=tuple(part.stage_layers(s) for s in range(p)),
                     microbatches=plan.num_microbatches,
@@ -364,4 +380,5 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     ep=plan_ep_comms(model, plan, ep_placement(plan, domain)), ep_where=ep_placement(plan, domain),
                     etp_where=etp_placement(plan, domain), edp_where=edp_placement(plan, domain),
                     expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
-                    last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts)
+                    last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts,
+                    prefetch_gather_bytes=part.layer_params * dtype_bytes if stage == 3 and fsdp is None else 0.0)

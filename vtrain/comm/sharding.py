@@ -5,6 +5,13 @@ gradients reduce-scattered after its backward (Rajbhandari et al. 2020, Sec. 5.3
 hybrid sharding (``fsdp_shard_size`` < dp) the reduced shard is then all-reduced across the replicas.
 Parameters travel in the activation dtype (bf16; torchao's optional FP8 all-gather is not modelled),
 gradients in the reduce dtype (fp32 with bf16).
+
+Under a pipeline schedule, torch.distributed.pipelining runs every backward but a stage's last with FSDP2's
+gradient sync off (``_PipelineStageBase.backward_maybe_with_nosync``: set_requires_gradient_sync(False),
+set_reshard_after_backward(False)) and then calls each layer group's post-backward: the stage's gradients
+accumulate unsharded and are reduce-scattered once, after its last backward; torchtitan keeps parameters
+gathered with PP (``reshard_after_forward=False``: "to avoid per-microbatch all-gathers"), so they are
+gathered once per iteration. ``StackSpec.pipeline_defers_fsdp_sync`` says a stack does this.
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from typing import Optional
 
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.stack import StackSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +29,16 @@ class FsdpComms:
     reduce: Collective  # one layer's gradients, per backward
     replica_reduce: Optional[Collective]  # hybrid sharding: the reduced shard all-reduced across replicas
     regather: bool
+    reduce_per_layer: bool = True  # False: the gradients go once per iteration (:func:`deferred_sync`)
 
 
-def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float) -> FsdpComms:
+def deferred_sync(plan: ParallelPlan, stack: StackSpec) -> bool:
+    """Whether ZeRO-3 reduces a stage's gradients once per iteration (after its last backward) instead of per
+    layer and micro-batch: a pipeline schedule on a stack that defers FSDP's gradient sync."""
+    return plan.sharding_stage == 3 and plan.pp > 1 and stack.pipeline_defers_fsdp_sync
+
+
+def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float, reduce_per_layer: bool = True) -> FsdpComms:
     shard = plan.dp_shard * plan.cp
     gather = Collective("fsdp.param_gather", CollectiveKind.ALL_GATHER, layer_params * plan.dtype_bytes, Group.DP,
                         shard)
@@ -34,10 +49,11 @@ def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float) -> Fs
     if replicas > 1:
         replica = Collective("fsdp.grad_replica_all_reduce", CollectiveKind.ALL_REDUCE,
                              layer_params * grad_bytes / shard, Group.DP, replicas)
-    return FsdpComms(gather, reduce, replica, plan.reshard_after_forward)
+    return FsdpComms(gather, reduce, replica, plan.reshard_after_forward, reduce_per_layer)
 
 
-def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: float) -> FsdpComms:
+def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: float,
+                      reduce_per_layer: bool = True) -> FsdpComms:
     """The routed experts of one MoE layer under ZeRO-3: gathered and reduce-scattered over the
     expert-data-parallel group, the ranks that hold the same experts (Megatron-FSDP shards expert
     parameters over edp, dense ones over dp·cp)."""
@@ -46,4 +62,4 @@ def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: floa
                         Group.EDP, edp)
     reduce = Collective("fsdp.expert_grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, expert_params * grad_bytes,
                         Group.EDP, edp)
-    return FsdpComms(gather, reduce, None, plan.reshard_after_forward)
+    return FsdpComms(gather, reduce, None, plan.reshard_after_forward, reduce_per_layer)

@@ -94,14 +94,16 @@ def state_bytes_per_param(plan: ParallelPlan, shards: int = 0) -> tuple[float, f
     return weights, grads, opt
 
 
-def sharded_working_bytes(layer_params: float, stage_layers: int, plan: ParallelPlan) -> tuple[float, float]:
+def sharded_working_bytes(layer_params: float, stage_layers: int, plan: ParallelPlan,
+                          deferred: bool = False) -> tuple[float, float]:
     """(weights, gradients) bytes ZeRO-3 holds unsharded: the gathered layer and the prefetched next one (all
     the stage's layers between forward and backward without reshard_after_forward), and the unsharded
-    gradients of the two layers in flight before their reduce-scatter."""
+    gradients of the two layers in flight before their reduce-scatter (``deferred``: of all the stage's
+    layers, accumulated in the fp32 reduce dtype until the one reduce-scatter; comm.sharding.deferred_sync)."""
     if plan.sharding_stage < 3:
         return 0.0, 0.0
     gathered = 2 if plan.reshard_after_forward else max(2, stage_layers)
-    return gathered * layer_params * plan.dtype_bytes, 2 * layer_params * 4.0
+    return gathered * layer_params * plan.dtype_bytes, (max(2, stage_layers) if deferred else 2) * layer_params * 4.0
 
 
 def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream
+from vtrain.comm.sharding import deferred_sync
 from vtrain.cost.base import CostModel
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
@@ -156,11 +157,12 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     moe = moe_memory(model, plan, part) if (model.is_moe or model.is_mla or model.mtp_layers) else None
     # Transformer Engine keeps an FP8 copy of each weight and its transpose across micro-batches
     fp8_cache = 2.0 if plan.precision.low and stack.fp8_weight_cache and plan.sharding_stage < 3 else 0.0
+    deferred = deferred_sync(plan, stack)
     out = []
     for s in range(plan.pp):
         params = part.stage_params(s)
         layers = part.stage_layers(s)
-        gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan)
+        gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan, deferred)
         terms = (params * w_b + gathered_w + fp8_cache * layers * part.layer_params, params * g_b + gathered_g,
                  params * o_b, inflight_layers(plan, s, layers) * act_layer + working,
                  stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0))

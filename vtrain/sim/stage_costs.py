@@ -130,6 +130,8 @@ def _side_streams(comm: CommPlan, cost: CostModel, moe: bool = False) -> Tuple[S
     g = reduce_s = 0.0
     for fs, where in kinds:
         g += cost.collective_time_s(fs.gather, where)
+        if not fs.reduce_per_layer:
+            continue
         reduce_s += cost.collective_time_s(fs.reduce, where)
         if fs.replica_reduce is not None:
             reduce_s += cost.collective_time_s(fs.replica_reduce, comm.replica_where)

@@ -23,6 +23,7 @@ from vtrain.graph.fusion import fuse_elementwise
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import StagePartition, partition
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec
 from vtrain.workload.workload import Workload
 
@@ -35,7 +36,7 @@ _shaping: Callable[[ParallelPlan], Tuple[Any, ...]] = attrgetter(
 _MAX_ENTRIES = 512  # each memo is emptied when it grows past this (a search's shapes number in the hundreds)
 _PARTS: Dict[Hashable, StagePartition] = {}
 _GRAPHS: Dict[Hashable, ModelGraph] = {}
-_COMMS: Dict[Tuple[int, int, int, int], Tuple[ModelSpec, ParallelPlan, ClusterSpec, StagePartition, CommPlan]] = {}
+_COMMS: Dict[Tuple[int, ...], Tuple[ModelSpec, ParallelPlan, ClusterSpec, StagePartition, CommPlan, StackSpec]] = {}
 
 
 def shape_key(model: ModelSpec, plan: ParallelPlan) -> Tuple[Any, ...]:
@@ -70,16 +71,17 @@ def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[
 
 def comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     """:func:`vtrain.comm.plan.build_comm_plan` (it reads the model, the plan and the cluster), built once per
-    (model, plan, cluster, partition) objects: a config simulated again (the build memo hands back the same
+    (model, plan, cluster, partition, stack) objects: a config simulated again (the build memo hands back the same
     values) finds its communication plan built. Keyed by identity (the values hold dicts), the objects held."""
-    k = (id(w.model), id(w.plan), id(w.cluster), id(part))
+    k = (id(w.model), id(w.plan), id(w.cluster), id(part), id(w.stack))
     hit = _COMMS.get(k)
-    if hit is not None and hit[0] is w.model and hit[1] is w.plan and hit[2] is w.cluster and hit[3] is part:
+    if hit is not None and hit[0] is w.model and hit[1] is w.plan and hit[2] is w.cluster and hit[3] is part \
+            and hit[5] is w.stack:
         return hit[4]
     if len(_COMMS) >= _MAX_ENTRIES:
         _COMMS.clear()
     comm = build_comm_plan(w, part)
-    _COMMS[k] = (w.model, w.plan, w.cluster, part, comm)
+    _COMMS[k] = (w.model, w.plan, w.cluster, part, comm, w.stack)
     return comm
 
 

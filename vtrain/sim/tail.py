@@ -152,6 +152,10 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
             bucket = min(params * plan.dtype_bytes, comm.bucket_bytes)
             t_ag = dp_time(Collective("dp.param_gather.first_bucket", CollectiveKind.ALL_GATHER, bucket, Group.DP,
                                       reducers), bucket)
+        elif comm.prefetch_gather_bytes and gather is not None:  # FSDP2 gathers layer by layer in the next forward
+            layer_bytes = min(gather.bytes, comm.prefetch_gather_bytes)
+            t_ag = dp_time(Collective("fsdp.param_gather.first_layer", CollectiveKind.ALL_GATHER, layer_bytes, Group.DP,
+                                      reducers), layer_bytes)
         e_gather = comm.expert_param_gather[s] if comm.expert_param_gather else None
         if e_gather is not None:
             t_ag += dp_time(e_gather, e_gather.bytes, comm.edp_where)

@@ -36,6 +36,11 @@ class StackSpec:
                                              "(torch.compile); see vtrain.graph.fusion")
     fp8_weight_cache: bool = spec(False, doc="keeps FP8 weights (and transposes) across micro-batches "
                                              "(Transformer Engine); torchao casts them per forward")
+    pipeline_defers_fsdp_sync: bool = spec(
+        False, doc="under a pipeline schedule (pp > 1), ZeRO-3 gradients accumulate unsharded over the "
+                   "micro-batches and reduce-scatter once after a stage's last backward, and parameters kept "
+                   "gathered (reshard_after_forward=false) are gathered once per iteration "
+                   "(torch.distributed.pipelining with FSDP2); else both happen per layer and micro-batch")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
