@@ -9,16 +9,11 @@ activation-grad + weight-grad.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.tp import TpComms, TpOperator
-from vtrain.graph.ops import (
-    FlashAttention,
-    Gemm,
-    MemoryOp,
-    Op,
-)
+from vtrain.graph.ops import Collective, CollectiveKind, FlashAttention, Gemm, Group, MemoryOp, Op
 from vtrain.workload.enums import PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -206,10 +201,29 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
 
             recompute = selective_ops(plan.recompute_modules, att, ffn, (forward[0], forward[len(att.forward) + 2]))
     elif plan.recompute == Recompute.SELECTIVE_OP:
-        recompute = tuple(op for op in forward if isinstance(op, MemoryOp)) + _every_second_matmul(model, plan)
+        recompute = _selective_op_recompute(forward, model, plan)
     else:
         recompute = ()
     return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(recompute))
+
+
+def _selective_op_recompute(forward: Sequence[Op], model: ModelSpec, plan: ParallelPlan) -> Tuple[Op, ...]:
+    """What torchtitan's per-op selective checkpointing runs again before a layer's backward: its policy saves
+    the outputs of matmuls (but every second), attention and TP reduce-scatters (``_save_list``), so the
+    recompute replays the rest of the forward in order: the memory-bound ops, every second matmul and the
+    sequence-parallel all-gathers, which the list leaves out (their outputs feed the saved matmuls' weight
+    gradients). Each recomputed matmul follows the forward GEMM it is part of; one the layer lacks (an MoE
+    layer's expert MLP) goes last."""
+    again = list(_every_second_matmul(model, plan))
+    anchors = dict(zip(("qkv", "proj", "fc1") if model.gated_mlp else ("proj", "fc2"), again))
+    out: List[Op] = []
+    for op in forward:
+        if isinstance(op, MemoryOp) or (isinstance(op, Collective) and op.group == Group.TP
+                                        and op.kind == CollectiveKind.ALL_GATHER):
+            out.append(op)
+        elif isinstance(op, Gemm) and op.name in anchors:
+            out.append(anchors.pop(op.name))
+    return (*out, *anchors.values())
 
 
 def _every_second_matmul(model: ModelSpec, plan: ParallelPlan) -> Tuple[Op, ...]:
