@@ -316,7 +316,8 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
     deferred = deferred_sync(plan, w.stack)  # a pipeline on FSDP2: gradients once, kept parameters gathered once
     gather_per_layer = stage == 3 and not (deferred and not plan.reshard_after_forward)
     reduce_per_layer = stage == 3 and not deferred
-    fsdp = fsdp_comms(part.layer_params, plan, gbytes, reduce_per_layer) if gather_per_layer else None
+    copy = w.stack.fsdp_copy_out
+    fsdp = fsdp_comms(part.layer_params, plan, gbytes, reduce_per_layer, copy) if gather_per_layer else None
     moe = model.is_moe
     # dense gradients over DP (x CP); ZeRO-3 reduces each layer's in its backward, what is left at the end is
     # the embedding's and the head's; routed experts' over the expert-data-parallel group
@@ -325,8 +326,8 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         _tail_rows(part, gather_per_layer, moe)
     fsdp_moe = fsdp_experts = None
     if fsdp is not None and moe:
-        fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes, reduce_per_layer)
-        fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes, reduce_per_layer)
+        fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes, reduce_per_layer, copy)
+        fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes, reduce_per_layer, copy)
     names = [f"dp.grad.chunk{c}" for c in range(v)]
     gather_all = stage >= 1 and reducers > 1 and not plan.overlap_param_gather
     dtype_bytes = plan.dtype_bytes

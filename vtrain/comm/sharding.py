@@ -30,6 +30,7 @@ class FsdpComms:
     replica_reduce: Optional[Collective]  # hybrid sharding: the reduced shard all-reduced across replicas
     regather: bool
     reduce_per_layer: bool = True  # False: the gradients go once per iteration (:func:`deferred_sync`)
+    copy_out_bytes: float = 0.0  # per gathered layer on the compute stream (StackSpec.fsdp_copy_out)
 
 
 def deferred_sync(plan: ParallelPlan, stack: StackSpec) -> bool:
@@ -38,7 +39,8 @@ def deferred_sync(plan: ParallelPlan, stack: StackSpec) -> bool:
     return plan.sharding_stage == 3 and plan.pp > 1 and stack.pipeline_defers_fsdp_sync
 
 
-def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float, reduce_per_layer: bool = True) -> FsdpComms:
+def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float, reduce_per_layer: bool = True,
+               copy_out: bool = False) -> FsdpComms:
     shard = plan.dp_shard * plan.cp
     gather = Collective("fsdp.param_gather", CollectiveKind.ALL_GATHER, layer_params * plan.dtype_bytes, Group.DP,
                         shard)
@@ -49,11 +51,12 @@ def fsdp_comms(layer_params: float, plan: ParallelPlan, grad_bytes: float, reduc
     if replicas > 1:
         replica = Collective("fsdp.grad_replica_all_reduce", CollectiveKind.ALL_REDUCE,
                              layer_params * grad_bytes / shard, Group.DP, replicas)
-    return FsdpComms(gather, reduce, replica, plan.reshard_after_forward, reduce_per_layer)
+    copy = 2.0 * gather.bytes if copy_out else 0.0  # read the gathered buffer, write the parameters
+    return FsdpComms(gather, reduce, replica, plan.reshard_after_forward, reduce_per_layer, copy)
 
 
 def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: float,
-                      reduce_per_layer: bool = True) -> FsdpComms:
+                      reduce_per_layer: bool = True, copy_out: bool = False) -> FsdpComms:
     """The routed experts of one MoE layer under ZeRO-3: gathered and reduce-scattered over the
     expert-data-parallel group, the ranks that hold the same experts (Megatron-FSDP shards expert
     parameters over edp, dense ones over dp·cp)."""
@@ -62,4 +65,5 @@ def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: floa
                         Group.EDP, edp)
     reduce = Collective("fsdp.expert_grad_reduce_scatter", CollectiveKind.REDUCE_SCATTER, expert_params * grad_bytes,
                         Group.EDP, edp)
-    return FsdpComms(gather, reduce, None, plan.reshard_after_forward, reduce_per_layer)
+    return FsdpComms(gather, reduce, None, plan.reshard_after_forward, reduce_per_layer,
+                     2.0 * gather.bytes if copy_out else 0.0)

@@ -96,6 +96,9 @@ class AnalyticalCostModel:
     def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
         return collective_time_s(op.kind, op.bytes, where, self.cluster)
 
+    def copy_time_s(self, nbytes: float) -> float:
+        return max(nbytes / self.mem_bw, self.kernel_s)
+
     def optimizer_time_s(self, params: float) -> float:
         return params * self.opt_bytes / self.mem_bw
 

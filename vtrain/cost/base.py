@@ -30,6 +30,9 @@ class CostModel(Protocol):
     def collective_time_s(self, op: Collective, where: GroupPlacement) -> float:
         """Time of one collective over the placed group."""
 
+    def copy_time_s(self, nbytes: float) -> float:
+        """GPU time of one memory-bound copy kernel that reads and writes ``nbytes`` in all."""
+
     def optimizer_time_s(self, params: float) -> float:
         """Time of the optimizer step over ``params`` parameters held by one GPU."""
 

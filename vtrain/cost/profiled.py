@@ -238,6 +238,9 @@ class ProfiledCostModel:
             self._extrapolated.add(op.name)
         return self.fallback.collective_time_s(op, where)
 
+    def copy_time_s(self, nbytes: float) -> float:
+        return self.fallback.copy_time_s(nbytes)
+
     def optimizer_time_s(self, params: float) -> float:
         curve = self._curves.get((ADAM, ""))
         t = curve.at(params) if curve is not None else None

@@ -75,10 +75,12 @@ class SideStream:
     """Per-layer work of a repeated part on a second stream (FSDP / ZeRO-3, after FSDP2 and DeepSpeed):
     the layer's parameters are all-gathered one layer ahead (``gather_s``, prefetched while the previous
     layer computes; the first is exposed) and, in backward, its gradients reduce-scattered after it
-    (``reduce_s``, not waited for until the end of the iteration)."""
+    (``reduce_s``, not waited for until the end of the iteration). ``copy_s``: what the compute stream spends
+    on each gathered layer before its kernels (FSDP2 copies the gathered buffer out into the parameters)."""
 
     gather_s: float = 0.0
     reduce_s: float = 0.0
+    copy_s: float = 0.0
 
 
 NO_SIDE = SideStream()
@@ -111,8 +113,9 @@ class _LaunchQueue:
         self.host, self.gpu, self.side, self.pending, self.compute, self.comm, self.flops, self.side_busy = x[:8]
         self.groups = list(x[8:])
 
-    def _prefetch(self, gather_s: float) -> None:
-        """Wait for this layer's gather, then start the next layer's (the first of a pass: exposed)."""
+    def _prefetch(self, gather_s: float, copy_s: float) -> None:
+        """Wait for this layer's gather (and copy it out), then start the next layer's (the first of a pass:
+        exposed)."""
         if self.pending == _IDLE:
             self.side = max(self.side, self.host) + gather_s
             self.pending = self.side
@@ -123,13 +126,16 @@ class _LaunchQueue:
             self.comm += wait
             self.groups[_GROUP_INDEX["fsdp"]] += wait
             self.gpu = self.pending
+        if copy_s:
+            self.gpu = max(self.gpu, start) + copy_s
+            self.compute += copy_s
         self.side = max(self.side, start) + gather_s
         self.pending = self.side
         self.side_busy += gather_s
 
     def run(self, timed: Sequence[Timed], side: SideStream) -> None:
         if side.gather_s:
-            self._prefetch(side.gather_s)
+            self._prefetch(side.gather_s, side.copy_s)
         host, gpu = self.host, self.gpu
         compute = comm = flops = 0.0
         groups = self.groups

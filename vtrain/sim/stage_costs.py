@@ -127,15 +127,18 @@ def _side_streams(comm: CommPlan, cost: CostModel, moe: bool = False) -> Tuple[S
     kinds = [(comm.fsdp, comm.fsdp_where)]
     if moe and comm.fsdp_moe is not None and comm.fsdp_experts is not None:
         kinds = [(comm.fsdp_moe, comm.fsdp_where), (comm.fsdp_experts, comm.edp_where)]
-    g = reduce_s = 0.0
+    g = reduce_s = copy_s = 0.0
     for fs, where in kinds:
         g += cost.collective_time_s(fs.gather, where)
+        copy_s += cost.copy_time_s(fs.copy_out_bytes) if fs.copy_out_bytes else 0.0
         if not fs.reduce_per_layer:
             continue
         reduce_s += cost.collective_time_s(fs.reduce, where)
         if fs.replica_reduce is not None:
             reduce_s += cost.collective_time_s(fs.replica_reduce, comm.replica_where)
-    return SideStream(gather_s=g), SideStream(gather_s=g if comm.fsdp.regather else 0.0, reduce_s=reduce_s)
+    again = comm.fsdp.regather
+    return (SideStream(gather_s=g, copy_s=copy_s),
+            SideStream(gather_s=g if again else 0.0, reduce_s=reduce_s, copy_s=copy_s if again else 0.0))
 
 
 def side_streams(comm: CommPlan, cost: CostModel) -> Tuple[SideStream, ...]:

@@ -41,6 +41,9 @@ class StackSpec:
                    "micro-batches and reduce-scatter once after a stage's last backward, and parameters kept "
                    "gathered (reshard_after_forward=false) are gathered once per iteration "
                    "(torch.distributed.pipelining with FSDP2); else both happen per layer and micro-batch")
+    fsdp_copy_out: bool = spec(False, doc="ZeRO-3 copies each gathered layer out of the all-gather buffer into "
+                                          "its parameters on the compute stream (FSDP2's "
+                                          "foreach_all_gather_copy_out: one read and one write of the layer)")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "

@@ -1,0 +1,44 @@
+"""FSDP2 specifics of the torchtitan stack: the all-gather copy-out on the compute stream and the optimizer
+step's traffic (hand-computed)."""
+from dataclasses import replace
+
+import pytest
+
+from vtrain import compose
+from vtrain.api import cost_model_for
+from vtrain.config.build import build_workload
+from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.partition import partition
+
+
+def workload(*overrides):
+    return build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "stack=torchtitan_fsdp2",
+                                   "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
+                                   "parallelism.zero_stage=3", "parallelism.distributed_optimizer=false",
+                                   "parallelism.sequence_parallel=false", "parallelism.recompute=full",
+                                   "training.global_batch_size=8", *overrides]))
+
+
+def test_each_gathered_layer_is_copied_out_on_the_compute_stream():
+    """A layer gathered in forward and again in backward (reshard_after_forward) is copied out twice: each
+    copy reads the gathered buffer and writes the parameters, 2 x the layer's bf16 bytes at HBM speed."""
+    w = workload("parallelism.reshard_after_forward=true")
+    cost = cost_model_for(w)
+    with_copy, _ = simulate_workload(w, cost)
+    without = replace(w, stack=replace(w.stack, fsdp_copy_out=False))
+    no_copy, _ = simulate_workload(without, cost_model_for(without))
+    part = partition(w.model, w.plan)
+    copy_s = cost.copy_time_s(2 * part.layer_params * w.plan.dtype_bytes)
+    expected = 2 * w.model.num_layers * w.plan.num_microbatches * copy_s
+    assert with_copy.stages[0].compute_s - no_copy.stages[0].compute_s == pytest.approx(expected, rel=1e-9)
+    assert with_copy.iteration_time_s > no_copy.iteration_time_s
+
+
+def test_the_optimizer_step_moves_forty_bytes_per_sharded_parameter():
+    w = workload()
+    report, _ = simulate_workload(w, cost_model_for(w))
+    gpu = w.cluster.gpu
+    params = partition(w.model, w.plan).stage_params(0) / 8
+    expected = params * 40.0 / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    assert w.stack.optimizer_bytes_per_param == 40.0
+    assert report.stages[0].optimizer_s == pytest.approx(expected, rel=1e-9)
