@@ -198,6 +198,26 @@ def test_published_names_of_precisions_schedules_and_recompute(tmp_path, cfg):
     assert bf16.plan.precision.value == "bf16"
 
 
+def test_published_names_of_frameworks_choose_the_stack(tmp_path, cfg):
+    """A ``framework`` column (or a ``stack`` column with a published name) picks the stack; torchtitan with
+    torch.compile on runs the compiled variant; without either the GPU's era decides."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,gpu,"
+                 "iteration_time_ms,framework,torch_compile,stack\n"
+                 "8,8,1,4096,32,32,2048,1,8,1,H100,900,NeMo,,\n"
+                 "8,8,1,4096,32,32,2048,1,8,1,H100,900,torchtitan,yes,\n"
+                 "8,8,1,4096,32,32,2048,1,8,1,H100,900,torchtitan,no,\n"
+                 "8,8,1,4096,32,32,2048,1,8,1,H100,900,,,Megatron-DeepSpeed\n"
+                 "8,8,1,4096,32,32,2048,1,8,1,H100,900,,,\n")
+    stacks = [row_workload(r, cfg.cluster, load_gpu_config, load_stack_config, defaults=None).stack.name
+              for r in read_measurements(p)]
+    assert stacks == ["megatron_core_te", "torchtitan_fsdp2_compile", "torchtitan_fsdp2", "megatron_deepspeed_2022",
+                      "megatron_core_te"]
+
+
 def test_measurements_that_overflow_the_unit_are_skipped(tmp_path, cfg):
     p = tmp_path / "rows.csv"
     p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,"

@@ -106,6 +106,29 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
 }
 
 
+# what published tables call the software stacks of stack/ (a ``stack`` or ``framework`` column)
+STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_te", "megatron_core": "megatron_core_te",
+                 "mcore": "megatron_core_te", "nemo": "megatron_core_te", "nemo_megatron": "megatron_core_te",
+                 "megatron_bridge": "megatron_core_te", "transformer_engine": "megatron_core_te",
+                 "megatron_deepspeed": "megatron_deepspeed_2022", "deepspeed_megatron": "megatron_deepspeed_2022",
+                 "torchtitan": "torchtitan_fsdp2", "fsdp2": "torchtitan_fsdp2", "pytorch_fsdp": "torchtitan_fsdp2",
+                 "fsdp": "torchtitan_fsdp2", "llm_foundry": "torchtitan_fsdp2", "composer": "torchtitan_fsdp2",
+                 "mosaicml": "torchtitan_fsdp2", "torchtitan_compile": "torchtitan_fsdp2_compile"}
+
+
+def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) -> str:
+    """The row's stack: its ``stack`` column, else its ``framework`` column (names in :data:`STACK_ALIASES`;
+    torchtitan with ``torch_compile`` true runs its compiled variant), else validate.stack, else the
+    dataset's."""
+    raw = row.get("stack") or row.get("framework")
+    if raw is None:
+        return stack or defaults.stack
+    key = raw.strip().lower().replace("-", "_").replace(" ", "_").replace(".", "_")
+    name = STACK_ALIASES.get(key, key)
+    compiled = (row.get("torch_compile") or "").strip().lower() in _TRUE
+    return "torchtitan_fsdp2_compile" if name == "torchtitan_fsdp2" and compiled else name
+
+
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
     """The row's ``gpu`` as a gpu/ config name (its aliases in :data:`GPU_ALIASES`), else the cluster's GPU."""
     raw = row.get("gpu")
@@ -237,5 +260,5 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
             raise ConfigError(f"{prefix} nvlink_domain={domain} must be an integer >= 1")
         cluster = replace(cluster, nvlink_domain=domain)
     check_plan(model, plan, cluster)
-    stack_spec_ = stack_spec(load_stack(row.get("stack") or stack or defaults.stack))
+    stack_spec_ = stack_spec(load_stack(stack_name(row, stack, defaults)))
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack_spec_, usd_per_gpu_hour=0.0)
