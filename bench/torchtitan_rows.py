@@ -20,7 +20,9 @@ The mapping is mechanical and stated here, one rule per column (nothing is tuned
 - precision: bf16 / float8 tensorwise -> fp8 / float8 rowwise -> fp8_rowwise / mxfp8* -> mxfp8 / NVFP4 -> nvfp4.
 - activation checkpointing: selective (torchtitan's per-op SAC) -> selective_op; full -> full; none -> none.
 - CP: torchtitan's context parallelism all-gathers K/V (rotate method "allgather") -> cp_comm=allgather.
-- stack: torch_compile yes -> torchtitan_fsdp2_compile, else torchtitan_fsdp2.
+- stack: torch_compile yes -> torchtitan_fsdp2_compile (blocks and loss compiled), except for software of 2024
+  (torchtitan 9dec370: only the blocks compiled, its train.py leaves the loss eager) ->
+  torchtitan_fsdp2_compile_blocks; no -> torchtitan_fsdp2.
 - measured: tokens_per_s_per_gpu; peak memory converted to GiB (GB = 1e9 bytes).
 """
 from __future__ import annotations
@@ -92,6 +94,12 @@ def _gib(value: str, unit: str) -> str:
     return f"{v * 1e9 / 2**30:.2f}" if unit.strip().upper().startswith("GB") else f"{v:.2f}"
 
 
+def _stack(r: Dict[str, str]) -> str:
+    if not r["torch_compile"].lower().startswith("yes"):
+        return "torchtitan_fsdp2"
+    return "torchtitan_fsdp2_compile_blocks" if "(2024-" in r["sw_versions"] else "torchtitan_fsdp2_compile"
+
+
 def convert(r: Dict[str, str]) -> Dict[str, str]:
     tp, cp, pp = _int(r["tp"]), _int(r["cp"]), _int(r["pp"])
     fsdp = _int(r["fsdp"])
@@ -112,7 +120,7 @@ def convert(r: Dict[str, str]) -> Dict[str, str]:
         "sequence_parallel": str(tp > 1).lower(),
         "tp_comm_overlap": str(r["async_tp"].lower().startswith("yes")).lower(),
         "reshard_after_forward": str(pp == 1).lower(), "cp_comm": "allgather", "flash_attention": "true",
-        "stack": "torchtitan_fsdp2_compile" if r["torch_compile"].lower().startswith("yes") else "torchtitan_fsdp2",
+        "stack": _stack(r),
         "num_experts": "16" if moe else "", "ep": r["ep"] if moe else "",
         "tokens_per_s_per_gpu": r["tokens_per_sec_per_gpu"],
         "peak_memory_gib": _gib(r["peak_memory"], r["peak_memory_unit"]),

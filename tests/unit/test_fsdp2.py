@@ -42,3 +42,19 @@ def test_the_optimizer_step_moves_forty_bytes_per_sharded_parameter():
     expected = params * 40.0 / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
     assert w.stack.optimizer_bytes_per_param == 40.0
     assert report.stages[0].optimizer_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_eager_fp32_loss_holds_twelve_bytes_per_logit_the_compiled_one_four():
+    """torchtitan's eager loss upcasts the logits and starts the backward with fp32 log-probabilities and two
+    fp32 gradients (12 B per logit); compiled it keeps bf16 logits and writes a bf16 gradient (4 B); the
+    default (Megatron's fused cross-entropy) holds the logits and their fp32 softmax (2 + 4 B)."""
+    w = workload()
+    per_logit = {}
+    for name, stack in (("eager", w.stack), ("compiled", replace(w.stack, loss_bytes_per_logit=4.0)),
+                        ("default", replace(w.stack, loss_bytes_per_logit=None))):
+        report, _ = simulate_workload(replace(w, stack=stack), cost_model_for(w))
+        per_logit[name] = report.memory.other_bytes
+    logits = w.plan.tokens_per_rank * w.model.vocab_shard(w.plan.tp)
+    assert w.stack.loss_bytes_per_logit == 12.0
+    assert per_logit["eager"] - per_logit["compiled"] == pytest.approx(8.0 * logits, rel=1e-12)
+    assert per_logit["eager"] - per_logit["default"] == pytest.approx(6.0 * logits, rel=1e-12)

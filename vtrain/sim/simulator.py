@@ -151,7 +151,8 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     act_layer = layer_activation_bytes(model, plan)
     w_b, g_b, o_b = state_bytes_per_param(plan)
     tokens = plan.tokens_per_rank
-    logits_bytes = tokens * model.vocab_shard(plan.tp) * (plan.dtype_bytes + 4)
+    per_logit = stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4
+    logits_bytes = tokens * model.vocab_shard(plan.tp) * per_logit
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
     last = part.stage_of(part.chain_len - 1)
     moe = moe_memory(model, plan, part) if (model.is_moe or model.is_mla or model.mtp_layers) else None

@@ -7,7 +7,7 @@ and in a few µs in another (CUDA graphs, fused kernels). Configs in ``conf/stac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 from vtrain.workload.fields import FRACTION, NON_NEGATIVE, POSITIVE, spec
 
@@ -44,6 +44,10 @@ class StackSpec:
     fsdp_copy_out: bool = spec(False, doc="ZeRO-3 copies each gathered layer out of the all-gather buffer into "
                                           "its parameters on the compute stream (FSDP2's "
                                           "foreach_all_gather_copy_out: one read and one write of the layer)")
+    loss_bytes_per_logit: Optional[float] = spec(
+        None, unit="B", domain=POSITIVE, none_means="the activation dtype + 4 (the logits and their fp32 softmax: "
+                                                    "Megatron's fused vocab-parallel cross-entropy)",
+        doc="memory the output layer and the loss hold per logit at their peak (the last stage)")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
