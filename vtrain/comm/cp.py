@@ -7,6 +7,11 @@ attends to the whole sequence's keys and values.
   KV per rank) spread over cp steps; backward sends KV again plus the KV gradients back (twice the volume).
 - ``allgather`` (Llama 3's CP): K and V are all-gathered before attention (blocking) and their gradients
   reduce-scattered after the attention backward.
+
+A stack whose attention repeats grouped K/V heads to every query head before the kernel
+(``StackSpec.attention_expands_kv``: torchtitan's Llama, ``repeat_kv`` before SDPA) exchanges the repeated
+heads; one that reduces the K/V gradients in fp32 (``cp_grads_fp32``: PyTorch's context parallelism,
+``_cp_options.convert_to_f32``) sends them at 4 bytes per element.
 """
 from __future__ import annotations
 
@@ -26,16 +31,18 @@ class CpComms:
     backward_after: Tuple[Collective, ...]  # after the attention backward (all-gather variant)
 
 
-def cp_comms(model: ModelSpec, plan: ParallelPlan) -> CpComms:
+def cp_comms(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False, grads_fp32: bool = False) -> CpComms:
     cp = plan.cp
     if cp == 1:
         return CpComms((), (), ())
-    kv_bytes = 2.0 * plan.micro_batch_size * plan.seq_len * model.kv_size / plan.tp * plan.dtype_bytes
+    width = model.q_size if expands_kv else model.kv_size  # K (and V) features per token
+    kv_bytes = 2.0 * plan.micro_batch_size * plan.seq_len * width / plan.tp * plan.dtype_bytes
+    grad_bytes = kv_bytes * (4.0 / plan.dtype_bytes if grads_fp32 else 1.0)
     ag, rs = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
     if plan.cp_comm == CpComm.P2P:
         fwd = Collective("cp.kv_ring", ag, kv_bytes, Group.CP, cp, overlap="next", chunks=cp)
-        bwd = Collective("cp.kv_ring.bwd", ag, 2 * kv_bytes, Group.CP, cp, overlap="next", chunks=cp)
+        bwd = Collective("cp.kv_ring.bwd", ag, kv_bytes + grad_bytes, Group.CP, cp, overlap="next", chunks=cp)
         return CpComms((fwd,), (bwd,), ())
     return CpComms((Collective("cp.kv_gather", ag, kv_bytes, Group.CP, cp),),
                    (Collective("cp.kv_gather.bwd", ag, kv_bytes, Group.CP, cp),),
-                   (Collective("cp.dkv_scatter", rs, kv_bytes, Group.CP, cp),))
+                   (Collective("cp.dkv_scatter", rs, grad_bytes, Group.CP, cp),))

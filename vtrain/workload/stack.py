@@ -48,6 +48,11 @@ class StackSpec:
         None, unit="B", domain=POSITIVE, none_means="the activation dtype + 4 (the logits and their fp32 softmax: "
                                                     "Megatron's fused vocab-parallel cross-entropy)",
         doc="memory the output layer and the loss hold per logit at their peak (the last stage)")
+    attention_expands_kv: bool = spec(False, doc="grouped K/V heads are repeated to every query head before the "
+                                                 "attention kernel (torchtitan's Llama: repeat_kv before SDPA), "
+                                                 "so context parallelism exchanges the repeated heads")
+    cp_grads_fp32: bool = spec(False, doc="context parallelism reduces the K/V gradients in fp32 (PyTorch's "
+                                          "_cp_options.convert_to_f32)")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
