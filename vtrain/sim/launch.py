@@ -8,7 +8,7 @@ stream runs FSDP's per-layer gathers (prefetched one layer ahead) and reduce-sca
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cost.base import CostModel
@@ -168,6 +168,17 @@ def overlapped_s(compute_s: float, comm_s: float, chunks: int, slowdown: float) 
     return max(compute_s + slowdown * both, comm_s) + both / max(1, chunks)
 
 
+def chunked_gemm_s(op: Gemm, chunks: int, cost: CostModel) -> float:
+    """A GEMM split along its token dimension into ``chunks`` GEMMs, one per piece of the collective it is
+    pipelined with (TE userbuffers' split GEMMs; torchtitan's micro-pipelined async TP): each runs on 1/chunks
+    of the rows (of the reduction for a weight gradient), so small layers lose tile and wave efficiency."""
+    if op.name.endswith(".wgrad"):  # dW = X^T dY: the tokens are the reduction dimension
+        piece = replace(op, k=max(1, op.k // chunks))
+    else:
+        piece = replace(op, m=max(1, op.m // chunks))
+    return chunks * cost.compute_time_s(piece)
+
+
 def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowdown: float) -> List[Timed]:
     """Price each op of a pass; ``where(group)`` places a collective's group (:meth:`CommPlan.where`). A
     collective marked ``overlap`` merges with the GEMM or attention it is pipelined with."""
@@ -200,6 +211,8 @@ def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowd
             coll = items[paired[i]]
             assert isinstance(coll, Collective)
             t_c = cost.collective_time_s(coll, place(coll.group))
+            if isinstance(op, Gemm) and coll.chunks > 1:
+                t = chunked_gemm_s(op, coll.chunks, cost)
             total = overlapped_s(t, t_c, coll.chunks, slowdown)
             exposed = max(0.0, total - t - slowdown * min(t, t_c))
             out.append((total, h + cost.collective_host_time_s(coll), exposed, op.flops, _OF_GROUP.get(coll.group, 1)))
