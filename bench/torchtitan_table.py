@@ -56,6 +56,19 @@ def main() -> None:
     per = [figures([r for r in results if r.row.values["precision"] == p]) for p in PRECISIONS]
     print(f"| all | {' / '.join(PRECISIONS).replace('_', ' ')} | {' / '.join(str(n) for n, _, _ in per)} | "
           f"{' / '.join(f'{m:.1f}%' for _, m, _ in per)} | {' / '.join(f'{s:+.0f}%' for _, _, s in per)} |")
+    print()
+    print(h100_summary(results))
+
+
+def h100_summary(results: List[RowResult]) -> str:
+    """The issue's figures on the H100 rows: MAPE of tokens/s (all, and without float8 rowwise), and of the
+    peak memory where the source states it."""
+    h100 = [r for r in results if r.row.values["gpu"] == "h100_96gb_500w"]
+    plain = [r for r in h100 if r.row.values["precision"] != "fp8_rowwise"]
+    mem = [a for a in (r.memory_ape_pct for r in h100) if a is not None]
+    return (f"H100 rows: tokens/s MAPE {figures(h100)[1]:.1f}% (n={len(h100)}), without float8 rowwise "
+            f"{figures(plain)[1]:.1f}% (n={len(plain)}); peak memory MAPE {statistics.fmean(mem):.1f}% "
+            f"(n={len(mem)}, {sum(a <= 10 for a in mem)} within 10%)")
 
 
 if __name__ == "__main__":
