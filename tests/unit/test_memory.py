@@ -63,3 +63,12 @@ def test_zero3_working_set_keeps_the_stages_gradients_when_their_sync_is_deferre
     assert sharded_working_bytes(layer, 12, p) == (12 * layer * 2, 2 * layer * 4)
     assert sharded_working_bytes(layer, 12, p, deferred=True) == (12 * layer * 2, 12 * layer * 4)
     assert sharded_working_bytes(layer, 12, replace(p, zero_stage=1), deferred=True) == (0.0, 0.0)
+
+
+def test_fsdp2_keeps_no_bf16_shard_beside_its_fp32_masters():
+    """ZeRO-3 as DeepSpeed/Megatron-FSDP hold it: a bf16 shard (2/n), fp32 gradients (4/n), fp32 master + m + v
+    (12/n); FSDP2's sharded parameters are the fp32 masters, so the bf16 shard is not there."""
+    p = plan(dp=8, zero_stage=3)
+    assert state_bytes_per_param(p) == pytest.approx((2 / 8, 4 / 8, 12 / 8))
+    assert state_bytes_per_param(p, masters_sharded=True) == pytest.approx((0.0, 4 / 8, 12 / 8))
+    assert state_bytes_per_param(replace(p, zero_stage=1), masters_sharded=True) == pytest.approx((2.0, 4.0, 12 / 8))

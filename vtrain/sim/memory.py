@@ -72,13 +72,17 @@ def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> fl
     return float(min(p - stage, m) * layers_per_stage)
 
 
-def state_bytes_per_param(plan: ParallelPlan, shards: int = 0) -> tuple[float, float, float]:
+def state_bytes_per_param(plan: ParallelPlan, shards: int = 0, masters_sharded: bool = False
+                          ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter for mixed-precision Adam, per GPU.
 
     bf16/fp16 weights (2), gradients (fp32 main grads except with fp16, as Megatron-LM and FSDP's fp32
     reduce accumulate them; 2 with fp16), fp32 master weights + Adam m, v (12; 8 in pure fp32). ZeRO
     (Rajbhandari et al. 2020, Sec. 5) shards over the dp_shard x cp ranks: stage 1 (Megatron's distributed
     optimizer) the optimizer states, stage 2 also the gradients, stage 3 (FSDP) also the weights.
+    ``masters_sharded`` (``StackSpec.fsdp_fp32_shards``): under stage 3 the sharded parameters are the fp32
+    masters themselves (FSDP2's mixed precision casts them to bf16 only when gathered), so no low-precision
+    shard is held beside them.
     """
     if plan.precision == Precision.FP32:
         weights, grads, opt = 4.0, 4.0, 8.0
@@ -90,7 +94,7 @@ def state_bytes_per_param(plan: ParallelPlan, shards: int = 0) -> tuple[float, f
     if stage >= 2:
         grads /= n
     if stage >= 3:
-        weights /= n
+        weights = 0.0 if masters_sharded and plan.precision != Precision.FP32 else weights / n
     return weights, grads, opt
 
 
@@ -128,6 +132,6 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     split = layer_split(model.num_layers, plan)
     layers = sum(split[c * plan.pp] for c in range(plan.chunks))  # stage 0
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
-    wb, gb, ob = state_bytes_per_param(plan)
+    wb, gb, ob = state_bytes_per_param(plan, masters_sharded=w.stack.fsdp_fp32_shards)
     acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan)
     return params * (wb + gb + ob) + acts + w.stack.memory_reserved_bytes

@@ -87,15 +87,15 @@ def layernorm_recompute_saving_bytes(model: ModelSpec, plan: ParallelPlan) -> fl
 StateBytes = Tuple[float, float, float, float, float]  # weights, gradients, optimizer, activations, other
 
 
-def moe_memory(model: ModelSpec, plan: ParallelPlan, part: "StagePartition"
+def moe_memory(model: ModelSpec, plan: ParallelPlan, part: "StagePartition", masters_sharded: bool = False
                ) -> Callable[[int, StateBytes], StateBytes]:
     """A function (stage, the dense terms) -> the terms with the MoE, MLA and MTP ones: routed experts'
     states sharded by ZeRO over the expert-data-parallel group (edp) instead of dp·cp, MoE/MLA activations,
     dispatch buffers."""
     from vtrain.sim.memory import inflight_layers, state_bytes_per_param
 
-    dense_bytes = state_bytes_per_param(plan)
-    expert_bytes = state_bytes_per_param(plan, shards=max(1, plan.expert_dp))
+    dense_bytes = state_bytes_per_param(plan, masters_sharded=masters_sharded)
+    expert_bytes = state_bytes_per_param(plan, shards=max(1, plan.expert_dp), masters_sharded=masters_sharded)
     dw, dg, do = (e - d for e, d in zip(expert_bytes, dense_bytes))
     full = plan.recompute == Recompute.FULL
     attn = 0.0 if full or not model.is_mla else mla_attention_delta_bytes(model, plan)

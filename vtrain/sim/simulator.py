@@ -149,13 +149,14 @@ def stage_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
 def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     model, plan, stack = w.model, w.plan, w.stack
     act_layer = layer_activation_bytes(model, plan)
-    w_b, g_b, o_b = state_bytes_per_param(plan)
+    w_b, g_b, o_b = state_bytes_per_param(plan, masters_sharded=stack.fsdp_fp32_shards)
     tokens = plan.tokens_per_rank
     per_logit = stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4
     logits_bytes = tokens * model.vocab_shard(plan.tp) * per_logit
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
     last = part.stage_of(part.chain_len - 1)
-    moe = moe_memory(model, plan, part) if (model.is_moe or model.is_mla or model.mtp_layers) else None
+    moe_like = model.is_moe or model.is_mla or model.mtp_layers
+    moe = moe_memory(model, plan, part, stack.fsdp_fp32_shards) if moe_like else None
     # Transformer Engine keeps an FP8 copy of each weight and its transpose across micro-batches
     fp8_cache = 2.0 if plan.precision.low and stack.fp8_weight_cache and plan.sharding_stage < 3 else 0.0
     deferred = deferred_sync(plan, stack)

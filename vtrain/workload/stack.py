@@ -53,6 +53,8 @@ class StackSpec:
                                                  "so context parallelism exchanges the repeated heads")
     cp_grads_fp32: bool = spec(False, doc="context parallelism reduces the K/V gradients in fp32 (PyTorch's "
                                           "_cp_options.convert_to_f32)")
+    fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
+                                             "mixed precision): no low-precision shard beside them")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
