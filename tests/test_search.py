@@ -276,3 +276,21 @@ def test_refinement_neighbours_are_new_valid_fitting_and_reach_other_shapes():
         assert memory_lower_bound_bytes(ctx.workload, c) <= cap
     # the (4,8,32) move overflows at micro-batch 2 and is repaired, not dropped
     assert any((c.tp, c.pp, c.dp) == (4, 8, 32) for c in cands)
+
+
+def test_a_plan_the_simulator_refuses_is_pruned_with_its_reason_not_raised():
+    """DualPipe over 16 stages with 7,680 micro-batches (DeepSeek-V3's batch, dp=1, mb=2) is above the engine's
+    pipeline-task limit: a search prunes that plan with the engine's one-line reason (it used to end
+    sweeps/deepseek_v3_h800.py with a traceback)."""
+    from vtrain.search.objective import Evaluator
+
+    ctx = prepare(compose(["+experiment=deepseek_v3_h800", "search.progress_bar=false", "tracking.enabled=false"]))
+    ev = Evaluator(ctx.workload, ctx.cost, ctx.space, ["time_to_train_s", "cost_usd"])
+    plan = plan_from_fields(ctx.space.base, {
+        "tp": 8, "pp": 16, "dp": 1, "micro_batch_size": 2, "schedule": "dualpipe", "recompute": "full",
+        "sequence_parallel": True, "distributed_optimizer": True, "zero_stage": 3, "cp": 2, "precision": "bf16",
+        "ep": 1, "etp": 1, "moe_dispatcher": "deepep"})  # trial 5 of the shipped search
+    assert plan.num_microbatches == 7680
+    out = ev.evaluate_valid(plan)
+    assert not out.feasible and out.values is None
+    assert out.reason is not None and "above the simulation limit" in out.reason

@@ -124,7 +124,10 @@ class Evaluator:
                                        f"{cap / GIB:.0f} GiB", {"peak_memory_gib": bound / GIB, "fits": 0.0,
                                                                 "gpus_used": float(plan.num_gpus)})
         self.simulations += 1
-        report, _ = self.simulate(plan)
+        try:
+            report, _ = self.simulate(plan)
+        except ConfigError as err:  # a plan the simulator refuses (e.g. above its pipeline-task limit)
+            return Outcome(plan, None, str(err), {"gpus_used": float(plan.num_gpus)})
         metrics = report_metrics(report)
         if not report.fits:
             return Outcome(plan, None, f"does not fit memory: {report.peak_memory_bytes / GIB:.1f} GiB per GPU > "
