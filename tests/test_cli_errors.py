@@ -28,6 +28,12 @@ CORE_RULES = [
     (["model.hidden_size=0"], "model.hidden_size=0 must be an integer >= 1"),
     (["model.vocab_divisible_by=-1"], "model.vocab_divisible_by=-1 must be an integer >= 0"),
     (["parallelism.schedule=zigzag"], "parallelism.schedule=zigzag is not one of"),
+    # finite but physically meaningless constants overflow the report to inf/nan: a physical range instead
+    (["stack.optimizer_bytes_per_param=1e308"], "stack.optimizer_bytes_per_param=1e+308 must be a finite number in "
+                                                "(0, 1024]"),
+    (["stack.host_time_per_kernel_s=1e308"], "stack.host_time_per_kernel_s=1e+308 must be a finite number in [0, 1]"),
+    (["stack.loss_bytes_per_logit=1e308"], "stack.loss_bytes_per_logit=1e+308 must be a finite number in (0, 1024]"),
+    (["training.tokens_to_train=1e308"], "training.tokens_to_train=1e+308 must be a finite number in (0, "),
 ]
 
 # 20 common mistakes on the command line, each with the one line it must give

@@ -294,3 +294,28 @@ def test_a_plan_the_simulator_refuses_is_pruned_with_its_reason_not_raised():
     out = ev.evaluate_valid(plan)
     assert not out.feasible and out.values is None
     assert out.reason is not None and "above the simulation limit" in out.reason
+
+
+def test_settings_that_suit_only_some_plans_apply_where_they_suit():
+    """tp_comm_overlap, overlap_param_gather, fsdp_shard_size and first/last_stage_layers are kept from the
+    config and applied to the plans they suit: a search with them starts (it used to fail on its one-GPU
+    base plan), and a plan they do not suit runs (and reproduces) without them."""
+    from vtrain.search.outputs import applied_overrides
+    from vtrain.search.records import SearchResult, TrialRecord
+
+    cfg = compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",
+                   "tracking.enabled=false", "parallelism.tp_comm_overlap=true", "parallelism.fsdp_shard_size=2",
+                   "parallelism.zero_stage=3", "parallelism.distributed_optimizer=false",
+                   "parallelism.overlap_param_gather=false"])
+    ctx = prepare(cfg)
+    assert ctx.space.base.tp_comm_overlap and ctx.space.base.fsdp_shard_size == 2
+    wide = canonical(dataclasses.replace(ctx.space.base, tp=2, dp=4, sequence_parallel=True, zero_stage=3))
+    assert wide.tp_comm_overlap and wide.fsdp_shard_size == 2
+    narrow = canonical(dataclasses.replace(ctx.space.base, tp=1, dp=1, sequence_parallel=False, zero_stage=3))
+    assert not narrow.tp_comm_overlap and narrow.fsdp_shard_size == 0 and narrow.zero_stage == 0
+    rec = TrialRecord(number=0, state="COMPLETE", values=(1.0, 1.0), plan={
+        "tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 4, "sequence_parallel": False, "zero_stage": 0})
+    result = SearchResult(model="gpt_1_7b", cluster="h200x8", sampler="grid", objectives=["time_to_train_s"],
+                          directions=["minimize"], records=[rec], front=[rec], best={"time": rec}, wall_s=0.0,
+                          simulations=1, context=ctx)
+    assert applied_overrides(result, rec) == ["parallelism.tp_comm_overlap=false", "parallelism.fsdp_shard_size=0"]

@@ -227,3 +227,30 @@ def test_measurements_that_overflow_the_unit_are_skipped(tmp_path, cfg):
                  "16,64,1,4096,32,32,2048,8,1,2,1e-310,,\n")
     for r in run(cfg, p):
         assert r.predicted_ms is None and "outside 1e-6 .. 1e15 ms" in r.skipped_reason
+
+
+def test_bad_framework_and_compile_cells_are_skipped_with_one_line_reasons(tmp_path, cfg, capfd):
+    """A framework no stack/ config answers to, a torch_compile that is no boolean, a cell holding a newline
+    and a memory no GPU has: each row is skipped with one line naming the column; with no row left the
+    summary says so (no nan%) and no plot is claimed."""
+    from vtrain.cli.task_validate import run as validate_task
+
+    p = tmp_path / "rows.csv"
+    head = ("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,gpu,"
+            "tokens_per_s_per_gpu")
+    p.write_text(f"{head},framework,torch_compile,peak_memory_gib\n"
+                 "8,16,2,4096,32,32,8192,1,8,1,h100,5000,garbage,,\n"
+                 "8,16,2,4096,32,32,8192,1,8,1,h100,5000,torchtitan,maybe,\n"
+                 '8,16,2,4096,32,32,8192,1,8,1,h100,5000,"torch\ntitan",,\n'
+                 "8,16,2,4096,32,32,8192,1,8,1,h100,5000,torchtitan,no,1e308\n")
+    reasons = [r.skipped_reason for r in run(cfg, p)]
+    assert reasons[0].startswith("row 1: framework='garbage' names no stack; one of: deepspeed")
+    assert reasons[1] == "row 2: torch_compile=maybe is not a boolean"
+    assert reasons[2].startswith("row 3: framework='torch\\ntitan' names no stack")
+    assert reasons[3].startswith("row 4: peak_memory_gib=1e308 is outside")
+    vcfg = compose(["+cluster=h100x1024", f"validate.data={p}"], require=False)
+    assert validate_task(vcfg, tmp_path / "out") == 0
+    out = capfd.readouterr().out
+    assert all(line.startswith(("skipped row", "MAPE", "wrote")) for line in out.strip().splitlines())
+    assert "MAPE: n/a (no row could be simulated) | n=0 | skipped=4" in out and "nan" not in out
+    assert out.strip().splitlines()[-1] == f"wrote {tmp_path / 'out' / 'validation.csv'}"

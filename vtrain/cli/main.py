@@ -30,8 +30,13 @@ _crashed = False  # the task raised an unexpected exception: a bug, shown with i
 _started = False  # a task started: exceptions after this are not the command line's
 
 
+def one_line(message: object) -> str:
+    """An error message on one line, whatever its values held (a newline in an override or a CSV cell)."""
+    return str(message).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def fail(message: str) -> NoReturn:
-    print(f"vtrain: error: {message}", file=sys.stderr, flush=True)
+    print(f"vtrain: error: {one_line(message)}", file=sys.stderr, flush=True)
     sys.exit(2)
 
 
@@ -79,7 +84,7 @@ def hydra_main(cfg: DictConfig) -> int:
         run_task(cfg, out_dir)
     except VtrainError as err:
         rundir.discard()
-        print(f"vtrain: error: {err}", file=sys.stderr, flush=True)
+        print(f"vtrain: error: {one_line(err)}", file=sys.stderr, flush=True)
         if not multirun:
             sys.exit(2)
         _record("error", str(err))

@@ -113,7 +113,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                   f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
-        reason = r.skipped_reason or ""
+        reason = " ".join((r.skipped_reason or "").split())  # one line, whatever the cells held
         say(f"skipped {reason}" if reason.startswith(f"row {r.row.index}:") else f"skipped row {r.row.index}: {reason}")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(results, out_dir / "validation.csv")
@@ -124,5 +124,5 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     mem = memory_summary_of(results)
     if mem is not None:
         say(f"peak memory: {mem.line()}")
-    say(f"wrote {out_dir / 'validation.csv'} and {out_dir / 'validation.png'}")
+    say(f"wrote {out_dir / 'validation.csv'}" + (f" and {out_dir / 'validation.png'}" if ok else ""))
     return 0

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Sequence
 from vtrain.search.forked import Forked
 from vtrain.search.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
-from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS
+from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, canonical, plan_from_fields
 from vtrain.tracking.tables import write_csv
 
 METRIC_COLUMNS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
@@ -38,8 +38,26 @@ def plan_overrides(plan: Dict[str, Any]) -> List[str]:
     return [f"{FIELD_GROUP[k]}.{k}={fmt(plan[k])}" for k in SEARCHED_FIELDS if k in plan]
 
 
+def applied_overrides(result: SearchResult, rec: TrialRecord) -> List[str]:
+    """The config's settings that the search applies only where they suit (``APPLIED_FIELDS``: e.g.
+    tp_comm_overlap at tp>1) as this plan ran them, where that differs from the config (after the config's
+    own overrides on a command line, so that they win)."""
+    ctx = result.context
+    if ctx is None or not rec.plan:
+        return []
+    base = ctx.space.base
+    plan = canonical(plan_from_fields(base, rec.plan), ctx.space.model)
+    out = []
+    for k in APPLIED_FIELDS:
+        v = getattr(plan, k)
+        if v != getattr(base, k):
+            out.append(f"{FIELD_GROUP.get(k, 'parallelism')}.{k}={str(v).lower() if isinstance(v, bool) else v}")
+    return out
+
+
 def simulate_command(result: SearchResult, rec: TrialRecord) -> str:
-    return " ".join(["python -m vtrain task=simulate", *result.base_overrides, *plan_overrides(rec.plan or {})])
+    return " ".join(["python -m vtrain task=simulate", *result.base_overrides, *plan_overrides(rec.plan or {}),
+                     *applied_overrides(result, rec)])
 
 
 TRIAL_COLUMNS = ("trial", "state", "pareto", "within_constraints", "duplicate_of", "reason", *SEARCHED_FIELDS,
@@ -88,7 +106,7 @@ def write_best_yaml(result: SearchResult, out_dir: Path) -> Dict[str, Path]:
     paths = {}
     for name, rec in result.best.items():
         path = out_dir / f"best_{name}.yaml"
-        path.write_text("\n".join(plan_overrides(rec.plan or {})) + "\n")
+        path.write_text("\n".join(plan_overrides(rec.plan or {}) + applied_overrides(result, rec)) + "\n")
         paths[name] = path
     return paths
 

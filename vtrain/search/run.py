@@ -19,7 +19,7 @@ from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.settings import check_all
-from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, plan_space
+from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, plan_space
 from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
@@ -44,6 +44,7 @@ def prepare(cfg: Any, profile: Any = None) -> Context:
     default plan that does not suit this cluster (e.g. tp*pp > GPUs) does not stop the search."""
     check_all(cfg)
     w = build_workload(_one_gpu_plan(cfg))
+    w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, **_where_they_apply(cfg)))
     cost = cost_model_for(w, profile)
     space = plan_space(w.model, w.cluster, w.plan, cfg.search)
     if not space.tp or not space.pp:
@@ -64,8 +65,21 @@ def _one_gpu_plan(cfg: Any) -> Any:
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False)) if OmegaConf.is_config(cfg) else cfg
     with open_dict(cfg):
         cfg.parallelism.update(tp=1, pp=1, dp=1, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
-                               sequence_parallel=False, distributed_optimizer=False, zero_stage=0, cp=1, ep=1, etp=0)
+                               sequence_parallel=False, distributed_optimizer=False, zero_stage=0, cp=1, ep=1, etp=0,
+                               **{k: default for k, (default, _) in _APPLIED.items()})
     return cfg
+
+
+# search.space.APPLIED_FIELDS: name -> (the one-GPU plan's value, parser)
+_APPLIED = {"tp_comm_overlap": (False, bool), "overlap_param_gather": (False, bool), "fsdp_shard_size": (0, int),
+            "first_stage_layers": (0, int), "last_stage_layers": (0, int)}
+assert tuple(_APPLIED) == APPLIED_FIELDS
+
+
+def _where_they_apply(cfg: Any) -> Dict[str, Any]:
+    """The config's values of :data:`_APPLIED` (already checked by ``check_all``), for the search's base plan."""
+    par = cfg.parallelism
+    return {k: parse(par.get(k, default)) for k, (default, parse) in _APPLIED.items()}
 
 
 def base_overrides(cfg: Any) -> List[str]:

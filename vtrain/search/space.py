@@ -186,6 +186,11 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
         gpus=int(get("gpus", 0)), min_gpus=int(search.min_gpus), max_gpus=int(get("max_gpus", 0)))
 
 
+# settings a search keeps from the config and applies to the plans they suit (canonical drops them elsewhere)
+APPLIED_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "fsdp_shard_size", "first_stage_layers",
+                  "last_stage_layers")
+
+
 def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> ParallelPlan:
     """Collapse plans that are the same run: no sequence parallelism at tp=1; one ZeRO stage field (the
     stage in effect, :attr:`ParallelPlan.sharding_stage`, with ``distributed_optimizer`` = stage >= 1), and
@@ -201,6 +206,15 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
         changes["virtual_stages"] = 1
     if plan.etp and plan.etp == plan.tp:
         changes["etp"] = 0
+    # settings the config asks for where they apply (APPLIED_FIELDS): elsewhere they change nothing
+    if plan.tp_comm_overlap and (plan.tp == 1 or not changes.get("sequence_parallel", plan.sequence_parallel)):
+        changes["tp_comm_overlap"] = False
+    if plan.overlap_param_gather and stage not in (1, 2):
+        changes["overlap_param_gather"] = False
+    if plan.fsdp_shard_size and (stage == 0 or plan.fsdp_shard_size >= plan.dp):
+        changes["fsdp_shard_size"] = 0
+    if plan.pp == 1 and (plan.first_stage_layers or plan.last_stage_layers):
+        changes["first_stage_layers"] = changes["last_stage_layers"] = 0
     if model is not None and not model.is_moe:
         dense = {"ep": 1, "etp": 0, "moe_dispatcher": MoeDispatcher.ALLTOALL}
         changes.update({k: v for k, v in dense.items() if getattr(plan, k) != v})

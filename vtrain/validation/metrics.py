@@ -17,6 +17,8 @@ class ErrorSummary:
     skipped: int
 
     def line(self) -> str:
+        if self.n == 0:
+            return f"MAPE: n/a (no row could be simulated) | n=0 | skipped={self.skipped}"
         return (f"MAPE: {self.mape_pct:.2f}% | median APE: {self.median_ape_pct:.2f}% | max APE: "
                 f"{self.max_ape_pct:.1f}% | within 10%: {self.within_10_pct:.1f}% | n={self.n} | "
                 f"skipped={self.skipped}")

@@ -119,14 +119,22 @@ STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_t
 def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) -> str:
     """The row's stack: its ``stack`` column, else its ``framework`` column (names in :data:`STACK_ALIASES`;
     torchtitan with ``torch_compile`` true runs its compiled variant), else validate.stack, else the
-    dataset's."""
-    raw = row.get("stack") or row.get("framework")
+    dataset's. A name that is no stack/ config is a one-line error naming the column and what it held."""
+    from vtrain.config.compose import group_options
+
+    column = "stack" if row.get("stack") else "framework"
+    raw = row.get(column)
     if raw is None:
         return stack or defaults.stack
     key = raw.strip().lower().replace("-", "_").replace(" ", "_").replace(".", "_")
     name = STACK_ALIASES.get(key, key)
-    compiled = (row.get("torch_compile") or "").strip().lower() in _TRUE
-    return "torchtitan_fsdp2_compile" if name == "torchtitan_fsdp2" and compiled else name
+    if name not in group_options("stack"):
+        raise ConfigError(f"row {row.index}: {column}={raw!r} names no stack; one of: "
+                          f"{', '.join(group_options('stack'))} (or {', '.join(sorted(STACK_ALIASES))})")
+    compiled = row.get("torch_compile")
+    if compiled is not None and parse_cell(row, "torch_compile", compiled, bool):
+        return "torchtitan_fsdp2_compile" if name == "torchtitan_fsdp2" else name
+    return name
 
 
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:

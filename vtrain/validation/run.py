@@ -129,6 +129,9 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                 raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
                                   "(outside 1e-6 .. 1e15 ms: check its value and unit)")
             mem = _positive(row, "peak_memory_gib")
+            if mem is not None and not 1e-6 < mem < 1e6:  # 1 KiB .. 1 PiB per GPU
+                raise ConfigError(f"row {row.index}: peak_memory_gib={row.get('peak_memory_gib')} is outside "
+                                  "1e-6 .. 1e6 GiB (check its value and unit)")
         except ConfigError as err:
             out.append(RowResult(row, float("nan"), None, str(err)))
             continue

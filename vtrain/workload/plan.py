@@ -6,7 +6,7 @@ from enum import Enum
 from typing import Any, Dict
 
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
-from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Domain, spec
+from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
 _TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))  # V-shaped / two directions
@@ -74,7 +74,8 @@ class ParallelPlan:
     optimizer: str = spec("adam", group=TRAIN, doc="Adam with fp32 master weights")
     flash_attention: bool = spec(True, group=TRAIN, doc="fused attention kernel (no s^2 score tensors in HBM)")
     fp8_attention: bool = spec(False, group=TRAIN, doc="attention in FP8 too (with a low precision)")
-    tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=POSITIVE,
+    # at most 1e18 tokens (~50,000x the largest published runs): beyond, days and dollars are no plan's
+    tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=Domain(lo=0.0, hi=1e18, lo_open=True),
                                   doc="tokens of the whole training run (time and cost to train)")
 
     @property

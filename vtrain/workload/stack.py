@@ -9,24 +9,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from vtrain.workload.fields import FRACTION, NON_NEGATIVE, POSITIVE, spec
+from vtrain.workload.fields import FRACTION, Domain, spec
+
+# Physical ranges of a framework's constants (beyond them a prediction is meaningless, and its arithmetic
+# overflows): host times up to 1 s per op or iteration, traffic factors up to 100x, bytes up to 1 KiB per
+# parameter or logit, reserved memory up to 1 TiB
+SECONDS = Domain(lo=0.0, hi=1.0)
+FACTOR = Domain(lo=0.0, hi=100.0, lo_open=True)
+BYTES_PER_ITEM = Domain(lo=0.0, hi=1024.0, lo_open=True)
+GIB_RESERVED = Domain(lo=0.0, hi=1024.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackSpec:
     name: str = spec(doc="stack/ config name")
     description: str = spec("", doc="the framework and versions these constants describe")
-    host_time_per_kernel_s: float = spec(12.0e-6, unit="s", domain=NON_NEGATIVE,
+    host_time_per_kernel_s: float = spec(12.0e-6, unit="s", domain=SECONDS,
                                          doc="host time (Python, autograd, launch) to issue one modelled op")
-    host_time_per_collective_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+    host_time_per_collective_s: float = spec(0.0, unit="s", domain=SECONDS,
                                              doc="extra host time per TP collective (wrapper, NCCL enqueue)")
-    optimizer_bytes_per_param: float = spec(40.0, unit="B", domain=POSITIVE,
+    optimizer_bytes_per_param: float = spec(40.0, unit="B", domain=BYTES_PER_ITEM,
                                             doc="HBM traffic of the mixed-precision Adam step per parameter")
-    iteration_overhead_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+    iteration_overhead_s: float = spec(0.0, unit="s", domain=SECONDS,
                                        doc="fixed host time per iteration (logging, loss scale, sync)")
-    microbatch_overhead_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+    microbatch_overhead_s: float = spec(0.0, unit="s", domain=SECONDS,
                                         doc="host time per micro-batch per model chunk (forward call, loss)")
-    elementwise_traffic: float = spec(1.0, domain=POSITIVE,
+    elementwise_traffic: float = spec(1.0, domain=FACTOR,
                                       doc="HBM traffic and kernels of the memory-bound ops relative to fused "
                                           "kernels (Megatron/TE: 1; eager PyTorch runs each in several kernels)")
     attention_kernel_efficiency: float = spec(1.0, domain=FRACTION,
@@ -45,8 +53,9 @@ class StackSpec:
                                           "its parameters on the compute stream (FSDP2's "
                                           "foreach_all_gather_copy_out: one read and one write of the layer)")
     loss_bytes_per_logit: Optional[float] = spec(
-        None, unit="B", domain=POSITIVE, none_means="the activation dtype + 4 (the logits and their fp32 softmax: "
-                                                    "Megatron's fused vocab-parallel cross-entropy)",
+        None, unit="B", domain=BYTES_PER_ITEM,
+        none_means="the activation dtype + 4 (the logits and their fp32 softmax: Megatron's fused vocab-parallel "
+                   "cross-entropy)",
         doc="memory the output layer and the loss hold per logit at their peak (the last stage)")
     attention_expands_kv: bool = spec(False, doc="grouped K/V heads are repeated to every query head before the "
                                                  "attention kernel (torchtitan's Llama: repeat_kv before SDPA), "
@@ -55,7 +64,7 @@ class StackSpec:
                                           "_cp_options.convert_to_f32)")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
-    memory_reserved_gib: float = spec(2.0, unit="GiB", domain=NON_NEGATIVE,
+    memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
                                                         "<stack>' or the argument for its value")
