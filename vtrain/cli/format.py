@@ -32,15 +32,13 @@ def fmt_mass_kg(kg: float) -> str:
 
 
 def plan_label(plan: Mapping[str, Any] | ParallelPlan) -> str:
+    """``(tp,pp,dp)=(8,16,8) mb=1 1f1b rc=full sp dist-opt``, then cp, ep, ZeRO-2/3 and the precision when set
+    (the parts of :func:`vtrain.search.labels.plan_label`)."""
+    from vtrain.search.labels import plan_parts
+
     if isinstance(plan, ParallelPlan):
         plan = plan.as_dict()
-    extra = [plan["schedule"] + (f"x{plan['virtual_stages']}" if plan["virtual_stages"] > 1 else ""),
-             f"rc={plan['recompute']}"]
-    if plan["sequence_parallel"]:
-        extra.append("sp")
-    if plan["distributed_optimizer"]:
-        extra.append("dist-opt")
-    return f"{plan_shape(plan)} mb={plan['micro_batch_size']} " + " ".join(extra)
+    return f"{plan_shape(plan)} " + " ".join(plan_parts(plan))
 
 
 def plan_shape(plan: Mapping[str, Any] | ParallelPlan) -> str:

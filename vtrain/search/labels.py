@@ -17,7 +17,8 @@ def _raw(v: Any) -> Any:
     return v.value if hasattr(v, "value") else v
 
 
-def _parts(plan: Mapping[str, Any]) -> List[str]:
+def plan_parts(plan: Mapping[str, Any]) -> List[str]:
+    """Everything after ``(tp, pp, dp)``: micro-batch, schedule, recompute, then what is set."""
     sched = str(_raw(plan["schedule"]))
     if int(plan.get("virtual_stages", 1)) > 1:
         sched += f" x{plan['virtual_stages']}"
@@ -50,13 +51,13 @@ def degrees(plan: Mapping[str, Any]) -> str:
 def plan_label(plan: Any) -> str:
     """Compact: ``(4, 8, 32) mb=1 interleaved x4 rc=selective sp dist-opt``."""
     p = plan.as_dict() if hasattr(plan, "as_dict") else plan
-    return " ".join([degrees(p), *_parts(p)])
+    return " ".join([degrees(p), *plan_parts(p)])
 
 
 def plan_sentence(plan: Any) -> str:
     """``(tp, pp, dp) = (4, 8, 32), mb=1, ...``."""
     p = plan.as_dict() if hasattr(plan, "as_dict") else plan
-    return ", ".join([f"(tp, pp, dp) = {degrees(p)}", *_parts(p)])
+    return ", ".join([f"(tp, pp, dp) = {degrees(p)}", *plan_parts(p)])
 
 
 def fmt_days(seconds: float) -> str:
