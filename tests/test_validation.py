@@ -254,3 +254,30 @@ def test_bad_framework_and_compile_cells_are_skipped_with_one_line_reasons(tmp_p
     assert all(line.startswith(("skipped row", "MAPE", "wrote")) for line in out.strip().splitlines())
     assert "MAPE: n/a (no row could be simulated) | n=0 | skipped=4" in out and "nan" not in out
     assert out.strip().splitlines()[-1] == f"wrote {tmp_path / 'out' / 'validation.csv'}"
+
+
+def test_throughput_in_sequences_or_megatron_model_tflops_converts_to_the_step_time(tmp_path, cfg):
+    """samples_per_s (of the job) and model_tflops_per_gpu (Megatron-Core's reported TFLOP/s, its own FLOP
+    count) give the same measured step time as the time they stand for; the error is in that quantity."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.megatron_flops import megatron_flops_per_iteration
+    from vtrain.validation.rows import row_workload
+
+    head = "num_gpus,global_batch,micro_batch,model,seq_len,tp,dp,pp,gpu,"
+    shape = "64,128,1,llama3_8b,8192,2,32,1,H100,"
+    w = row_workload(read_measurements(_one_row(tmp_path, head + "iteration_time_s", shape + "2.0"))[0], cfg.cluster,
+                     load_gpu_config, load_stack_config, defaults=None)
+    tflops = megatron_flops_per_iteration(w.model, 128, 8192, 2) / (2.0 * 64) / 1e12
+    rows = {"iteration_time_s": "2.0", "samples_per_s": "64", "model_tflops_per_gpu": f"{tflops:.6f}"}
+    results = {k: run(cfg, _one_row(tmp_path, head + k, shape + v))[0] for k, v in rows.items()}
+    assert {k: round(r.measured_ms, 3) for k, r in results.items()} == {k: 2000.0 for k in rows}
+    assert results["samples_per_s"].quantity == "samples_per_s"
+    assert results["model_tflops_per_gpu"].quantity == "model_tflops_per_gpu"
+    r = results["model_tflops_per_gpu"]
+    assert r.ape_pct == pytest.approx(abs(r.measured_ms / r.predicted_ms - 1) * 100)  # a rate: inverse of time
+
+
+def _one_row(tmp_path, header, values):
+    p = tmp_path / f"{header.rsplit(',', 1)[1]}.csv"
+    p.write_text(f"{header}\n{values}\n")
+    return p

@@ -15,9 +15,10 @@ from vtrain.errors import ConfigError
 
 REQUIRED = ("num_gpus", "global_batch", "micro_batch", "seq_len", "tp", "dp", "pp")
 SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
-# at least one: the iteration time (ms, or s as published tables often give it), or the throughput (per GPU, or
-# of the whole job)
-MEASURED = ("iteration_time_ms", "iteration_time_s", "step_time_s", "tokens_per_s_per_gpu", "tokens_per_s")
+# at least one: the iteration time (ms, or s as published tables often give it), the throughput (tokens per GPU
+# or of the whole job, sequences of the job), or Megatron-Core's model TFLOP/s per GPU
+MEASURED = ("iteration_time_ms", "iteration_time_s", "step_time_s", "tokens_per_s_per_gpu", "tokens_per_s",
+            "samples_per_s", "model_tflops_per_gpu")
 OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
             "recompute",
             "sequence_parallel", "schedule", "virtual_stages", "distributed_optimizer", "precision",

@@ -10,7 +10,7 @@ from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
-from vtrain.validation.csv_io import MeasuredRow
+from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.rows import RowDefaults, defaults_of, row_workload
 from vtrain.workload.enums import Recompute
@@ -26,7 +26,7 @@ class RowResult:
     measured_ms: float
     predicted_ms: Optional[float]
     skipped_reason: Optional[str] = None
-    quantity: str = "iteration_time_ms"  # what was measured: iteration_time_ms | tokens_per_s_per_gpu
+    quantity: str = "iteration_time_ms"  # what was measured: iteration_time_ms | a rate (RATES)
     fits: Optional[bool] = None
     peak_memory_gib: Optional[float] = None
     measured_peak_memory_gib: Optional[float] = None
@@ -50,7 +50,7 @@ class RowResult:
         """Absolute percentage error of the measured quantity (throughput is the inverse of time)."""
         if self.predicted_ms is None:
             return None
-        if self.quantity == "tokens_per_s_per_gpu":
+        if self.quantity in RATES:
             return abs(self.measured_ms / self.predicted_ms - 1.0) * 100.0
         return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
 
@@ -75,9 +75,16 @@ def _positive(row: MeasuredRow, column: str) -> Optional[float]:
     return value
 
 
-def _measured(row: MeasuredRow, tokens_per_iteration: float, gpus: int) -> Tuple[float, str]:
+RATES = ("tokens_per_s_per_gpu", "samples_per_s", "model_tflops_per_gpu")  # measured as the inverse of time
+
+
+def _measured(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     """(measured iteration ms, quantity) of a row: the first of its time columns (ms, then seconds), else its
-    throughput (per GPU, then of the job); the error is reported in that quantity."""
+    throughput (tokens per GPU, of the job, sequences of the job), else Megatron-Core's model TFLOP/s per GPU
+    (converted with Megatron's own FLOP count, :mod:`vtrain.validation.megatron_flops`); the error is reported
+    in that quantity."""
+    tokens_per_iteration = w.plan.global_batch_size * w.plan.seq_len
+    gpus = w.plan.num_gpus
     ms = _positive(row, "iteration_time_ms")
     if ms is not None:
         return ms, "iteration_time_ms"
@@ -88,11 +95,20 @@ def _measured(row: MeasuredRow, tokens_per_iteration: float, gpus: int) -> Tuple
     tps = _positive(row, "tokens_per_s_per_gpu")
     if tps is None:
         total = _positive(row, "tokens_per_s")
-        if total is None:
-            raise ConfigError(f"row {row.index}: iteration_time_ms, iteration_time_s, step_time_s, "
-                              "tokens_per_s_per_gpu and tokens_per_s are all empty")
-        tps = total / gpus
-    return tokens_per_iteration / (tps * gpus) * 1e3, "tokens_per_s_per_gpu"
+        if total is not None:
+            tps = total / gpus
+    if tps is not None:
+        return tokens_per_iteration / (tps * gpus) * 1e3, "tokens_per_s_per_gpu"
+    samples = _positive(row, "samples_per_s")
+    if samples is not None:
+        return w.plan.global_batch_size / samples * 1e3, "samples_per_s"
+    tflops = _positive(row, "model_tflops_per_gpu")
+    if tflops is not None:
+        from vtrain.validation.megatron_flops import megatron_flops_per_iteration
+
+        flops = megatron_flops_per_iteration(w.model, w.plan.global_batch_size, w.plan.seq_len, w.plan.tp)
+        return flops / (tflops * 1e12 * gpus) * 1e3, "model_tflops_per_gpu"
+    raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
 
 
 def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
@@ -124,7 +140,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
             if not math.isfinite(report.iteration_time_s) or report.iteration_time_s <= 0:
                 raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
                                   "(a shape no run has: check its sizes)")
-            measured, quantity = _measured(row, w.plan.global_batch_size * w.plan.seq_len, w.plan.num_gpus)
+            measured, quantity = _measured(row, w)
             if not math.isfinite(measured) or not 1e-6 < measured < 1e15:  # 1 ns .. 30,000 years, in ms
                 raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
                                   "(outside 1e-6 .. 1e15 ms: check its value and unit)")
