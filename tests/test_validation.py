@@ -281,3 +281,19 @@ def _one_row(tmp_path, header, values):
     p = tmp_path / f"{header.rsplit(',', 1)[1]}.csv"
     p.write_text(f"{header}\n{values}\n")
     return p
+
+
+def test_published_model_names_name_the_model_configs(tmp_path, cfg):
+    from vtrain.validation.rows import model_name
+
+    assert [model_name(n) for n in ("Llama-3.1-70B", "Meta-Llama-3.1-8B", "Mixtral 8x22B", "Nemotron-4 340B",
+                                    "DeepSeek-V3", "GPT-3 175B", "Qwen3-235B-A22B", "Llama-4-Scout-17B-16E")] == [
+        "llama3_70b", "llama3_8b", "mixtral_8x22b", "nemotron4_340b", "deepseek_v3", "gpt175b", "qwen3_235b_a22b",
+        "llama4_scout"]
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,model,seq_len,tp,dp,pp,gpu,iteration_time_s\n"
+                 "64,128,1,Llama-3.1-8B,8192,2,32,1,H100,2.0\n"
+                 "64,128,1,../../Llama9,8192,2,32,1,H100,2.0\n")
+    ok, bad = run(cfg, p)
+    assert ok.predicted_ms is not None and ok.skipped_reason is None
+    assert bad.skipped_reason.startswith("row 2: model='../../Llama9' names no model/ config; one of: deepseek_v3")

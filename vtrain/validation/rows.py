@@ -137,6 +137,26 @@ def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) ->
     return name
 
 
+# what published tables call the models of model/ (after model_name's normalisation)
+MODEL_ALIASES = {"gpt3_175b": "gpt175b", "gpt_175b": "gpt175b", "gpt3": "gpt175b", "gpt_1t": "gpt1t",
+                 "mt_nlg_530b": "mtnlg530b", "megatron_turing_nlg_530b": "mtnlg530b", "llama3_1_8b": "llama3_8b",
+                 "llama3_1_70b": "llama3_70b", "llama3_3_70b": "llama3_70b", "llama4_scout_17b_16e": "llama4_scout",
+                 "llama4_maverick_17b_128e": "llama4_maverick", "qwen3_235b": "qwen3_235b_a22b",
+                 "qwen3_30b": "qwen3_30b_a3b", "deepseek_v3_671b": "deepseek_v3", "kimi_k2_1t": "kimi_k2"}
+
+
+def model_name(raw: str) -> str:
+    """A ``model`` cell as a model/ config name: case, spaces, dashes and dots aside ("Llama-3.1-70B",
+    "Nemotron-4 340B", "Mixtral 8x22B"), a family's version joined to it (llama3, qwen3, nemotron4, gpt3),
+    a leading "meta_" dropped, then :data:`MODEL_ALIASES`."""
+    import re
+
+    key = re.sub(r"[\s.\-/]+", "_", raw.strip().lower()).strip("_")
+    key = re.sub(r"^meta_(llama)", r"\1", key)
+    key = re.sub(r"^(llama|qwen|nemotron|gpt)_(\d)", r"\1\2", key)
+    return MODEL_ALIASES.get(key, key)
+
+
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
     """The row's ``gpu`` as a gpu/ config name (its aliases in :data:`GPU_ALIASES`), else the cluster's GPU."""
     raw = row.get("gpu")
@@ -225,7 +245,14 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
     base: Dict[str, Any] = {}
     if row.get("model"):
-        base = model_config_fields(str(row.get("model")))
+        raw_model = str(row.get("model"))
+        try:
+            base = model_config_fields(model_name(raw_model))
+        except ConfigError:
+            from vtrain.config.compose import group_options
+
+            raise ConfigError(f"{prefix} model={raw_model!r} names no model/ config; one of: "
+                              f"{', '.join(group_options('model'))}") from None
         base["name"] = base.get("name") or row.get("model")
     for required in ("num_layers", "hidden_size", "num_heads"):
         if required not in m and required not in base:
