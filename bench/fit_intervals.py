@@ -104,7 +104,7 @@ def transferred_rows() -> List[Row]:
                 w = row_workload(row, cluster, load_gpu, load_stack, shipped_defaults(name), SHIPPED_STACK[name])
             except ConfigError:
                 continue  # task=validate skips it too
-            measured_ms, _ = _measured(row, w.plan.global_batch_size * w.plan.seq_len, w.plan.num_gpus)
+            measured_ms, _ = _measured(row, w)
             leaf, pred = _leaf(w)
             out.append(Row(name, f"{name}:row={row.index}", leaf, w, measured_ms / 1e3, pred))
     return out
