@@ -297,3 +297,20 @@ def test_published_model_names_name_the_model_configs(tmp_path, cfg):
     ok, bad = run(cfg, p)
     assert ok.predicted_ms is not None and ok.skipped_reason is None
     assert bad.skipped_reason.startswith("row 2: model='../../Llama9' names no model/ config; one of: deepseek_v3")
+
+
+def test_dp_follows_from_the_gpus_when_a_table_gives_gpus_or_nodes_instead(tmp_path, cfg):
+    p = tmp_path / "rows.csv"
+    p.write_text("num_gpus,num_nodes,gpus_per_node,global_batch,micro_batch,model,seq_len,tp,pp,cp,gpu,step_time_s\n"
+                 "64,,,128,1,llama3_8b,8192,2,1,1,H100,2.0\n"
+                 ",8,,128,1,llama3_8b,8192,2,1,2,H100,2.0\n"
+                 ",4,4,128,1,llama3_8b,8192,2,1,1,GB200,2.0\n"
+                 "60,,,128,1,llama3_8b,8192,8,1,1,H100,2.0\n")
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+
+    rows = read_measurements(p)
+    dps = [row_workload(r, cfg.cluster, load_gpu_config, load_stack_config, defaults=None).plan.dp for r in rows[:3]]
+    assert dps == [32, 16, 8]  # 64 / 2; 8 nodes x 8 / (2 x 2); 4 nodes x 4 / 2
+    with pytest.raises(ConfigError, match=r"^row 4: dp is empty and tp\*cp\*pp=8 does not divide num_gpus=60$"):
+        row_workload(rows[3], cfg.cluster, load_gpu_config, load_stack_config, defaults=None)

@@ -106,7 +106,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
         for r in worst:
             v = r.row.values
-            say(f"{r.row.index:>5} {v['num_gpus']:>5} {'(' + v['tp'] + ',' + v['pp'] + ',' + v['dp'] + ')':>10} "
+            shape = f"({v.get('tp', '')},{v.get('pp', '')},{v.get('dp', '?')})"
+            say(f"{r.row.index:>5} {v.get('num_gpus', ''):>5} {shape:>10} "
                   f"{v['micro_batch']:>3} {v['global_batch']:>5} {v.get('hidden_size', v.get('model', '')):>6} "
                   f"{v.get('num_layers', ''):>6} "
                   f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "

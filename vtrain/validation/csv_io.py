@@ -1,7 +1,8 @@
 """Read measured iteration-time tables in vtrain's schema or vTrain's original headers.
 
-vtrain schema (required): num_gpus, global_batch, micro_batch, hidden_size, num_heads, num_layers,
-seq_len, tp, dp, pp, iteration_time_ms. vTrain's headers (data/ground_truth_*.csv, VIA-Research/vTrain)
+vtrain schema (required): global_batch, micro_batch, hidden_size, num_heads, num_layers (or a model column),
+seq_len, tp, pp, dp (or num_gpus, or num_nodes: dp = GPUs / (tp*cp*pp)), and a measured time or throughput
+(MEASURED). vTrain's headers (data/ground_truth_*.csv, VIA-Research/vTrain)
 are mapped onto it; an optional leading "Parameters (billion)" column and a UTF-8 BOM are accepted.
 """
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Dict, Iterator, List
 
 from vtrain.errors import ConfigError
 
-REQUIRED = ("num_gpus", "global_batch", "micro_batch", "seq_len", "tp", "dp", "pp")
+REQUIRED = ("global_batch", "micro_batch", "seq_len", "tp", "pp")
+GPUS = ("dp", "num_gpus", "num_nodes")  # at least one: dp, or the GPUs it follows from (tp*cp*pp*dp)
 SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
 # at least one: the iteration time (ms, or s as published tables often give it), the throughput (tokens per GPU
 # or of the whole job, sequences of the job), or Megatron-Core's model TFLOP/s per GPU
@@ -80,6 +82,8 @@ def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[Mea
     missing = [c for c in REQUIRED if c not in header]
     if "model" not in header:
         missing += [c for c in SHAPE if c not in header]
+    if not any(c in header for c in GPUS):
+        missing.append(" or ".join(GPUS))
     if not any(c in header for c in MEASURED):
         missing.append(" or ".join(MEASURED))
     if missing:

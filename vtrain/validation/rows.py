@@ -220,6 +220,19 @@ def _columns(row: MeasuredRow, names: set[str], cls: type, aliases: Mapping[str,
     return out
 
 
+def _row_gpus(row: MeasuredRow, cluster_cfg: Any) -> Optional[int]:
+    """The GPUs a row states: ``num_gpus``, else ``num_nodes`` x ``gpus_per_node`` (the cluster's when the row
+    leaves it out), else None."""
+    if row.get("num_gpus"):
+        return int(parse_cell(row, "num_gpus", row.get("num_gpus") or "", int))
+    if row.get("num_nodes"):
+        nodes = int(parse_cell(row, "num_nodes", row.get("num_nodes") or "", int))
+        per = row.get("gpus_per_node")
+        per_node = int(parse_cell(row, "gpus_per_node", per, int)) if per else int(cluster_cfg.gpus_per_node)
+        return nodes * per_node
+    return None
+
+
 def model_config_fields(name: str) -> Dict[str, Any]:
     """The fields of ``model/<name>.yaml`` (checked against the model schema), as a plain mapping."""
     from vtrain.config.build import as_mapping
@@ -275,11 +288,17 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
         interleaved = plan_d.get("schedule") == Schedule.INTERLEAVED
         plan_d["virtual_stages"] = 2 if interleaved and model.num_layers % (2 * plan_d.get("pp", 1)) == 0 else 1
+    given_gpus = _row_gpus(row, cluster_cfg)
+    if "dp" not in plan_d and given_gpus is not None:  # the data-parallel degree the GPUs leave
+        split = plan_d.get("tp", 1) * plan_d.get("pp", 1) * plan_d.get("cp", 1)
+        if given_gpus % split:
+            raise ConfigError(f"{prefix} dp is empty and tp*cp*pp={split} does not divide num_gpus={given_gpus}")
+        plan_d["dp"] = given_gpus // split
     for required in ("tp", "dp", "pp", "micro_batch_size", "global_batch_size", "seq_len"):
         if required not in plan_d:
             raise ConfigError(f"{prefix} {required} is empty")
     plan = spec_from(ParallelPlan, plan_d, prefix)
-    num_gpus = parse_cell(row, "num_gpus", row.get("num_gpus") or "", int) if row.get("num_gpus") else plan.num_gpus
+    num_gpus = given_gpus if given_gpus is not None else plan.num_gpus
     if plan.num_gpus != num_gpus:
         product = "tp*cp*pp*dp" if plan.cp > 1 else "tp*dp*pp"
         raise ConfigError(f"{prefix} {product}={plan.num_gpus} differs from num_gpus={num_gpus}")
