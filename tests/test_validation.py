@@ -314,3 +314,12 @@ def test_dp_follows_from_the_gpus_when_a_table_gives_gpus_or_nodes_instead(tmp_p
     assert dps == [32, 16, 8]  # 64 / 2; 8 nodes x 8 / (2 x 2); 4 nodes x 4 / 2
     with pytest.raises(ConfigError, match=r"^row 4: dp is empty and tp\*cp\*pp=8 does not divide num_gpus=60$"):
         row_workload(rows[3], cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+
+
+def test_published_column_names_are_read_as_the_schema(tmp_path, cfg):
+    p = tmp_path / "rows.csv"
+    p.write_text("GPUs,GBS,MBS,Model,Seq Length,TP,PP,CP,gpu,Tokens/sec/GPU\n"
+                 "64,128,1,Llama-3.1-8B,8192,2,1,1,H100,8000\n")
+    (r,) = run(cfg, p)
+    assert r.skipped_reason is None and r.quantity == "tokens_per_s_per_gpu"
+    assert r.measured_ms == pytest.approx(128 * 8192 / (8000 * 64) * 1e3)

@@ -44,9 +44,25 @@ class MeasuredRow:
         return default if v is None or v.strip() == "" else v.strip()
 
 
+# what published tables call vtrain's columns (after lower-casing, spaces and dashes to "_")
+HEADER_ALIASES = {
+    "global_batch_size": "global_batch", "gbs": "global_batch", "micro_batch_size": "micro_batch", "mbs": "micro_batch",
+    "seq_length": "seq_len", "sequence_length": "seq_len", "seqlen": "seq_len", "tp_size": "tp", "pp_size": "pp",
+    "dp_size": "dp", "cp_size": "cp", "ep_size": "ep", "etp_size": "etp", "vp": "virtual_stages",
+    "vpp": "virtual_stages",
+    "gpus": "num_gpus", "num_gpu": "num_gpus", "n_gpus": "num_gpus", "nodes": "num_nodes", "n_nodes": "num_nodes",
+    "tokens_per_sec_per_gpu": "tokens_per_s_per_gpu", "tokens_per_second_per_gpu": "tokens_per_s_per_gpu",
+    "tokens/sec/gpu": "tokens_per_s_per_gpu", "tokens/s/gpu": "tokens_per_s_per_gpu",
+    "step_time_ms": "iteration_time_ms", "iteration_time_sec": "iteration_time_s", "step_time_sec": "step_time_s",
+    "model_tflops/sec/gpu": "model_tflops_per_gpu", "model_tflops_per_sec_per_gpu": "model_tflops_per_gpu"}
+
+
 def normalise_header(name: str) -> str:
     key = name.strip().lstrip("\ufeff").strip()
-    return VTRAIN_HEADERS.get(key.lower(), key.lower().replace(" ", "_"))
+    if key.lower() in VTRAIN_HEADERS:
+        return VTRAIN_HEADERS[key.lower()]
+    norm = key.lower().replace(" ", "_").replace("-", "_")
+    return HEADER_ALIASES.get(norm, norm)
 
 
 def read_measurements(path: str | Path, field: str = "validate.data") -> List[MeasuredRow]:
