@@ -128,3 +128,9 @@ class Collective:
 
 ComputeOp = Union[Gemm, MemoryOp, FlashAttention]
 Op = Union[Gemm, MemoryOp, FlashAttention, Collective]
+
+
+def is_weight_grad(op: Op) -> bool:
+    """A W pass op: a weight-gradient GEMM (``<name>.wgrad``, graph.builder) or the embedding's gradient
+    accumulation."""
+    return op.name.endswith(".wgrad") and isinstance(op, Gemm) or op.name == "embedding.grad"

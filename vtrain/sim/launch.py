@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import PassOps
-from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, Op
+from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, Op, is_weight_grad
 
 # (time on the compute stream, host issue time, exposed-communication part of that time, FLOPs, group index);
 # group index SYNC marks a zero-length entry where the host waits for the GPU (a D2H copy of split sizes)
@@ -172,7 +172,7 @@ def chunked_gemm_s(op: Gemm, chunks: int, cost: CostModel) -> float:
     """A GEMM split along its token dimension into ``chunks`` GEMMs, one per piece of the collective it is
     pipelined with (TE userbuffers' split GEMMs; torchtitan's micro-pipelined async TP): each runs on 1/chunks
     of the rows (of the reduction for a weight gradient), so small layers lose tile and wave efficiency."""
-    if op.name.endswith(".wgrad"):  # dW = X^T dY: the tokens are the reduction dimension
+    if is_weight_grad(op):  # dW = X^T dY: the tokens are the reduction dimension
         piece = replace(op, k=max(1, op.k // chunks))
     else:
         piece = replace(op, m=max(1, op.m // chunks))

@@ -8,16 +8,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import ModelGraph, PassOps
-from vtrain.graph.ops import Gemm, Op
+from vtrain.graph.ops import Op, is_weight_grad
 from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
 from vtrain.workload.partition import StagePartition
 
 __all__ = ["PassCost", "StageCosts", "build_stage_costs", "price_chunk"]
-
-
-def is_weight_grad(op: Op) -> bool:
-    """A W pass op: a weight-gradient GEMM or the embedding's gradient accumulation."""
-    return op.name.endswith(".wgrad") and isinstance(op, Gemm) or op.name == "embedding.grad"
 
 
 @dataclass(frozen=True, slots=True)
