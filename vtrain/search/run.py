@@ -20,6 +20,7 @@ from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.settings import check_all
 from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, plan_space
+from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
@@ -66,20 +67,20 @@ def _one_gpu_plan(cfg: Any) -> Any:
     with open_dict(cfg):
         cfg.parallelism.update(tp=1, pp=1, dp=1, micro_batch_size=1, schedule="1f1b", virtual_stages=1,
                                sequence_parallel=False, distributed_optimizer=False, zero_stage=0, cp=1, ep=1, etp=0,
-                               **{k: default for k, (default, _) in _APPLIED.items()})
+                               **_applied_defaults())
     return cfg
 
 
-# search.space.APPLIED_FIELDS: name -> (the one-GPU plan's value, parser)
-_APPLIED = {"tp_comm_overlap": (False, bool), "overlap_param_gather": (False, bool), "fsdp_shard_size": (0, int),
-            "first_stage_layers": (0, int), "last_stage_layers": (0, int)}
-assert tuple(_APPLIED) == APPLIED_FIELDS
+def _applied_defaults() -> Dict[str, Any]:
+    """The plan's defaults of :data:`vtrain.search.space.APPLIED_FIELDS` (off: what the one-GPU plan holds)."""
+    return {f.name: f.default for f in dataclasses.fields(ParallelPlan) if f.name in APPLIED_FIELDS}
 
 
 def _where_they_apply(cfg: Any) -> Dict[str, Any]:
-    """The config's values of :data:`_APPLIED` (already checked by ``check_all``), for the search's base plan."""
+    """The config's values of the APPLIED_FIELDS (already checked by ``check_all``), for the search's base plan,
+    as the plan's types."""
     par = cfg.parallelism
-    return {k: parse(par.get(k, default)) for k, (default, parse) in _APPLIED.items()}
+    return {k: type(default)(par.get(k, default)) for k, default in _applied_defaults().items()}
 
 
 def base_overrides(cfg: Any) -> List[str]:
