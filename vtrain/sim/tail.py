@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
@@ -148,14 +148,16 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         t_opt = cost.optimizer_time_s(steps)
         gather = comm.param_gather[s]
         t_ag = dp_time(gather, gather.bytes) if gather is not None else 0.0
-        if plan.overlap_param_gather and reducers > 1:  # hidden behind the next forward but its first bucket
-            bucket = min(params * plan.dtype_bytes, comm.bucket_bytes)
-            t_ag = dp_time(Collective("dp.param_gather.first_bucket", CollectiveKind.ALL_GATHER, bucket, Group.DP,
-                                      reducers), bucket)
-        elif comm.prefetch_gather_bytes and gather is not None:  # FSDP2 gathers layer by layer in the next forward
-            layer_bytes = min(gather.bytes, comm.prefetch_gather_bytes)
-            t_ag = dp_time(Collective("fsdp.param_gather.first_layer", CollectiveKind.ALL_GATHER, layer_bytes, Group.DP,
-                                      reducers), layer_bytes)
+        # hidden behind the next forward but its first piece: Megatron's overlapped gather (a bucket), FSDP2's
+        # layer-by-layer gather of the parameters it keeps (a layer)
+        exposed: Optional[float] = None  # bytes of that first piece (None: the whole gather is exposed)
+        if plan.overlap_param_gather and reducers > 1:
+            exposed = min(params * plan.dtype_bytes, comm.bucket_bytes)
+        elif comm.prefetch_gather_bytes and gather is not None:
+            exposed = min(gather.bytes, comm.prefetch_gather_bytes)
+        if exposed is not None:
+            t_ag = dp_time(Collective("dp.param_gather.first", CollectiveKind.ALL_GATHER, exposed, Group.DP,
+                                      reducers), exposed)
         e_gather = comm.expert_param_gather[s] if comm.expert_param_gather else None
         if e_gather is not None:
             t_ag += dp_time(e_gather, e_gather.bytes, comm.edp_where)
