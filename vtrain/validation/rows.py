@@ -84,6 +84,11 @@ def era_defaults(gpu: Any) -> RowDefaults:
     return MEGATRON_CORE_DEFAULTS if "fp8" in gpu.peak_tflops else RowDefaults()
 
 
+def table_key(raw: str) -> str:
+    """A name as a published table writes it, as the key of the alias tables below: case, "-" and " " aside."""
+    return raw.strip().lower().replace("-", "_").replace(" ", "_")
+
+
 # what published tables call the GPUs of gpu/ (case, "-" and " " aside): the SXM part where a name leaves it
 # open, the 80 GB A100 (the training part of DGX A100 / p4de), a rack name for its GPU
 GPU_ALIASES = {"h100": "h100_sxm", "h100_80gb": "h100_sxm", "h100_sxm5": "h100_sxm", "h100_sxm5_80gb": "h100_sxm",
@@ -126,7 +131,7 @@ def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) ->
     raw = row.get(column)
     if raw is None:
         return stack or defaults.stack
-    key = raw.strip().lower().replace("-", "_").replace(" ", "_").replace(".", "_")
+    key = table_key(raw).replace(".", "_")
     name = STACK_ALIASES.get(key, key)
     if name not in group_options("stack"):
         raise ConfigError(f"row {row.index}: {column}={raw!r} names no stack; one of: "
@@ -162,7 +167,7 @@ def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
     raw = row.get("gpu")
     if raw is None:
         return str(cluster_cfg.gpu)
-    key = raw.strip().lower().replace("-", "_").replace(" ", "_")
+    key = table_key(raw)
     return GPU_ALIASES.get(key, key)
 
 
@@ -185,7 +190,7 @@ def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
     if tp is str:
         return raw
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        key = raw.strip().lower().replace("-", "_").replace(" ", "_")
+        key = table_key(raw)
         try:
             return tp(ENUM_ALIASES.get(tp, {}).get(key, key))
         except ValueError:
