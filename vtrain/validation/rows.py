@@ -18,6 +18,7 @@ spec fields like the others.
 from __future__ import annotations
 
 import enum
+import functools
 import typing
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -121,21 +122,27 @@ STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_t
                  "mosaicml": "torchtitan_fsdp2", "torchtitan_compile": "torchtitan_fsdp2_compile"}
 
 
+@functools.lru_cache(maxsize=1)
+def _stack_configs() -> Tuple[str, ...]:
+    """The stack/ config names, read once (not a directory listing per row of a large CSV)."""
+    from vtrain.config.compose import group_options
+
+    return tuple(group_options("stack"))
+
+
 def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) -> str:
     """The row's stack: its ``stack`` column, else its ``framework`` column (names in :data:`STACK_ALIASES`;
     torchtitan with ``torch_compile`` true runs its compiled variant), else validate.stack, else the
     dataset's. A name that is no stack/ config is a one-line error naming the column and what it held."""
-    from vtrain.config.compose import group_options
-
     column = "stack" if row.get("stack") else "framework"
     raw = row.get(column)
     if raw is None:
         return stack or defaults.stack
     key = table_key(raw).replace(".", "_")
     name = STACK_ALIASES.get(key, key)
-    if name not in group_options("stack"):
+    if name not in _stack_configs():
         raise ConfigError(f"row {row.index}: {column}={raw!r} names no stack; one of: "
-                          f"{', '.join(group_options('stack'))} (or {', '.join(sorted(STACK_ALIASES))})")
+                          f"{', '.join(_stack_configs())} (or {', '.join(sorted(STACK_ALIASES))})")
     compiled = row.get("torch_compile")
     if compiled is not None and parse_cell(row, "torch_compile", compiled, bool):
         return "torchtitan_fsdp2_compile" if name == "torchtitan_fsdp2" else name
