@@ -3,16 +3,23 @@
 vtrain schema (required): global_batch, micro_batch, hidden_size, num_heads, num_layers (or a model column),
 seq_len, tp, pp, dp (or num_gpus, or num_nodes: dp = GPUs / (tp*cp*pp)), and a measured time or throughput
 (MEASURED). vTrain's headers (data/ground_truth_*.csv, VIA-Research/vTrain)
-are mapped onto it; an optional leading "Parameters (billion)" column and a UTF-8 BOM are accepted.
+are mapped onto it; an optional leading "Parameters (billion)" column and a UTF-8 BOM are accepted. Other
+headers as published tables write them ("#-GPUs", "Tokens / sec / GPU", "Step Time (ms)", "MicroBatchSize")
+are read by :func:`normalise_header`; placeholder cells ("-", "N/A") are empty; cells beyond the header's
+columns are dropped with one warning per file.
 """
 from __future__ import annotations
 
 import csv
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List
 
 from vtrain.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 REQUIRED = ("global_batch", "micro_batch", "seq_len", "tp", "pp")
 GPUS = ("dp", "num_gpus", "num_nodes")  # at least one: dp, or the GPUs it follows from (tp*cp*pp*dp)
@@ -34,6 +41,10 @@ VTRAIN_HEADERS = {
 }
 
 
+# cells that published tables fill in for "not stated" or "not used": read as empty (the column's default)
+PLACEHOLDERS = {"-", "--", "\u2013", "\u2014", "n/a", "na"}  # "\u2013", "\u2014": en and em dash
+
+
 @dataclass(frozen=True)
 class MeasuredRow:
     index: int  # 1-based data row number in the file
@@ -41,27 +52,64 @@ class MeasuredRow:
 
     def get(self, key: str, default: str | None = None) -> str | None:
         v = self.values.get(key)
-        return default if v is None or v.strip() == "" else v.strip()
+        return default if v is None or v.strip().lower() in PLACEHOLDERS or not v.strip() else v.strip()
 
 
-# what published tables call vtrain's columns (after lower-casing, spaces and dashes to "_")
+# what published tables call vtrain's columns (after normalise_header: lower case, words joined by "_", a rate's
+# "/" as "_per_" with "sec" as "s", "# GPUs" as "num_gpus")
 HEADER_ALIASES = {
     "global_batch_size": "global_batch", "gbs": "global_batch", "micro_batch_size": "micro_batch", "mbs": "micro_batch",
+    # torchtitan's per-data-parallel-rank batch: vtrain has no notion of it apart from the micro-batch, which it
+    # is when (as in torchtitan's tables) there is no gradient accumulation
+    "local_batch_size": "micro_batch",
     "seq_length": "seq_len", "sequence_length": "seq_len", "seqlen": "seq_len", "tp_size": "tp", "pp_size": "pp",
     "dp_size": "dp", "cp_size": "cp", "ep_size": "ep", "etp_size": "etp", "vp": "virtual_stages",
-    "vpp": "virtual_stages",
-    "gpus": "num_gpus", "num_gpu": "num_gpus", "n_gpus": "num_gpus", "nodes": "num_nodes", "n_nodes": "num_nodes",
+    "vpp": "virtual_stages", "vp_size": "virtual_stages", "vpp_size": "virtual_stages",
+    "tensor_parallel": "tp", "pipeline_parallel": "pp", "data_parallel": "dp", "context_parallel": "cp",
+    "expert_parallel": "ep", "tensor_parallelism": "tp", "pipeline_parallelism": "pp", "data_parallelism": "dp",
+    "context_parallelism": "cp", "expert_parallelism": "ep", "virtual_pipeline_stages": "virtual_stages",
+    "gpus": "num_gpus", "num_gpu": "num_gpus", "n_gpus": "num_gpus", "world_size": "num_gpus", "nodes": "num_nodes",
+    "n_nodes": "num_nodes",
     "tokens_per_sec_per_gpu": "tokens_per_s_per_gpu", "tokens_per_second_per_gpu": "tokens_per_s_per_gpu",
-    "tokens/sec/gpu": "tokens_per_s_per_gpu", "tokens/s/gpu": "tokens_per_s_per_gpu",
+    "tps_per_gpu": "tokens_per_s_per_gpu",  # torchtitan's "TPS/GPU"
     "step_time_ms": "iteration_time_ms", "iteration_time_sec": "iteration_time_s", "step_time_sec": "step_time_s",
-    "model_tflops/sec/gpu": "model_tflops_per_gpu", "model_tflops_per_sec_per_gpu": "model_tflops_per_gpu"}
+    # Megatron's "throughput per GPU (TFLOP/s/GPU)" and tables' "TFLOPs/GPU": model FLOPs by Megatron's count
+    "model_tflops_per_s_per_gpu": "model_tflops_per_gpu", "model_tflops_per_sec_per_gpu": "model_tflops_per_gpu",
+    "tflops_per_s_per_gpu": "model_tflops_per_gpu", "tflops_per_gpu": "model_tflops_per_gpu",
+    "activation_checkpointing": "recompute", "activation_checkpoint": "recompute", "ac": "recompute",
+    "memory_gib": "peak_memory_gib", "memory_gb": "peak_memory_gb"}
+# the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
+RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
+              "sample": "samples"}
+# the units a header gives in parentheses ("Step time (s)", "Peak Memory (GB)"): part of the column's name;
+# anything else in parentheses ("SeqLen (T)") is a label, dropped
+UNITS = {"ms": "ms", "msec": "ms", "s": "s", "sec": "s", "seconds": "s", "gb": "gb", "gib": "gib"}
+THROUGHPUT = ("throughput", "throughput_per_gpu", "speed")  # "Throughput (tokens/s/GPU)": the unit is the column
+
+
+def _words(text: str) -> str:
+    """``text`` in lower case, its words (camelCase too: "MicroBatchSize") joined by "_", a rate's "/" as "_per_"."""
+    text = re.sub(r"(?<=[a-z])(?=[A-Z][a-z])", " ", text).lower()  # a capitalised word ("GiB" is none)
+    text = re.sub(r"^(#|number\s+of|num\s+of|no\.\s*of)[\s\-_]*(of\s+)?", "num_", text)  # "# GPUs", "#-GPUs"
+    parts = [re.sub(r"[\s\-.#_]+", "_", part.strip()).strip("_") for part in text.split("/")]
+    if len(parts) > 1:
+        parts = ["_".join(RATE_WORDS.get(w, w) for w in part.split("_")) for part in parts]
+    return "_per_".join(parts)
 
 
 def normalise_header(name: str) -> str:
     key = name.strip().lstrip("\ufeff").strip()
     if key.lower() in VTRAIN_HEADERS:
         return VTRAIN_HEADERS[key.lower()]
-    norm = key.lower().replace(" ", "_").replace("-", "_")
+    bare, unit = key, ""
+    paren = re.fullmatch(r"(.*?)\s*\(([^()]*)\)\s*", key)
+    if paren:
+        bare, unit = paren.group(1), _words(paren.group(2))
+    norm = _words(bare)
+    if norm in THROUGHPUT and "_per_" in unit:
+        norm = unit
+    elif unit in UNITS:
+        norm = f"{norm}_{UNITS[unit]}"
     return HEADER_ALIASES.get(norm, norm)
 
 
@@ -105,10 +153,16 @@ def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[Mea
     if missing:
         raise ConfigError(f"{field}={path}: missing required column(s) {', '.join(missing)}")
     rows = []
+    longer = []  # rows with cells beyond the header's columns (dropped: they name no column)
     for i, rec in enumerate(reader, start=1):
         if not rec or all(not x.strip() for x in rec):
             continue
+        if len(rec) > len(header) and any(x.strip() for x in rec[len(header):]):
+            longer.append(i)
         rows.append(MeasuredRow(i, dict(zip(header, rec))))
+    if longer:
+        log.warning(f"{field}={path}: {len(longer)} row(s) (row {longer[0]} first) have more cells than the header's "
+                    f"{len(header)} columns; the cells beyond them are ignored")
     if not rows:
         raise ConfigError(f"{field}={path}: no data rows")
     return rows

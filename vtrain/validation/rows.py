@@ -9,7 +9,9 @@ measurements (Megatron-DeepSpeed, fp16, full recompute, 1F1B, GPT blocks with La
 positions, tied embeddings, vocabulary 50257 unpadded — each TP rank holds 50257 // t rows, whose
 alignment the measured output-layer times follow, README "Accuracy" — no DP overlap, no flash attention).
 A gated MLP (``gated_mlp=true``) switches the model defaults to Llama's (RMSNorm, RoPE, no biases, no
-dropout, untied output). ``schedule=interleaved`` without ``virtual_stages`` uses 2 chunks where layers divide.
+dropout, untied output). ``schedule=interleaved`` without ``virtual_stages`` uses 2 chunks where layers divide;
+``virtual_stages`` > 1 without a ``schedule`` is the interleaved schedule (Megatron's VP). An empty ``tp`` or
+``pp`` cell is 1, as an absent ``cp``, ``ep`` or ``virtual_stages`` column is.
 A ``model`` column names a ``model/`` config whose fields fill every model column the row leaves empty (the
 dataset's model defaults then do not apply); mixture-of-experts, MLA and MTP columns (``num_experts``,
 ``moe_top_k``, ``ep``, ``etp``, ``moe_dispatcher``, ``capacity_factor`` — ``none`` for dropless —, ...) are
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import re
 import typing
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -29,12 +32,13 @@ from vtrain.config.validate import check_model, check_plan
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow
 from vtrain.workload.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
+from vtrain.workload.fields import POSITIVE_INT, Domain, check_value, domain_of
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
-_TRUE = {"1", "true", "yes", "y", "t"}
-_FALSE = {"0", "false", "no", "n", "f"}
+_TRUE = {"1", "true", "yes", "y", "t", "on", "enabled", "\u2713", "\u2714"}  # and the check marks tables use
+_FALSE = {"0", "false", "no", "n", "f", "off", "disabled", "\u2717", "\u2718"}  # and the crosses
 _MAX_EXACT_INT = 2.0 ** 53  # the largest integer a float holds exactly
 PLAN_ALIASES = {"micro_batch": "micro_batch_size", "global_batch": "global_batch_size"}
 _MODEL_FIELDS = {f.name for f in fields(ModelSpec)} - {"name", "max_seq_len"}
@@ -86,8 +90,9 @@ def era_defaults(gpu: Any) -> RowDefaults:
 
 
 def table_key(raw: str) -> str:
-    """A name as a published table writes it, as the key of the alias tables below: case, "-" and " " aside."""
-    return raw.strip().lower().replace("-", "_").replace(" ", "_")
+    """A name as a published table writes it, as the key of the alias tables below: case, "-", " " and
+    parentheses aside ("FP8 (delayed)" is fp8_delayed)."""
+    return re.sub(r"[\s\-()]+", "_", raw.strip().lower()).strip("_")
 
 
 # what published tables call the GPUs of gpu/ (case, "-" and " " aside): the SXM part where a name leaves it
@@ -96,7 +101,27 @@ GPU_ALIASES = {"h100": "h100_sxm", "h100_80gb": "h100_sxm", "h100_sxm5": "h100_s
                "h100_sxm_80gb": "h100_sxm", "a100": "a100_80gb", "a100_sxm": "a100_80gb", "a100_sxm4_80gb": "a100_80gb",
                "a100_sxm4_40gb": "a100_40gb", "v100_32gb": "v100", "v100_sxm2": "v100", "h200_sxm": "h200",
                "h200_141gb": "h200", "b200_sxm": "b200", "dgx_b200": "b200", "hgx_b200": "b200", "b300_sxm": "b300",
-               "gb200_nvl72": "gb200", "gb300_nvl72": "gb300", "h800_sxm": "h800"}
+               "gb200_nvl72": "gb200", "gb300_nvl72": "gb300", "h800_sxm": "h800", "h800_80gb": "h800",
+               "b200_180gb": "b200", "b300_288gb": "b300"}
+# what gpu_key drops from a GPU name: the vendor or system before it ("NVIDIA H100", "DGX H100", "Tesla V100"),
+# the SXM form factor (the part of every gpu/ config) and the memory technology ("H100 80GB HBM3"); the memory
+# size stays, since it tells parts apart (A100 40GB and 80GB)
+GPU_PREFIXES = ("nvidia", "dgx", "hgx", "tesla")
+GPU_NOISE = re.compile(r"^(sxm\d?|hbm\d?e?)$")
+
+
+def gpu_key(raw: str) -> str:
+    """A ``gpu`` cell as a gpu/ config name: :func:`table_key`, then the vendor, SXM and HBM words dropped
+    (:data:`GPU_PREFIXES`, :data:`GPU_NOISE`) where the name is not an alias already, then :data:`GPU_ALIASES`
+    ("NVIDIA A100-SXM4-80GB" is a100_80gb, "H100 80GB HBM3" h100_sxm, "H200 SXM 141GB" h200)."""
+    key = table_key(raw)
+    if key in GPU_ALIASES:
+        return GPU_ALIASES[key]
+    words = key.split("_")
+    while len(words) > 1 and words[0] in GPU_PREFIXES:
+        words = words[1:]
+    key = "_".join(w for i, w in enumerate(words) if i == 0 or not GPU_NOISE.match(w))
+    return GPU_ALIASES.get(key, key)
 
 
 # what published tables call the precisions, schedules and recompute modes (case, "-" and " " aside)
@@ -107,9 +132,25 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
                 "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4"},
     Schedule: {"interleaved_1f1b": "interleaved", "1f1b_interleaved": "interleaved", "vpp": "interleaved",
                "zb_h1": "zero_bubble", "zb": "zero_bubble", "zb_v": "zbv", "dualpipe_v": "dualpipev"},
+    # an "Activation checkpointing" column holding a yes or a no: whole layers checkpointed (torch.utils.checkpoint
+    # around each block, torchtitan's mode=full) or none
     Recompute: {"selective_recompute": "selective", "full_recompute": "full", "no": "none", "false": "none",
-                "off": "none"},
+                "off": "none", "disabled": "none", "\u2717": "none", "\u2718": "none", "yes": "full", "true": "full",
+                "on": "full", "enabled": "full", "\u2713": "full", "\u2714": "full"},
 }
+# the words of a precision that name the same format or say nothing of it (llm-foundry's "amp_bf16", "BF16
+# (AMP)", TE's "FP8 (Delayed Scaling)", torchao's "float8 (rowwise)"), dropped or replaced before ENUM_ALIASES
+PRECISION_WORDS = {"amp": "", "mixed": "", "scaling": "", "recipe": "", "float8": "fp8", "bfloat16": "bf16",
+                   "float16": "fp16", "float32": "fp32"}
+
+
+def enum_key(tp: type, raw: str) -> str:
+    """A cell as the value of enum ``tp``: :func:`table_key`, the words of :data:`PRECISION_WORDS` for a
+    precision, then :data:`ENUM_ALIASES`."""
+    key = table_key(raw)
+    if tp is Precision:
+        key = "_".join(w for w in (PRECISION_WORDS.get(w, w) for w in key.split("_")) if w) or key
+    return ENUM_ALIASES.get(tp, {}).get(key, key)
 
 
 # what published tables call the software stacks of stack/ (a ``stack`` or ``framework`` column)
@@ -119,7 +160,13 @@ STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_t
                  "megatron_deepspeed": "megatron_deepspeed_2022", "deepspeed_megatron": "megatron_deepspeed_2022",
                  "torchtitan": "torchtitan_fsdp2", "fsdp2": "torchtitan_fsdp2", "pytorch_fsdp": "torchtitan_fsdp2",
                  "fsdp": "torchtitan_fsdp2", "llm_foundry": "torchtitan_fsdp2", "composer": "torchtitan_fsdp2",
-                 "mosaicml": "torchtitan_fsdp2", "torchtitan_compile": "torchtitan_fsdp2_compile"}
+                 "mosaicml": "torchtitan_fsdp2", "torchtitan_compile": "torchtitan_fsdp2_compile",
+                 "torchtitan_torch_compile": "torchtitan_fsdp2_compile",  # "torchtitan (torch.compile)"
+                 "torchtitan_compiled": "torchtitan_fsdp2_compile"}
+# what a framework's name carries besides the framework: a vendor before it ("MosaicML llm-foundry", "NVIDIA
+# NeMo") and a version after it ("NeMo 24.09", "DeepSpeed 0.19.2", "Megatron-Bridge v0.2")
+STACK_VENDORS = ("mosaicml", "nvidia", "microsoft", "meta", "pytorch")
+STACK_VERSION = re.compile(r"(_v?\d+)+$")
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,6 +177,19 @@ def _stack_configs() -> Tuple[str, ...]:
     return tuple(group_options("stack"))
 
 
+def _stack_key(key: str) -> str:
+    """A framework's name as a stack/ config name: itself or its alias, else without its version, else also
+    without its vendor (:data:`STACK_VERSION`, :data:`STACK_VENDORS`); unknown: the name as given."""
+    bare = STACK_VERSION.sub("", key)
+    words = bare.split("_")
+    unvended = "_".join(words[1:]) if len(words) > 1 and words[0] in STACK_VENDORS else bare
+    for candidate in (key, bare, unvended):
+        name = STACK_ALIASES.get(candidate, candidate)
+        if name in _stack_configs():
+            return name
+    return STACK_ALIASES.get(key, key)
+
+
 def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) -> str:
     """The row's stack: its ``stack`` column, else its ``framework`` column (names in :data:`STACK_ALIASES`;
     torchtitan with ``torch_compile`` true runs its compiled variant), else validate.stack, else the
@@ -138,8 +198,7 @@ def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) ->
     raw = row.get(column)
     if raw is None:
         return stack or defaults.stack
-    key = table_key(raw).replace(".", "_")
-    name = STACK_ALIASES.get(key, key)
+    name = _stack_key(table_key(raw).replace(".", "_"))
     if name not in _stack_configs():
         raise ConfigError(f"row {row.index}: {column}={raw!r} names no stack; one of: "
                           f"{', '.join(_stack_configs())} (or {', '.join(sorted(STACK_ALIASES))})")
@@ -157,25 +216,43 @@ MODEL_ALIASES = {"gpt3_175b": "gpt175b", "gpt_175b": "gpt175b", "gpt3": "gpt175b
                  "qwen3_30b": "qwen3_30b_a3b", "deepseek_v3_671b": "deepseek_v3", "kimi_k2_1t": "kimi_k2"}
 
 
-def model_name(raw: str) -> str:
-    """A ``model`` cell as a model/ config name: case, spaces, dashes and dots aside ("Llama-3.1-70B",
-    "Nemotron-4 340B", "Mixtral 8x22B"), a family's version joined to it (llama3, qwen3, nemotron4, gpt3),
-    a leading "meta_" dropped, then :data:`MODEL_ALIASES`."""
-    import re
+# what a Hugging Face model id carries after the model: the checkpoint's flavour ("Llama-2-7b-hf",
+# "Llama3.1-70B-Instruct", "Kimi-K2-Instruct") and, after a parameter count, its revision ("Mixtral-8x7B-v0.1";
+# not "DeepSeek-V3"): the same architecture
+MODEL_FLAVOUR = re.compile(r"(_(hf|instruct|base|chat))+$")
+MODEL_SUFFIX = re.compile(r"(?<=\d[bmt])(_(hf|instruct|base|chat)|_v\d+(_\d+)*)+$")
 
-    key = re.sub(r"[\s.\-/]+", "_", raw.strip().lower()).strip("_")
+
+@functools.lru_cache(maxsize=1)
+def _model_configs() -> Tuple[str, ...]:
+    """The model/ config names, read once."""
+    from vtrain.config.compose import group_options
+
+    return tuple(group_options("model"))
+
+
+def model_name(raw: str) -> str:
+    """A ``model`` cell as a model/ config name: a model/ name as it is (``gpt_1_7b``); else case, spaces,
+    dashes and dots aside ("Llama-3.1-70B", "Nemotron-4 340B", "Mixtral 8x22B"), a Hugging Face
+    organisation before "/" ("meta-llama/Llama-3.1-8B") and a checkpoint suffix (:data:`MODEL_SUFFIX`,
+    :data:`MODEL_FLAVOUR`) dropped, a family's version joined to it (llama3, qwen3, nemotron4, gpt3;
+    "DeepSeekV3" as deepseek_v3), a leading "meta_" dropped, then :data:`MODEL_ALIASES`."""
+    key = re.sub(r"[\s.\-]+", "_", raw.strip().lower().rsplit("/", 1)[-1]).strip("_")
+    if key in _model_configs():
+        return key
+    key = MODEL_FLAVOUR.sub("", MODEL_SUFFIX.sub("", key))
+    key = re.sub(r"(?<=[a-z])v(?=\d)", "_v", key)
     key = re.sub(r"^meta_(llama)", r"\1", key)
     key = re.sub(r"^(llama|qwen|nemotron|gpt)_(\d)", r"\1\2", key)
     return MODEL_ALIASES.get(key, key)
 
 
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
-    """The row's ``gpu`` as a gpu/ config name (its aliases in :data:`GPU_ALIASES`), else the cluster's GPU."""
+    """The row's ``gpu`` as a gpu/ config name (:func:`gpu_key`), else the cluster's GPU."""
     raw = row.get("gpu")
     if raw is None:
         return str(cluster_cfg.gpu)
-    key = table_key(raw)
-    return GPU_ALIASES.get(key, key)
+    return gpu_key(raw)
 
 
 def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
@@ -184,6 +261,39 @@ def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], An
     if defaults is not None:
         return defaults
     return era_defaults(gpu_spec(load_gpu(gpu_name(row, cluster_cfg))))
+
+
+# numbers as tables write them: "14,123.5" (thousands grouped), "8K" (a multiple), "1200 ms" (a unit)
+_GROUPED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+_SUFFIXED = re.compile(r"(.*?[\d.])\s*([a-z]+)")  # a number and the letters after it ("1e3" has none)
+# K and M: binary for a sequence length (4K, 8K, 128K contexts are 4096, 8192, 131072 tokens), decimal for
+# everything else (a rate of "14.1K tokens/s", a batch of "1K" sequences)
+_MULTIPLES = {"k": 1e3, "m": 1e6}
+_BINARY_MULTIPLES = {"k": 2.0 ** 10, "m": 2.0 ** 20}
+_TOKEN_COUNTS = ("seq_len", "max_seq_len")
+# a unit after a number, for a column whose name ends in a unit of the same quantity ("1.2 s" in
+# iteration_time_ms is 1200): (quantity, size in the base unit)
+_UNITS = {"ms": ("time", 1e-3), "msec": ("time", 1e-3), "s": ("time", 1.0), "sec": ("time", 1.0),
+          "gib": ("bytes", 2.0 ** 30), "gb": ("bytes", 1e9)}
+
+
+def cell_number(column: str, raw: str) -> float:
+    """A numeric cell of ``column`` as a float (:data:`_GROUPED`, :data:`_MULTIPLES`, :data:`_UNITS`);
+    ValueError when it is none."""
+    text, suffix = raw.strip().lower(), ""
+    suffixed = _SUFFIXED.fullmatch(text)
+    if suffixed is not None and suffixed.group(2) != "e":
+        text, suffix = suffixed.groups()
+    value = float(text.replace(",", "") if _GROUPED.fullmatch(text) else text)
+    if not suffix:
+        return value
+    if suffix in _MULTIPLES:
+        return value * (_BINARY_MULTIPLES if column in _TOKEN_COUNTS else _MULTIPLES)[suffix]
+    unit = _UNITS.get(column.rsplit("_", 1)[-1])
+    given = _UNITS.get(suffix)
+    if unit is None or given is None or unit[0] != given[0]:
+        raise ValueError(f"{raw!r} is not a number of {column}")
+    return value * given[1] / unit[1]
 
 
 def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
@@ -197,9 +307,8 @@ def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
     if tp is str:
         return raw
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        key = table_key(raw)
         try:
-            return tp(ENUM_ALIASES.get(tp, {}).get(key, key))
+            return tp(enum_key(tp, raw))
         except ValueError:
             raise ConfigError(f"{label} is not supported (one of {', '.join(e.value for e in tp)})") from None
     if tp is bool:
@@ -209,7 +318,7 @@ def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
             return False
         raise ConfigError(f"{label} is not a boolean")
     try:
-        value = float(raw)
+        value = cell_number(column, raw)
     except ValueError:
         raise ConfigError(f"{label} is not a number") from None
     if tp is int:
@@ -221,7 +330,13 @@ def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
     return value
 
 
+# a measured run's data-parallel degree is at least 1 (the config's dp=0, "derive it", is an empty cell here)
+_ROW_DOMAINS = {"dp": POSITIVE_INT}
+
+
 def _columns(row: MeasuredRow, names: set[str], cls: type, aliases: Mapping[str, str]) -> Dict[str, Any]:
+    """The row's cells of ``cls``'s fields, parsed and checked against the field's domain under the column's
+    own name (``tp=0`` fails here, before dp is derived from it, and ``micro_batch=0`` names micro_batch)."""
     hints = typing.get_type_hints(cls)
     out: Dict[str, Any] = {}
     for column in row.values:
@@ -229,19 +344,31 @@ def _columns(row: MeasuredRow, names: set[str], cls: type, aliases: Mapping[str,
         raw = row.get(column)
         if name in names and raw is not None:
             out[name] = parse_cell(row, column, raw, hints[name])
+            domain: Optional[Domain] = _ROW_DOMAINS.get(name) or domain_of(cls, name)
+            if domain is not None and isinstance(out[name], (int, float)) and not isinstance(out[name], bool):
+                check_value(f"row {row.index}: {column}", out[name], domain)
     return out
+
+
+def _count(row: MeasuredRow, column: str) -> Optional[int]:
+    """A count of GPUs or nodes (``num_gpus``, ``num_nodes``, ``gpus_per_node``, ``nvlink_domain``): an integer
+    >= 1, None when the cell is empty, else a one-line error naming the column."""
+    raw = row.get(column)
+    if raw is None:
+        return None
+    value = int(parse_cell(row, column, raw, int))
+    check_value(f"row {row.index}: {column}", value, POSITIVE_INT)
+    return value
 
 
 def _row_gpus(row: MeasuredRow, cluster_cfg: Any) -> Optional[int]:
     """The GPUs a row states: ``num_gpus``, else ``num_nodes`` x ``gpus_per_node`` (the cluster's when the row
     leaves it out), else None."""
-    if row.get("num_gpus"):
-        return int(parse_cell(row, "num_gpus", row.get("num_gpus") or "", int))
-    if row.get("num_nodes"):
-        nodes = int(parse_cell(row, "num_nodes", row.get("num_nodes") or "", int))
-        per = row.get("gpus_per_node")
-        per_node = int(parse_cell(row, "gpus_per_node", per, int)) if per else int(cluster_cfg.gpus_per_node)
-        return nodes * per_node
+    gpus, nodes, per_node = _count(row, "num_gpus"), _count(row, "num_nodes"), _count(row, "gpus_per_node")
+    if gpus is not None:
+        return gpus
+    if nodes is not None:
+        return nodes * (per_node or int(cluster_cfg.gpus_per_node))
     return None
 
 
@@ -297,6 +424,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
     if defaults.sequence_parallel_with_tp and "sequence_parallel" not in p:
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
+    if p.get("virtual_stages", 1) > 1 and "schedule" not in p:  # VP > 1 is Megatron's interleaved 1F1B
+        plan_d["schedule"] = Schedule.INTERLEAVED
     if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
         interleaved = plan_d.get("schedule") == Schedule.INTERLEAVED
         plan_d["virtual_stages"] = 2 if interleaved and model.num_layers % (2 * plan_d.get("pp", 1)) == 0 else 1
@@ -306,7 +435,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         if given_gpus % split:
             raise ConfigError(f"{prefix} dp is empty and tp*cp*pp={split} does not divide num_gpus={given_gpus}")
         plan_d["dp"] = given_gpus // split
-    for required in ("tp", "dp", "pp", "micro_batch_size", "global_batch_size", "seq_len"):
+    # tp and pp: an empty cell is 1 (that parallelism unused), as for cp, ep and virtual_stages
+    for required in ("dp", "micro_batch_size", "global_batch_size", "seq_len"):
         if required not in plan_d:
             raise ConfigError(f"{prefix} {required} is empty")
     plan = spec_from(ParallelPlan, plan_d, prefix)
@@ -315,15 +445,11 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         product = "tp*cp*pp*dp" if plan.cp > 1 else "tp*dp*pp"
         raise ConfigError(f"{prefix} {product}={plan.num_gpus} differs from num_gpus={num_gpus}")
     cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
-    if row.get("gpus_per_node") is not None:
-        per_node = parse_cell(row, "gpus_per_node", row.get("gpus_per_node") or "", int)
-        if per_node < 1:
-            raise ConfigError(f"{prefix} gpus_per_node={per_node} must be an integer >= 1")
+    per_node = _count(row, "gpus_per_node")
+    if per_node is not None:
         cluster = replace(cluster, gpus_per_node=per_node, num_nodes=-(-num_gpus // per_node))
-    if row.get("nvlink_domain") is not None:
-        domain = parse_cell(row, "nvlink_domain", row.get("nvlink_domain") or "", int)
-        if domain < 1:
-            raise ConfigError(f"{prefix} nvlink_domain={domain} must be an integer >= 1")
+    domain = _count(row, "nvlink_domain")
+    if domain is not None:
         cluster = replace(cluster, nvlink_domain=domain)
     check_plan(model, plan, cluster)
     stack_spec_ = stack_spec(load_stack(stack_name(row, stack, defaults)))

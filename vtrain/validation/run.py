@@ -12,7 +12,7 @@ from vtrain.report import Report
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
-from vtrain.validation.rows import RowDefaults, defaults_of, row_workload
+from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
 
@@ -62,12 +62,13 @@ class RowResult:
 
 
 def _positive(row: MeasuredRow, column: str) -> Optional[float]:
-    """A measured value: a finite number > 0, or None when the column is empty; else a one-line error."""
+    """A measured value: a finite number > 0 (as tables write it: :func:`vtrain.validation.rows.cell_number`),
+    or None when the column is empty; else a one-line error."""
     raw = row.get(column)
     if raw is None:
         return None
     try:
-        value = float(raw)
+        value = cell_number(column, raw)
     except ValueError:
         raise ConfigError(f"row {row.index}: {column}={raw} is not a number") from None
     if not math.isfinite(value) or value <= 0:
@@ -111,6 +112,20 @@ def _measured(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
 
 
+def _measured_memory_gib(row: MeasuredRow) -> Optional[float]:
+    """The row's measured peak memory per GPU in GiB: ``peak_memory_gib``, else ``peak_memory_gb`` (a header's
+    "GB": 1e9 bytes, converted), else None."""
+    column = "peak_memory_gib" if row.get("peak_memory_gib") is not None else "peak_memory_gb"
+    mem = _positive(row, column)
+    if mem is None:
+        return None
+    gib = mem if column == "peak_memory_gib" else mem * 1e9 / 2**30
+    if not 1e-6 < gib < 1e6:  # 1 KiB .. 1 PiB per GPU
+        raise ConfigError(f"row {row.index}: {column}={row.get(column)} is outside 1e-6 .. 1e6 GiB "
+                          "(check its value and unit)")
+    return gib
+
+
 def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
                   stack: Optional[str]) -> Tuple[Workload, Report]:
     """The row's workload and report; a row silent on recompute whose defaults say so
@@ -144,10 +159,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
             if not math.isfinite(measured) or not 1e-6 < measured < 1e15:  # 1 ns .. 30,000 years, in ms
                 raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
                                   "(outside 1e-6 .. 1e15 ms: check its value and unit)")
-            mem = _positive(row, "peak_memory_gib")
-            if mem is not None and not 1e-6 < mem < 1e6:  # 1 KiB .. 1 PiB per GPU
-                raise ConfigError(f"row {row.index}: peak_memory_gib={row.get('peak_memory_gib')} is outside "
-                                  "1e-6 .. 1e6 GiB (check its value and unit)")
+            mem = _measured_memory_gib(row)
         except ConfigError as err:
             out.append(RowResult(row, float("nan"), None, str(err)))
             continue

@@ -1,0 +1,241 @@
+"""Measured-run CSVs as published tables write them (task=validate): degree cells of 0 or below are one-line
+skip reasons naming their column, and the headers, model, GPU, precision and framework names, numbers,
+placeholders and booleans of NeMo, Megatron, torchtitan and llm-foundry tables are read, not skipped."""
+import csv
+import logging
+
+import pytest
+
+from vtrain import compose
+from vtrain.config.compose import load_gpu_config, load_stack_config
+from vtrain.errors import ConfigError
+from vtrain.validation.csv_io import normalise_header, read_measurements
+from vtrain.validation.rows import cell_number, gpu_key, model_name, row_workload
+from vtrain.validation.run import validate_rows
+
+BASE = {"num_gpus": "64", "global_batch": "128", "micro_batch": "1", "model": "llama3_8b", "seq_len": "8192",
+        "tp": "2", "pp": "1", "gpu": "H100", "step_time_s": "2.0"}
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return compose(["+cluster=h100x1024"], require=False)
+
+
+def _csv(tmp_path, rows, name="rows.csv"):
+    """A CSV of ``rows`` (dicts; the header: their keys in the order first seen) in ``tmp_path``."""
+    header = list(dict.fromkeys(k for r in rows for k in r))
+    p = tmp_path / name
+    with p.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows([[r.get(k, "") for k in header] for r in rows])
+    return p
+
+
+def _workload(cfg, tmp_path, **changes):
+    (row,) = read_measurements(_csv(tmp_path, [{**BASE, **changes}]))
+    return row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+
+
+# --- 1. degrees of 0 or below: a one-line reason naming the column, never a ZeroDivisionError
+
+@pytest.mark.parametrize("column,value,rule", [
+    ("tp", "0", ">= 1"), ("cp", "0", ">= 1"), ("pp", "0", ">= 1"), ("cp", "-8", ">= 1"), ("ep", "0", ">= 1"),
+    ("etp", "-8", ">= 0"), ("virtual_stages", "0", ">= 1"), ("micro_batch", "0", ">= 1"),
+    ("global_batch", "-8", ">= 1"), ("seq_len", "0", ">= 1"), ("num_gpus", "0", ">= 1"), ("num_gpus", "-8", ">= 1"),
+    ("dp", "0", ">= 1"),
+])
+def test_a_degree_of_zero_or_below_names_its_column(tmp_path, cfg, column, value, rule):
+    with pytest.raises(ConfigError) as err:
+        _workload(cfg, tmp_path, **{column: value})
+    assert str(err.value) == f"row 1: {column}={value} must be an integer {rule}"
+
+
+def test_tp_zero_with_the_gpus_given_is_the_rows_skip_reason(tmp_path, cfg):
+    nodes = {k: v for k, v in BASE.items() if k != "num_gpus"}
+    p = _csv(tmp_path, [{**BASE, "tp": "0", "num_nodes": "", "gpus_per_node": ""},
+                        {**nodes, "num_gpus": "", "cp": "0", "num_nodes": "8", "gpus_per_node": "8"},
+                        {**nodes, "num_gpus": "", "cp": "1", "num_nodes": "0", "gpus_per_node": "8"},
+                        {**nodes, "num_gpus": "", "cp": "1", "num_nodes": "8", "gpus_per_node": "-1"}])
+    reasons = [r.skipped_reason for r in validate_rows(read_measurements(p), cfg, defaults=None)]
+    assert reasons == ["row 1: tp=0 must be an integer >= 1", "row 2: cp=0 must be an integer >= 1",
+                       "row 3: num_nodes=0 must be an integer >= 1", "row 4: gpus_per_node=-1 must be an integer >= 1"]
+
+
+def test_empty_tp_and_pp_cells_are_one_like_absent_cp_and_ep(tmp_path, cfg):
+    w = _workload(cfg, tmp_path, tp="", pp="-")
+    assert (w.plan.tp, w.plan.pp, w.plan.cp, w.plan.ep, w.plan.dp, w.plan.chunks) == (1, 1, 1, 1, 64, 1)
+
+
+# --- 2. header spellings
+
+@pytest.mark.parametrize("header,column", [
+    ("#-GPUs", "num_gpus"), ("#GPUs", "num_gpus"), ("# GPUs", "num_gpus"), ("World Size", "num_gpus"),
+    ("Tokens / sec / GPU", "tokens_per_s_per_gpu"), ("Model TFLOP / sec / GPU", "model_tflops_per_gpu"),
+    ("Model TFLOP/s/GPU", "model_tflops_per_gpu"), ("TFLOPs/GPU", "model_tflops_per_gpu"),
+    ("Step time (s)", "step_time_s"), ("Step Time (ms)", "iteration_time_ms"), ("TPS/GPU", "tokens_per_s_per_gpu"),
+    ("Throughput (tokens/s/GPU)", "tokens_per_s_per_gpu"), ("Throughput (Tok/s/GPU)", "tokens_per_s_per_gpu"),
+    ("Tokens/sec", "tokens_per_s"), ("Samples/sec", "samples_per_s"), ("Tensor Parallel", "tp"),
+    ("Pipeline Parallel", "pp"), ("Local batch size", "micro_batch"), ("SeqLen (T)", "seq_len"),
+    ("MicroBatchSize", "micro_batch"), ("GlobalBatchSize", "global_batch"), ("Activation checkpointing", "recompute"),
+    ("AC", "recompute"), ("torch.compile", "torch_compile"), ("Peak Memory (GB)", "peak_memory_gb"),
+    ("Memory(GiB)", "peak_memory_gib"), ("VP", "virtual_stages"), ("VPP", "virtual_stages"),
+    # the spellings read before stay as they were
+    ("iteration time (ms)", "iteration_time_ms"), ("Tokens/sec/GPU", "tokens_per_s_per_gpu"),
+    ("Seq Length", "seq_len"), ("peak_mem_GiB", "peak_mem_gib"), ("step_time_sec", "step_time_s"),
+])
+def test_published_headers_name_the_schema_columns(header, column):
+    assert normalise_header(header) == column
+
+
+def test_vp_without_a_schedule_runs_the_interleaved_schedule(tmp_path, cfg):
+    w = _workload(cfg, tmp_path, model="llama3_70b", tp="4", pp="4", VP="5")
+    assert (w.plan.schedule.value, w.plan.virtual_stages, w.plan.chunks) == ("interleaved", 5, 5)
+    w = _workload(cfg, tmp_path, model="llama3_70b", tp="4", pp="4", VP="1")
+    assert (w.plan.schedule.value, w.plan.chunks) == ("1f1b", 1)
+
+
+def test_measured_memory_in_gb_is_converted_to_gib(tmp_path, cfg):
+    p = _csv(tmp_path, [{**BASE, "Peak Memory (GB)": "64.4"}])
+    (r,) = validate_rows(read_measurements(p), cfg, defaults=None)
+    assert r.skipped_reason is None and r.measured_peak_memory_gib == pytest.approx(64.4e9 / 2**30)
+
+
+# --- 3. model names
+
+@pytest.mark.parametrize("raw,name", [
+    ("gpt_1_7b", "gpt_1_7b"), ("gpt_3_6b", "gpt_3_6b"), ("gpt_18_4b", "gpt_18_4b"), ("gpt_145_6b", "gpt_145_6b"),
+    ("DeepSeekV3", "deepseek_v3"), ("DeepSeek-V3", "deepseek_v3"), ("meta-llama/Llama-3.1-8B", "llama3_8b"),
+    ("meta-llama/Meta-Llama-3-70B", "llama3_70b"), ("Llama-2-7b-hf", "llama2_7b"),
+    ("Llama3.1-70B-Instruct", "llama3_70b"), ("Mixtral-8x7B-v0.1", "mixtral_8x7b"), ("GPT-3 175B", "gpt175b"),
+])
+def test_model_names_as_configs_and_hugging_face_ids_name_the_model_configs(raw, name):
+    assert model_name(raw) == name
+
+
+def test_a_row_naming_a_model_config_by_its_own_name_is_simulated(tmp_path, cfg):
+    w = _workload(cfg, tmp_path, model="gpt_1_7b", seq_len="2048", global_batch="64", tp="1", num_gpus="8")
+    assert (w.model.num_layers, w.model.hidden_size) == (24, 2304)
+
+
+# --- 4. GPU names
+
+@pytest.mark.parametrize("raw,name", [
+    ("H100 80GB HBM3", "h100_sxm"), ("H200 SXM 141GB", "h200"), ("NVIDIA H100", "h100_sxm"),
+    ("NVIDIA A100-SXM4-80GB", "a100_80gb"), ("DGX H100", "h100_sxm"), ("A100 SXM 80GB", "a100_80gb"),
+    ("B200 SXM 180GB", "b200"), ("A100-SXM4-40GB", "a100_40gb"), ("NVIDIA A100 40GB", "a100_40gb"),
+    ("h100_96gb_500w", "h100_96gb_500w"), ("GB200-NVL72", "gb200"),
+    ("H100 PCIe", "h100_pcie"),  # no gpu/ config for the PCIe part: unknown, not taken for the SXM one
+])
+def test_gpu_names_as_tables_write_them(raw, name):
+    assert gpu_key(raw) == name
+
+
+def test_a_row_on_a_40gb_a100_is_simulated_on_that_part(tmp_path, cfg):
+    w = _workload(cfg, tmp_path, gpu="NVIDIA A100-SXM4-40GB", model="gpt_1_7b", seq_len="2048", tp="1",
+                  num_gpus="8", global_batch="64")
+    assert w.cluster.gpu.name == "a100_40gb"
+
+
+# --- 5. precisions and frameworks
+
+@pytest.mark.parametrize("raw,precision", [
+    ("FP8 (delayed)", "fp8"), ("FP8 (Delayed Scaling)", "fp8"), ("FP8 current scaling", "fp8"), ("fp8-cs", "fp8"),
+    ("amp_bf16", "bf16"), ("amp_fp8", "fp8"), ("BF16 (AMP)", "bf16"), ("float8 (rowwise)", "fp8_rowwise"),
+])
+def test_precision_spellings(tmp_path, cfg, raw, precision):
+    assert _workload(cfg, tmp_path, precision=raw).plan.precision.value == precision
+
+
+@pytest.mark.parametrize("raw,stack", [
+    ("NeMo 24.09", "megatron_core_te"), ("Megatron-Bridge 0.2", "megatron_core_te"), ("DeepSpeed 0.19.2", "deepspeed"),
+    ("MosaicML llm-foundry", "torchtitan_fsdp2"), ("torchtitan (torch.compile)", "torchtitan_fsdp2_compile"),
+    ("Megatron-DeepSpeed", "megatron_deepspeed_2022"),
+])
+def test_framework_names_with_a_version_or_vendor(tmp_path, cfg, raw, stack):
+    assert _workload(cfg, tmp_path, framework=raw).stack.name == stack
+
+
+# --- 6. numbers, placeholders and booleans
+
+@pytest.mark.parametrize("column,raw,value", [
+    ("tokens_per_s_per_gpu", "14,123.5", 14123.5), ("num_gpus", "1,024", 1024.0), ("seq_len", "8K", 8192.0),
+    ("seq_len", "128k", 131072.0), ("global_batch", "8K", 8000.0), ("tokens_per_s", "14.1K", 14100.0),
+    ("iteration_time_ms", "1200 ms", 1200.0), ("iteration_time_ms", "1.2 s", 1200.0),
+    ("step_time_s", "1200 ms", 1.2), ("peak_memory_gib", "80 GB", 80e9 / 2**30), ("tp", "1e1", 10.0),
+])
+def test_numbers_as_tables_write_them(column, raw, value):
+    assert cell_number(column, raw) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("column,raw", [("iteration_time_ms", "1.2 GB"), ("tp", "8 ms"), ("tp", "1,5")])
+def test_a_unit_of_another_quantity_is_no_number(column, raw):
+    with pytest.raises(ValueError):
+        cell_number(column, raw)
+
+
+def test_a_row_with_grouped_thousands_k_and_units_is_read(tmp_path, cfg):
+    p = _csv(tmp_path, [{**BASE, "seq_len": "8K", "num_gpus": "64", "step_time_s": "", "iteration_time_ms": "2,000 ms"},
+                        {**BASE, "seq_len": "8K", "step_time_s": "-", "iteration_time_ms": "N/A",
+                         "tokens_per_s_per_gpu": "8,192"}])
+    ms, tps = validate_rows(read_measurements(p), cfg, defaults=None)
+    assert ms.skipped_reason is None and ms.measured_ms == pytest.approx(2000.0)
+    assert tps.skipped_reason is None and tps.quantity == "tokens_per_s_per_gpu"
+    assert tps.measured_ms == pytest.approx(128 * 8192 / (8192 * 64) * 1e3)
+
+
+@pytest.mark.parametrize("cell", ["-", "N/A", "n/a", "\u2014"])
+def test_placeholder_cells_are_empty(tmp_path, cfg, cell):
+    w = _workload(cfg, tmp_path, cp=cell, precision=cell, sequence_parallel=cell)
+    assert (w.plan.cp, w.plan.precision.value, w.plan.sequence_parallel) == (1, "bf16", True)  # the H100 defaults
+
+
+@pytest.mark.parametrize("cell,value", [("\u2713", True), ("on", True), ("enabled", True), ("yes", True),
+                                        ("\u2717", False), ("off", False), ("disabled", False), ("no", False)])
+def test_boolean_cells(tmp_path, cfg, cell, value):
+    w = _workload(cfg, tmp_path, sequence_parallel=cell, framework="torchtitan", torch_compile=cell)
+    assert w.plan.sequence_parallel is value
+    assert w.stack.name == ("torchtitan_fsdp2_compile" if value else "torchtitan_fsdp2")
+
+
+@pytest.mark.parametrize("cell,mode", [("\u2713", "full"), ("yes", "full"), ("off", "none"),
+                                       ("selective", "selective")])
+def test_activation_checkpointing_column_is_the_recompute_mode(tmp_path, cfg, cell, mode):
+    assert _workload(cfg, tmp_path, **{"Activation checkpointing": cell}).plan.recompute.value == mode
+
+
+# --- 7. cells beyond the header
+
+def test_cells_beyond_the_header_are_warned_about_once(tmp_path, caplog):
+    p = tmp_path / "rows.csv"
+    head = ",".join(BASE)
+    row = ",".join(BASE.values())
+    p.write_text(f"{head}\n{row},extra\n{row}\n{row},more,cells\n")
+    with caplog.at_level(logging.WARNING, logger="vtrain.validation.csv_io"):
+        rows = read_measurements(p)
+    assert len(rows) == 3 and "extra" not in rows[0].values.values()
+    (record,) = caplog.records
+    assert record.getMessage() == (f"validate.data={p}: 2 row(s) (row 1 first) have more cells than the header's "
+                                   "9 columns; the cells beyond them are ignored")
+
+
+# --- end to end: a NeMo performance-summary table
+
+def test_a_nemo_style_table_validates_end_to_end(tmp_path, capfd):
+    from tests.clirun import run_inprocess
+
+    data = tmp_path / "nemo.csv"
+    data.write_text('Model,GPU,#-GPUs,GBS,MBS,Sequence Length,TP,PP,CP,VP,Tokens / sec / GPU,'
+                    'Model TFLOP / sec / GPU,"Est. time to train in days (10T tokens, 1K GPUs)"\n'
+                    'LLAMA3-8B,H100 80GB HBM3,8,128,1,8K,1,1,2,-,"13,812",800,11\n')
+    run = tmp_path / "run"
+    res = run_inprocess(["task=validate", "+cluster=h100x1024", f"validate.data={data}", "validate.show_rows=0",
+                         f"hydra.run.dir={run}"], capfd)
+    assert res.code == 0, res.err
+    assert "Traceback" not in res.err and "skipped row" not in res.out
+    assert "| n=1 | skipped=0" in res.out
+    (row,) = csv.DictReader((run / "validation.csv").open())
+    assert row["skipped_reason"] == "" and row["measured_quantity"] == "tokens_per_s_per_gpu"
+    assert float(row["measured_ms"]) == pytest.approx(128 * 8192 / (13812 * 8) * 1e3, rel=1e-4)
+    assert row["simulated_stack"] == "megatron_core_te"
