@@ -21,8 +21,6 @@ CORE_RULES = [
     (["parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=1", "training.precision=nvfp4"],
      "mxfp8 and nvfp4 need a Blackwell GPU"),
     (["parallelism.tp=8", "parallelism.pp=2", "parallelism.dp=7"], "must divide global_batch_size=1536"),
-    (["parallelism.tp=1", "parallelism.pp=2", "parallelism.dp=2", "parallelism.sequence_parallel=true"],
-     "sequence_parallel=true needs tp>1"),
     (["parallelism.tp=0"], "parallelism.tp=0 must be an integer >= 1"),
     (["parallelism.micro_batch_size=-1"], "parallelism.micro_batch_size=-1 must be an integer >= 1"),
     (["model.hidden_size=0"], "model.hidden_size=0 must be an integer >= 1"),
@@ -187,3 +185,12 @@ def test_case_study_parameters_and_interpolations_are_one_line(tmp_path, capfd, 
     res = run_inprocess([*args, "tracking.enabled=false", *extra], capfd)
     assert message in res.one_line_error()
     assert not (tmp_path / "run").exists()
+
+
+def test_a_name_that_is_the_first_word_of_an_option_suggests_that_option():
+    """cluster.gpu=h100 suggests h100_sxm (its first word), not the nearer-spelt v100."""
+    from vtrain.cli.keys import closest
+
+    assert closest("h100", ["a100_80gb", "h100_96gb_500w", "h100_sxm", "v100"]) == "h100_sxm"
+    assert closest("v10", ["h100_sxm", "v100"]) == "v100"  # no first-word match: the nearest spelling
+    assert closest("", ["h100_sxm"]) is None

@@ -54,3 +54,13 @@ def test_interpolated_groups_are_built_without_the_memo():
     w = build_workload(cfg)
     assert w.plan.seq_len == w.model.max_seq_len
     assert dataclasses.replace(w) == _uncached(cfg)
+
+
+def test_tp_1_turns_sequence_parallelism_and_its_overlap_off_as_megatron_does():
+    """parallelism/default.yaml's sequence_parallel=true suits tp=1 too: nothing to split, so it is off."""
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=8", "parallelism.tp_comm_overlap=true"]))
+    assert (w.plan.tp, w.plan.sequence_parallel, w.plan.tp_comm_overlap) == (1, False, False)
+    w2 = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=1",
+                                 "parallelism.dp=4"]))
+    assert w2.plan.sequence_parallel

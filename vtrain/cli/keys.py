@@ -55,7 +55,11 @@ def lookup(key: str) -> Optional[Tuple[Any, bool]]:
 
 
 def closest(name: str, candidates: List[str]) -> Optional[str]:
-    """The candidate nearest to ``name`` (difflib ratio >= 0.6), else None."""
+    """The candidate ``name`` is the first word of (the shortest: ``h100`` is h100_sxm, not v100), else the
+    nearest one (difflib ratio >= 0.6), else None."""
+    longer = sorted((c for c in candidates if c.lower().startswith(name.lower() + "_")), key=len)
+    if name and longer:
+        return longer[0]
     best = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return best[0] if best else None
 

@@ -170,6 +170,10 @@ def parallel_plan(par: Any, train: Any, cluster_gpus: int) -> ParallelPlan:
         dp = cluster_gpus // (plan.tp * plan.pp)
         require(dp >= 1, f"tp*pp={plan.tp * plan.pp} exceeds the cluster's {cluster_gpus} GPUs")
         plan = replace(plan, dp=dp)
+    if plan.tp == 1 and (plan.sequence_parallel or plan.tp_comm_overlap):
+        # nothing to split: Megatron-LM turns both off at tp=1 (arguments.py, "Disabling sequence parallelism
+        # because tensor model parallel size is 1"), so the defaults' sequence_parallel=true suits any tp
+        plan = replace(plan, sequence_parallel=False, tp_comm_overlap=False)
     return plan
 
 
