@@ -229,6 +229,19 @@ def test_measurements_that_overflow_the_unit_are_skipped(tmp_path, cfg):
         assert r.predicted_ms is None and "outside 1e-6 .. 1e15 ms" in r.skipped_reason
 
 
+def test_a_measurement_far_from_any_plausible_time_is_a_unit_error_not_a_model_error(tmp_path, cfg):
+    """A time 1000x the prediction (seconds written as ms) is skipped with its reason, not averaged into MAPE;
+    the same row with a plausible time is simulated."""
+    p = tmp_path / "rows.csv"
+    head = "num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,dp,pp,iteration_time_ms\n"
+    p.write_text(head + "16,64,1,4096,32,32,2048,8,1,2,1\n")
+    (r,) = run(cfg, p)
+    assert r.predicted_ms is None and "x apart: check its value and unit" in r.skipped_reason
+    p.write_text(head + f"16,64,1,4096,32,32,2048,8,1,2,{r.skipped_reason.split('predicted ')[1].split(' ms')[0]}\n")
+    (ok,) = run(cfg, p)
+    assert ok.predicted_ms is not None and ok.ape_pct < 0.01  # the reason prints 4 significant digits
+
+
 def test_bad_framework_and_compile_cells_are_skipped_with_one_line_reasons(tmp_path, cfg, capfd):
     """A framework no stack/ config answers to, a torch_compile that is no boolean, a cell holding a newline
     and a memory no GPU has: each row is skipped with one line naming the column; with no row left the

@@ -61,6 +61,11 @@ class RowResult:
         return abs(self.peak_memory_gib - self.measured_peak_memory_gib) / self.measured_peak_memory_gib * 100.0
 
 
+# a measurement this many times the prediction or less than its inverse is a unit or transcription error
+# (ms given as s, a job's rate as a GPU's), not a model error: vtrain's worst validated rows are 2.3x off
+IMPLAUSIBLE_RATIO = 20.0
+
+
 def _positive(row: MeasuredRow, column: str) -> Optional[float]:
     """A measured value: a finite number > 0 (as tables write it: :func:`vtrain.validation.rows.cell_number`),
     or None when the column is empty; else a one-line error."""
@@ -159,6 +164,11 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
             if not math.isfinite(measured) or not 1e-6 < measured < 1e15:  # 1 ns .. 30,000 years, in ms
                 raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
                                   "(outside 1e-6 .. 1e15 ms: check its value and unit)")
+            ratio = measured / (report.iteration_time_s * 1e3)
+            if not 1 / IMPLAUSIBLE_RATIO < ratio < IMPLAUSIBLE_RATIO:
+                raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms, "
+                                  f"{ratio:.3g}x the predicted {report.iteration_time_s * 1e3:.4g} ms (more than "
+                                  f"{IMPLAUSIBLE_RATIO:g}x apart: check its value and unit)")
             mem = _measured_memory_gib(row)
         except ConfigError as err:
             out.append(RowResult(row, float("nan"), None, str(err)))
