@@ -9,8 +9,8 @@ the benchmarked GEMM curves (bench/fit_gemm.py) and the rest of the model predic
 The fraction solves  measured other-time = GEMM time / f + the rest  (the rest: element-wise kernels,
 optimizer, exposed communication, as modelled with the eager stack torchtitan_fsdp2 minus its attention
 factor: these runs used FlashAttention-3). Validated on other data: the torchtitan runs (task=validate
-validate.data=torchtitan) and the A100, whose end-to-end fit already holds it (fitted 0.70 of peak vs a
-best achievable 0.87: a ratio of 0.80).
+validate.data=torchtitan) and the A100, whose end-to-end fit already holds it (fitted 0.71 of peak vs a
+best achievable 0.87: a ratio of 0.82).
 """
 from __future__ import annotations
 

@@ -85,7 +85,11 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
     (["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "+gpu=tpu"], "gpu=tpu is unknown"),
     (["task=dance", "+model=gpt175b", "+cluster=a100x1024"], "task=dance is not one of"),
     (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=weak"],
-     "calibrate.fit_on=weak is not one of joint, single_node"),
+     "calibrate.fit_on=weak is not one of joint, single_node, weak_scaling"),
+    (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=weak_scaling"],
+     "calibrate.fit_on=weak_scaling needs calibrate.folds=none (got hidden_size)"),
+    (["task=calibrate", "+cluster=vtrain_a100", "calibrate.constants=[gemm_max_efficiency,vocab]"],
+     "calibrate.constants=vocab must name constants among gemm_max_efficiency"),
     (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=single_node", "calibrate.folds=weak_scaling"],
      "calibrate.folds=weak_scaling needs calibrate.fit_on=joint"),
     (["task=calibrate", "+cluster=h100x1024"], "calibrate.data is not set, and the shipped single-node runs ran on "

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 from omegaconf import DictConfig
 
 from vtrain.calibration.fit import (
     BOUNDS,
+    FITTED,
     GPU_CONSTANTS,
     STACK_CONSTANTS,
     Constants,
@@ -36,7 +37,7 @@ from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, single_no
 from vtrain.validation.metrics import summarise
 from vtrain.validation.weak_scaling import weak_scaling_cluster
 
-FIT_ON = ("joint", "single_node")
+FIT_ON = ("joint", "single_node", "weak_scaling")  # weak_scaling: the 10 rows alone, single-node out of sample
 GROUPS = {
     "hidden_size": lambda w: w.model.hidden_size,
     "num_layers": lambda w: w.model.num_layers,
@@ -62,24 +63,41 @@ def constant_table(datasets: List[Dataset], fitted: Constants, constants: Dict[s
                    folds_fit: List[Dict[str, float]]) -> Dict[str, Dict[str, object]]:
     """Print and return, per constant: value, bounds, whether it sits near a bound (fit.at_bound), the
     change of the fit's error when it alone moves -10% / +10% (2 simulations of every row per constant),
-    and its range over the cross-validation folds' refits."""
-    sens = sensitivity(datasets, fitted, list(constants))
+    and its range over the cross-validation folds' refits. The constants of BOUNDS not in ``constants``
+    follow as "fixed" rows (their config value and sensitivity: why they are not fitted)."""
+    fixed = [k for k in BOUNDS if k not in constants]
+    sens = sensitivity(datasets, fitted, [*constants, *fixed])
     say(f"  {'constant':<28} {'value':>10} {'bounds':>19} {'near bound':>10} {'dMAPE -10%':>10} {'+10%':>7} "
         f"{'over ' + str(len(folds_fit)) + ' CV folds' if folds_fit else 'CV folds':>22}")
     out: Dict[str, Dict[str, object]] = {}
-    for k, v in constants.items():
+    for k in [*constants, *fixed]:
+        v = constants[k] if k in constants else fitted.value(k)
         lo, hi = BOUNDS[k]
-        fv = [f[k] for f in folds_fit]
-        spread = f"{min(fv):.4g} .. {max(fv):.4g}" if fv else "(calibrate.folds=none)"
-        bound = at_bound(k, v)
+        fv = [f[k] for f in folds_fit if k in f]
+        spread = "fixed (not fitted)" if k in fixed else f"{min(fv):.4g} .. {max(fv):.4g}" if fv \
+            else "(calibrate.folds=none)"
+        bound = "" if k in fixed else at_bound(k, v)
         minus, plus = sens[k]
         say(f"  {k:<28} {v:>10.4g} {'[' + f'{lo:.3g}, {hi:.3g}' + ']':>19} {bound or '-':>10} {minus:>+9.2f}pp "
             f"{plus:>+6.2f}pp {spread:>22}")
-        out[k] = {"value": v, "bounds": [lo, hi], "at_bound": bound or None,
+        out[k] = {"value": v, "bounds": [lo, hi], "fitted": k not in fixed, "at_bound": bound or None,
                   "delta_mape_pp_minus_10pct": minus, "delta_mape_pp_plus_10pct": plus,
                   "cv_fold_min": min(fv) if fv else None, "cv_fold_max": max(fv) if fv else None,
                   "cv_fold_std": float(np.std(fv)) if fv else None}
     return out
+
+
+def fitted_names(cfg: DictConfig) -> List[str]:
+    """calibrate.constants (names of BOUNDS), or fit.FITTED when unset."""
+    names = cfg.calibrate.get("constants")
+    if names is None:
+        return list(FITTED)
+    names = [str(n) for n in names] if not isinstance(names, str) else [n for n in names.split(",") if n]
+    unknown = [n for n in names if n not in BOUNDS]
+    if unknown or not names:
+        raise ConfigError(f"calibrate.constants={','.join(unknown) or '[]'} must name constants among "
+                          f"{', '.join(BOUNDS)}")
+    return list(dict.fromkeys(names))
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -92,37 +110,42 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         raise ConfigError(f"calibrate.fit_on={fit_on} is not one of {', '.join(FIT_ON)}")
     if fit_on == "single_node" and folds == "weak_scaling":
         raise ConfigError("calibrate.folds=weak_scaling needs calibrate.fit_on=joint (it holds out weak-scaling rows)")
+    if fit_on == "weak_scaling" and folds != "none":
+        raise ConfigError(f"calibrate.fit_on=weak_scaling needs calibrate.folds=none (got {folds}): every single-node "
+                          "run is held out already")
     if not cfg.calibrate.data and not str(cfg.cluster.gpu).startswith("a100_80gb"):
         raise ConfigError(f"calibrate.data is not set, and the shipped single-node runs ran on A100 80 GB: fitting "
                           f"gpu={cfg.cluster.gpu} to them would give it the A100's constants; give calibrate.data="
                           "<a CSV of runs on that GPU> or a cluster of A100 80 GB (+cluster=vtrain_a100)")
+    names = fitted_names(cfg)
     path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
     stack = cfg.validate.stack or SHIPPED_STACK["a100_single_node"]
     single, single_s, _ = single_node_workloads(cfg.cluster, path, stack)
     weak, weak_s, _ = weak_scaling_workloads(weak_scaling_cluster(str(cfg.cluster.gpu)))
-    joint = fit_on == "joint"  # else the weak-scaling rows are only reported, out of sample
-    datasets = [Dataset("single_node", single, single_s)]
-    if joint:
+    datasets = [Dataset("single_node", single, single_s)] if fit_on != "weak_scaling" else []
+    if fit_on != "single_node":
         datasets.append(Dataset("weak_scaling", weak, weak_s))
     base = Constants.of(single[0])  # predict_s runs the weak-scaling rows on these constants too
     max_evals = int(cfg.extra.get("max_evals", 300))
-    on = f"{len(single)} single-node rows" + (f" and {len(weak)} weak-scaling rows" if joint else "")
-    say(f"fitting {len(BOUNDS)} constants of gpu={base.gpu.name} and stack={base.stack.name} on {on} "
-          f"(Nelder-Mead, <= {max_evals} evaluations) ...")
-    fit = fit_constants(datasets, base, max_evals=max_evals)
+    on = " and ".join([f"{len(single)} single-node rows"] * (fit_on != "weak_scaling")
+                      + [f"{len(weak)} weak-scaling rows"] * (fit_on != "single_node"))
+    say(f"fitting {len(names)} constants ({', '.join(names)}) of gpu={base.gpu.name} and stack={base.stack.name} "
+        f"on {on} (Nelder-Mead, <= {max_evals} evaluations) ...")
+    fit = fit_constants(datasets, base, names, max_evals=max_evals)
     fitted = base.with_values(fit.constants)
     pred = predict_s(single, fitted)
     weak_mape = mape_pct(predict_s(weak, fitted), weak_s)
-    weak_key = "in_sample" if joint else "out_of_sample"
-    result = {"gpu": base.gpu.name, "stack": base.stack.name, "fit_on": fit_on, "constants": fit.constants,
-              "evaluations": fit.evaluations,
-              "in_sample": {"single_node": summarise(pred.tolist(), single_s.tolist()).line()}}
+    weak_key = "out_of_sample" if fit_on == "single_node" else "in_sample"
+    single_key = "out_of_sample" if fit_on == "weak_scaling" else "in_sample"
+    result: Dict[str, Any] = {"gpu": base.gpu.name, "stack": base.stack.name, "fit_on": fit_on,
+                              "constants": fit.constants, "evaluations": fit.evaluations}
+    result.setdefault(single_key, {})["single_node"] = summarise(pred.tolist(), single_s.tolist()).line()
     result.setdefault(weak_key, {})["weak_scaling_mape_pct"] = weak_mape
-    say(f"in-sample single-node: {result['in_sample']['single_node']}")
+    say(f"{single_key.replace('_', '-')} single-node: {result[single_key]['single_node']}")
     say(f"{weak_key.replace('_', '-')} weak-scaling MAPE: {weak_mape:.2f}%")
     folds_fit: List[Dict[str, float]] = []
     if folds == "weak_scaling":  # leave one published row out, keep every single-node run
-        cv_pred, per_group = leave_one_group_out(datasets, 1, list(range(len(weak))), base,
+        cv_pred, per_group = leave_one_group_out(datasets, 1, list(range(len(weak))), base, names,
                                                  max_evals=max(60, max_evals // 2), fold_constants=folds_fit)
         line = summarise(cv_pred.tolist(), weak_s.tolist()).line()
         result["cross_validated"] = {"folds": folds, "weak_scaling": line,
@@ -133,7 +156,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             say(f"  held out {weak[int(g)].model.name}: error {m:.2f}%")
     elif folds != "none":
         groups = [GROUPS[folds](w) for w in single]
-        cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, max_evals=max(60, max_evals // 2),
+        cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, names, max_evals=max(60, max_evals // 2),
                                                  fold_constants=folds_fit)
         line = summarise(cv_pred.tolist(), single_s.tolist()).line()
         result["cross_validated"] = {"folds": folds, "single_node": line,

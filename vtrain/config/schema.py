@@ -132,6 +132,7 @@ class CalibrateConfig:
     # leave-one-group-out grouping: hidden_size | num_layers | shape | micro_batch | weak_scaling | none
     folds: str = "hidden_size"
     fit_on: str = "joint"  # joint: single-node runs + weak-scaling rows, equally weighted | single_node: those alone
+    constants: Optional[List[str]] = None  # the constants to fit (calibration/fit.py BOUNDS); None: fit.FITTED
     write: bool = False
 
 

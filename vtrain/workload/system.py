@@ -28,8 +28,9 @@ class GpuSpec:
     hbm_bandwidth_gb_per_s: float = spec(unit="GB/s", domain=POSITIVE, doc="HBM bandwidth (datasheet)")
     num_sms: int = spec(108, domain=POSITIVE_INT, doc="streaming multiprocessors: GEMM wave quantization")
     gemm_max_efficiency: float = spec(0.75, domain=FRACTION, doc="fraction of peak a large GEMM reaches")
-    gemm_half_efficiency_dim: float = spec(64.0, domain=POSITIVE,
-                                           doc="GEMM dimension at which its size factor d/(d+d_half) is 1/2")
+    gemm_half_efficiency_dim: float = spec(64.0, domain=NON_NEGATIVE,
+                                           doc="GEMM dimension at which its size factor d/(d+d_half) is 1/2 "
+                                               "(0: no size factor)")
     gemm_misaligned_efficiency: float = spec(0.4, domain=FRACTION,
                                              doc="GEMM factor when no dimension is 16-byte aligned")
     attention_efficiency: float = spec(0.5, domain=FRACTION,
