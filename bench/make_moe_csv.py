@@ -24,7 +24,7 @@ SOURCE = ROOT.parent / "shared" / "data" / "modern_gpus" / "megatron_moe_modelzo
 COLUMNS = ["name", "model", "gpu", "num_gpus", "gpus_per_node", "global_batch", "micro_batch", "seq_len", "tp", "cp",
            "pp", "dp", "ep", "etp", "zero_stage", "schedule", "virtual_stages", "moe_dispatcher", "overlap_moe_comm",
            "recompute", "recompute_modules", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
-           "precision", "flash_attention", "account_for_embedding",
+           "tp_comm_overlap", "overlap_param_gather", "precision", "flash_attention", "account_for_embedding",
            "account_for_loss", "moe_imbalance", "hidden_size", "num_heads", "num_layers",
            "iteration_time_ms", "step_time_source", "routing", "table", "source_tflops_per_gpu"]
 RECOMPUTE = {"norm, act": ("selective", "layernorm,moe_act"), "full": ("full", "core_attn"), "": ("none", "core_attn"),
@@ -62,7 +62,9 @@ def main(src: str) -> None:
             "virtual_stages": vpp, "moe_dispatcher": "deepep" if r["dispatcher"] == "DeepEP" else "alltoall",
             "overlap_moe_comm": "true" if "1f1b overlap" in r["notes"] else "false", "recompute": recompute,
             "recompute_modules": modules, "sequence_parallel": "true", "distributed_optimizer": "true",
-            "overlap_grad_reduce": "true", "precision": "bf16", "flash_attention": "true",
+            # the benchmark yaml sets --overlap-grad-reduce but neither --tp-comm-overlap nor --overlap-param-gather
+            "overlap_grad_reduce": "true", "tp_comm_overlap": "false", "overlap_param_gather": "false",
+            "precision": "bf16", "flash_attention": "true",
             "account_for_embedding": "true", "account_for_loss": "true",
             "moe_imbalance": 1.0 if balance and balance != "dropless" else DROPLESS_IMBALANCE,
             "hidden_size": "", "num_heads": "", "num_layers": "",

@@ -110,6 +110,27 @@ def test_own_csv_rows_take_the_software_of_their_gpu(tmp_path, cfg):
     assert w.plan.precision.value == "bf16"
     w = row_workload(rows[0], cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
     assert not w.plan.sequence_parallel and w.plan.precision.value == "fp16"
+    assert not w.plan.tp_comm_overlap and not w.plan.overlap_param_gather  # the vTrain-era stack overlaps neither
+
+
+def test_a_megatron_core_row_overlaps_as_nvidias_recipes_do_unless_it_says_otherwise(tmp_path, cfg):
+    """Hopper rows silent on it overlap TP communication where tp > 1 (sequence parallel) and the distributed
+    optimizer's parameter gather where dp > 1 (Megatron-Bridge / NeMo recipes); a column saying false is kept."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+
+    p = tmp_path / "own.csv"
+    p.write_text("num_gpus,global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,tp_comm_overlap,"
+                 "zero_stage,iteration_time_ms,gpu\n"
+                 "16,64,1,4096,32,32,2048,4,2,,,900,h100_sxm\n"
+                 "16,64,1,4096,32,32,2048,1,2,,,900,h100_sxm\n"
+                 "16,64,1,4096,32,32,2048,4,2,false,,900,h100_sxm\n"
+                 "16,64,1,4096,32,32,2048,8,2,,,900,h100_sxm\n"
+                 "16,64,1,4096,32,32,2048,4,2,,3,900,h100_sxm\n")
+    plans = [row_workload(r, cfg.cluster, load_gpu_config, load_stack_config, defaults=None).plan
+             for r in read_measurements(p)]
+    assert [(q.tp_comm_overlap, q.overlap_param_gather) for q in plans] == [
+        (True, True), (False, True), (False, True), (True, False), (True, False)]  # dp=1; ZeRO-3: no param gather
 
 
 def test_a_copy_of_a_shipped_dataset_validates_as_the_shipped_one(tmp_path, capfd):

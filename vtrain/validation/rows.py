@@ -60,6 +60,11 @@ class RowDefaults:
         "flash_attention": False})
     stack: str = "megatron_deepspeed_2022"
     sequence_parallel_with_tp: bool = False  # a row silent on sequence_parallel has it exactly when tp > 1
+    # a row silent on them overlaps as NVIDIA's recipes do: the TP collectives with their GEMMs where tp > 1 with
+    # sequence parallelism (Megatron-Bridge's default CommOverlapConfig(tp_comm_overlap=True); NeMo's
+    # MegatronCommOverlapCallback(tp_comm_overlap=True) in its performance recipes), and the distributed
+    # optimizer's parameter all-gather with the next forward when dp > 1 (the callback's optimizer overlap config)
+    recipe_overlaps: bool = False
     # a row silent on recompute ran with the lightest mode that fits (it ran, so its memory fitted): the
     # validator tries these in order (:func:`vtrain.validation.run.validate_rows`); empty: plan's recompute
     recompute_to_fit: Tuple[Recompute, ...] = ()
@@ -78,7 +83,7 @@ MEGATRON_CORE_DEFAULTS = RowDefaults(
     model={"vocab_divisible_by": 128},
     plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
           "flash_attention": True, "overlap_grad_reduce": True, "distributed_optimizer": True},
-    stack="megatron_core_te", sequence_parallel_with_tp=True,
+    stack="megatron_core_te", sequence_parallel_with_tp=True, recipe_overlaps=True,
     recompute_to_fit=(Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
 
 
@@ -424,6 +429,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
     if defaults.sequence_parallel_with_tp and "sequence_parallel" not in p:
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
+    if defaults.recipe_overlaps and "tp_comm_overlap" not in p:
+        plan_d["tp_comm_overlap"] = bool(plan_d.get("sequence_parallel")) and plan_d.get("tp", 1) > 1
     if p.get("virtual_stages", 1) > 1 and "schedule" not in p:  # VP > 1 is Megatron's interleaved 1F1B
         plan_d["schedule"] = Schedule.INTERLEAVED
     if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
@@ -440,6 +447,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         if required not in plan_d:
             raise ConfigError(f"{prefix} {required} is empty")
     plan = spec_from(ParallelPlan, plan_d, prefix)
+    if defaults.recipe_overlaps and "overlap_param_gather" not in p and plan.dp > 1 and plan.sharding_stage in (1, 2):
+        plan = replace(plan, overlap_param_gather=True)
     num_gpus = given_gpus if given_gpus is not None else plan.num_gpus
     if plan.num_gpus != num_gpus:
         product = "tp*cp*pp*dp" if plan.cp > 1 else "tp*dp*pp"
