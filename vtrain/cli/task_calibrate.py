@@ -1,8 +1,9 @@
-"""task=calibrate: fit the GPU's cost-model constants to the shipped measurements (A100: the 1,440
-single-node runs and the Megatron-LM weak-scaling table, equally weighted; calibrate.fit_on=single_node
-fits the single-node runs alone and reports the weak-scaling rows out of sample), report in-sample and
-leave-one-group-out cross-validated MAPE, and write the constants (calibrate.write=true updates
-conf/gpu/<gpu>.yaml in place).
+"""task=calibrate: fit the GPU's cost-model constants (calibrate.constants, default calibration.fit.FITTED) to
+the shipped measurements (A100: the 1,440 single-node runs and the Megatron-LM weak-scaling table, equally
+weighted; calibrate.fit_on=single_node fits the single-node runs alone and reports the weak-scaling rows out of
+sample, calibrate.fit_on=weak_scaling the reverse), report in-sample and leave-one-group-out cross-validated
+MAPE, and write the fitted constants (calibrate.write=true updates conf/gpu/<gpu>.yaml and conf/stack/<stack>.yaml
+in place).
 
     python -m vtrain task=calibrate +cluster=vtrain_a100 calibrate.folds=hidden_size
 """
