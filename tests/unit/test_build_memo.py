@@ -64,3 +64,10 @@ def test_tp_1_turns_sequence_parallelism_and_its_overlap_off_as_megatron_does():
     w2 = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=1",
                                  "parallelism.dp=4"]))
     assert w2.plan.sequence_parallel
+
+
+def test_dp_0_is_derived_over_tp_cp_and_pp():
+    """dp=0 leaves the GPUs over tp*cp*pp to data parallelism (it ignored cp, so every cp>1 plan failed)."""
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h200x8", "parallelism.tp=2", "parallelism.pp=1",
+                                "parallelism.cp=2", "parallelism.dp=0", "training.global_batch_size=64"]))
+    assert (w.plan.tp, w.plan.cp, w.plan.pp, w.plan.dp) == (2, 2, 1, 2)

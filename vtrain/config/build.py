@@ -166,9 +166,10 @@ def parallel_plan(par: Any, train: Any, cluster_gpus: int) -> ParallelPlan:
     plan = spec_from(ParallelPlan, as_mapping(train), "training", group=TRAIN,
                      **{k: getattr(p, k) for k in ParallelPlan.__dataclass_fields__
                         if ParallelPlan.__dataclass_fields__[k].metadata.get("group") == PAR})
-    if plan.dp == 0:
-        dp = cluster_gpus // (plan.tp * plan.pp)
-        require(dp >= 1, f"tp*pp={plan.tp * plan.pp} exceeds the cluster's {cluster_gpus} GPUs")
+    if plan.dp == 0:  # the GPUs left over tp, cp and pp (GPUs = tp*cp*pp*dp)
+        split = plan.tp * plan.cp * plan.pp
+        dp = cluster_gpus // split
+        require(dp >= 1, f"tp*cp*pp={split} exceeds the cluster's {cluster_gpus} GPUs")
         plan = replace(plan, dp=dp)
     if plan.tp == 1 and (plan.sequence_parallel or plan.tp_comm_overlap):
         # nothing to split: Megatron-LM turns both off at tp=1 (arguments.py, "Disabling sequence parallelism

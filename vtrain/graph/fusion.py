@@ -43,4 +43,7 @@ def fuse_component(c: ComponentGraph) -> ComponentGraph:
 
 
 def fuse_elementwise(graph: ModelGraph) -> ModelGraph:
-    return ModelGraph(fuse_component(graph.layer), fuse_component(graph.embedding), fuse_component(graph.head))
+    """Every component fused, the MoE layer and the MTP module included (a compiled MoE model keeps its experts)."""
+    return ModelGraph(fuse_component(graph.layer), fuse_component(graph.embedding), fuse_component(graph.head),
+                      None if graph.moe_layer is None else fuse_component(graph.moe_layer),
+                      None if graph.mtp is None else fuse_component(graph.mtp))

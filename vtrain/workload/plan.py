@@ -21,7 +21,7 @@ class ParallelPlan:
     tp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="tensor-parallel degree")
     pp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="pipeline-parallel degree")
     dp: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
-                   doc="data-parallel degree (config: 0 derives it as cluster GPUs // (tp * pp))")
+                   doc="data-parallel degree (config: 0 derives it as cluster GPUs // (tp * cp * pp))")
     micro_batch_size: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="sequences per micro-batch")
     schedule: Schedule = spec(Schedule.ONE_F_ONE_B, group=PAR, doc="pipeline schedule")
     virtual_stages: int = spec(1, group=PAR, domain=POSITIVE_INT,
