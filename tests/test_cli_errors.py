@@ -21,6 +21,9 @@ CORE_RULES = [
     (["parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=1", "training.precision=nvfp4"],
      "mxfp8 and nvfp4 need a Blackwell GPU"),
     (["parallelism.tp=8", "parallelism.pp=2", "parallelism.dp=7"], "must divide global_batch_size=1536"),
+    # a batch that does not divide names the batch, not the zero micro-batches a schedule then counts
+    (["parallelism.tp=8", "parallelism.pp=2", "parallelism.dp=4", "parallelism.schedule=zbv",
+      "training.global_batch_size=2"], "dp*micro_batch_size=4*1 must divide global_batch_size=2"),
     (["parallelism.tp=0"], "parallelism.tp=0 must be an integer >= 1"),
     (["parallelism.micro_batch_size=-1"], "parallelism.micro_batch_size=-1 must be an integer >= 1"),
     (["model.hidden_size=0"], "model.hidden_size=0 must be an integer >= 1"),

@@ -82,11 +82,11 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
                           f"{_divisors_hint(m.num_kv_heads)}")
     if not (m.ffn_hidden_size % p.tp == 0):
         raise ConfigError(f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}")
-    _check_pipeline_split(m, p)
-    check_moe_plan(m, p)
-    if not (p.global_batch_size % (p.dp * p.micro_batch_size) == 0):
+    if not (p.global_batch_size % (p.dp * p.micro_batch_size) == 0):  # before the rules on the micro-batch count
         raise ConfigError(f"dp*micro_batch_size={p.dp}*{p.micro_batch_size} must divide global_batch_size="
                           f"{p.global_batch_size}")
+    _check_pipeline_split(m, p)
+    check_moe_plan(m, p)
     # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
     if not (p.cp == 1 or p.flash_attention):
         raise ConfigError("cp>1 needs flash_attention=true (context parallelism runs fused "
