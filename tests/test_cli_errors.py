@@ -55,6 +55,8 @@ MISTAKES = [
     (["cluster.gpu=../gpu/h100_sxm"], "cluster.gpu=../gpu/h100_sxm is unknown (did you mean h100_sxm?)"),
     (["+gpu=../model/gpt175b"], "gpu=../model/gpt175b is unknown"),
     (["parallelism.tp=4,8"], "parallelism.tp=4,8 is a sweep: add -m"),
+    (["parallelism.recompute_modules=core_attn,mlp"],
+     "a value with commas in it is quoted: 'parallelism.recompute_modules=\"core_attn,mlp\"'"),
     (["task=simulat"], "task=simulat is not one of search, simulate,"),
     (["--model"], "unknown option --model: overrides are key=value"),
     (["parallelism.tp"], "cannot read 'parallelism.tp': no '='"),

@@ -130,7 +130,8 @@ def check_override(o: Any, text: str, multirun: bool) -> None:
     if o.package is not None:
         raise ConfigError(f"{text}: config packages (@) are not supported; select the group itself")
     if o.is_sweep_override() and not multirun:
-        raise ConfigError(f"{text} is a sweep: add -m to run one job per value, or give one value")
+        raise ConfigError(f"{text} is a sweep: add -m to run one job per value, or give one value (a value with "
+                          f"commas in it is quoted: '{key}=\"{text.partition('=')[2]}\"')")
     if o.type == OverrideType.DEL:
         raise ConfigError(f"{text}: removing config entries (~) is not supported; set a value instead")
     adding = o.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
