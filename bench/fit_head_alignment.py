@@ -36,12 +36,12 @@ def groups_of(workloads: Sequence[Any]) -> Dict[Key, List[int]]:
 
 
 def per_microbatch_term(workloads: Sequence[Any], times_s: np.ndarray, rows: List[int]) -> float:
-    """c of T = a + b·L + c·m + e·L·m over ``rows`` (least squares), in seconds."""
+    """c of T = a + b·L + c·m + e·L·m over ``rows`` (single_node_floor.bilinear_fit), in seconds."""
+    from single_node_floor import bilinear_fit  # bench/, beside this script
+
     layers = np.array([workloads[i].model.num_layers for i in rows], dtype=float)
     m = np.array([workloads[i].plan.num_microbatches for i in rows], dtype=float)
-    a = np.stack([np.ones_like(m), layers, m, layers * m], axis=1)
-    coef = np.linalg.lstsq(a, times_s[rows], rcond=None)[0]
-    return float(coef[2])
+    return float(bilinear_fit(layers, m, times_s[rows])[0][2])
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ import csv
 import itertools
 from collections import defaultdict
 from importlib import resources
+from typing import Tuple
 
 import numpy as np
 from scipy.optimize import linprog
@@ -33,6 +34,14 @@ def load() -> np.ndarray:
     return np.array(rows)
 
 
+def bilinear_fit(layers: np.ndarray, microbatches: np.ndarray, times: np.ndarray) -> Tuple[np.ndarray, int]:
+    """Least-squares (a, b, c, e) of T = a + b·L + c·m + e·L·m over one group's runs, and the design's rank
+    (< 4: the group's L and m do not separate the four terms)."""
+    design = np.c_[np.ones(len(layers)), layers, microbatches, layers * microbatches]
+    coef, _, rank, _ = np.linalg.lstsq(design, times, rcond=None)
+    return coef, int(rank)
+
+
 def main() -> None:
     d = load()
     gb, mb, h, L, t, dp, p, T = d[:, 1], d[:, 2], d[:, 3], d[:, 5], d[:, 7], d[:, 8], d[:, 9], d[:, 10]
@@ -43,11 +52,11 @@ def main() -> None:
     per_layer = defaultdict(list)  # (h, t, mb) -> e·p of every (d, p) group
     worst = 0.0
     for (hh, tt, dd, pp, bb), idx in groups.items():
-        A = np.c_[np.ones(len(idx)), L[idx], m[idx], L[idx] * m[idx]]
-        coef, _, rank, _ = np.linalg.lstsq(A, T[idx], rcond=None)
+        coef, rank = bilinear_fit(L[idx], m[idx], T[idx])
         if rank < 4:  # micro-batch 8: one m per group, e is not separable
             continue
-        worst = max(worst, float(np.max(np.abs(A @ coef - T[idx]) / T[idx])))
+        fitted = coef[0] + coef[1] * L[idx] + coef[2] * m[idx] + coef[3] * L[idx] * m[idx]
+        worst = max(worst, float(np.max(np.abs(fitted - T[idx]) / T[idx])))
         per_layer[(hh, tt, bb)].append(coef[3] * pp)
     spread = max(np.ptp(v) / np.mean(v) for v in per_layer.values())
     print(f"bilinear fit T = a + b·L + c·m + e·L·m: max relative residual {worst:.2e} over "
