@@ -19,7 +19,7 @@ from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
 from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError, VtrainError
-from vtrain.search import outputs
+from vtrain.search import ledger, outputs
 from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
 from vtrain.search.run import prepare, run_search
 from vtrain.search.space import canonical, enumerate_plans, plan_from_fields, plan_key
@@ -117,6 +117,7 @@ def test_resume_fails_a_dead_workers_trial_and_keeps_completed_ones(tmp_path):
     study = optuna.load_study(study_name="resume", storage=storage)
     assert study.trials[orphan].state == optuna.trial.TrialState.RUNNING
     live = study.ask()  # a live worker's trial (this process): must survive the resume
+    live.set_user_attr(ledger.WORKER, ledger.me())  # a worker's first line; without it, an orphan after 5 s
     second = run_search(small(tmp_path, "search.n_trials=7", "search.study_name=resume"), tmp_path)
     assert second.resumed_trials == 4 and second.stale_failed == 1
     study = optuna.load_study(study_name="resume", storage=storage)

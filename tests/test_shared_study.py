@@ -73,11 +73,12 @@ def test_kill_and_resume_gives_the_uninterrupted_front(tmp_path):
     out = subprocess.run(_cmd(ref, "run", *extra), cwd=ref, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
 
-    # kill -9 at a few points (seeded trials, evolution, refinement rounds), resuming each time
+    # kill -9 at a few points (seeded trials, evolution, refinement rounds), resuming each time; a kill can
+    # tear a journal record, orphan a trial before its worker attr, or re-run a seed after later ones
     kill = tmp_path / "kill"
     kill.mkdir()
     journal = kill / "study.journal"
-    for delay in (0.5, 1.0, 1.5):
+    for delay in (0.05, 0.5, 1.0, 1.5):  # 0.05: inside the seed generation, where order effects showed
         p = subprocess.Popen(_cmd(kill, "run", *extra), cwd=kill, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
         start = time.time()

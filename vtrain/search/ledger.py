@@ -6,14 +6,17 @@ study (local processes, SLURM jobs) sees the same record.
   (under :func:`vtrain.search.storage.study_lock`); a plan already claimed by another non-FAIL trial is
   not simulated again: the trial takes that trial's result (``duplicate_of``).
 - Worker: each trial stores ``vtrain.worker`` = host and process id first thing, so that a worker on the
-  same host can tell a trial of a killed process (its process is gone) from a live one at once.
+  same host can tell a trial of a killed process (its process is gone) from a live one at once. A trial
+  killed before it stored the attr (an orphan) is failed once it is ``ORPHAN_GRACE_S`` old.
 - Budget: a trial is within ``search.n_trials`` iff fewer than ``n_trials`` non-FAIL trials have a smaller
   number (trial numbers are assigned atomically by the storage), so N workers never overshoot.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import socket
+import time
 from typing import Any, Dict, Optional
 
 import optuna
@@ -25,6 +28,9 @@ CLAIM = "vtrain.plan"
 WORKER = "vtrain.worker"
 SLOT = "vtrain.slot"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# A worker sets its attr first thing in the objective; before that, Optuna's ask runs the sampler (NSGA-II
+# children: at most 200 draws with a ~0.1 ms memory bound each, so well under 0.1 s). 5 s is 50x that.
+ORPHAN_GRACE_S = 5.0
 
 
 def key_text(fields: Dict[str, Any]) -> str:
@@ -54,11 +60,38 @@ def dead_here(t: FrozenTrial) -> bool:
             and w["pid"] != mine["pid"] and not _pid_alive(w["pid"]))
 
 
-def fail_dead_here(study: optuna.Study) -> int:
-    """Fail the RUNNING trials of killed processes on this host (a resume right after a kill)."""
+def _age_s(t: FrozenTrial) -> float:
+    if t.datetime_start is None:
+        return float("inf")
+    start = t.datetime_start
+    now = datetime.datetime.now(start.tzinfo) if start.tzinfo is not None else datetime.datetime.now()
+    return (now - start).total_seconds()
+
+
+def orphan(t: FrozenTrial, grace_s: float = ORPHAN_GRACE_S) -> bool:
+    """A RUNNING trial that has had no worker attr for ``grace_s``: its process died between Optuna's
+    creating the trial and the objective's first line (a live worker sets the attr within milliseconds)."""
+    return t.state == TrialState.RUNNING and WORKER not in t.user_attrs and _age_s(t) > grace_s
+
+
+def wait_out_fresh_orphans(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> None:
+    """Before a worker decides whether it is alone: a RUNNING trial without a worker attr younger than
+    ``grace_s`` may be a live worker's first instant or a process killed in it; wait until it has a worker
+    attr, has finished, or is older than ``grace_s`` (then :func:`fail_dead_here` fails it)."""
+    while True:
+        young = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                 if WORKER not in t.user_attrs and _age_s(t) <= grace_s]
+        if not young:
+            return
+        time.sleep(min(0.2, max(0.01, grace_s - min(_age_s(t) for t in young))))
+
+
+def fail_dead_here(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> int:
+    """Fail the RUNNING trials of killed processes on this host (a resume right after a kill), and orphans
+    (:func:`orphan`) of any host."""
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if dead_here(t):
+        if dead_here(t) or orphan(t, grace_s):
             try:
                 study.tell(t.number, state=TrialState.FAIL)
                 n += 1
@@ -69,7 +102,7 @@ def fail_dead_here(study: optuna.Study) -> int:
 
 def others_running(study: optuna.Study, number: Optional[int] = None) -> bool:
     """Another live worker has a trial in flight."""
-    return any(t.number != number and not dead_here(t)
+    return any(t.number != number and not dead_here(t) and not orphan(t)
                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 

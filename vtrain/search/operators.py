@@ -20,7 +20,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import optuna
 from optuna.trial import FrozenTrial
 
+from vtrain.search.ledger import CLAIM
+
 Accept = Callable[[Dict[str, Any]], bool]
+
+
+def in_plan_order(trials: Sequence[FrozenTrial]) -> List[FrozenTrial]:
+    """Trials sorted by their claimed plan (then values, then number, for trials of one plan): a resumed
+    study re-runs a killed trial's plan under a new, later number, so neither list order nor trial
+    numbers are the same as in an uninterrupted study; the set of plans is."""
+    return sorted(trials, key=lambda t: (str(t.user_attrs.get(CLAIM, "")), tuple(t.values or ()), t.number))
 
 
 def _uniform(rng: random.Random, dist: Any) -> Any:
@@ -87,7 +96,7 @@ class FeasibleChildren:
 
     def __call__(self, study: optuna.Study, search_space: Dict[str, Any],
                  parent_population: List[FrozenTrial]) -> Dict[str, Any]:
-        parents = sorted(parent_population, key=lambda t: t.number)  # the draw must not depend on list order
+        parents = in_plan_order(parent_population)  # the draw must not depend on list order or trial numbers
         directions = study.directions
         child = self._child(directions, search_space, parents)
         for _ in range(self.attempts - 1):

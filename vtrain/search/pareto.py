@@ -23,17 +23,20 @@ def dominates(a: Point, b: Point) -> bool:
 def pareto_front(items: Sequence[T], points: Sequence[Point], keys: Sequence[Hashable] | None = None) -> List[T]:
     """The non-dominated items, de-duplicated (by ``keys``, else by point), sorted by the first objective.
 
-    Two-objective fronts use the O(n log n) sweep (sort by f1, keep strictly decreasing f2); more
-    objectives fall back to pairwise checks.
+    Items with equal points (two plans that cost the same) are ordered by their key's text, so the one
+    kept does not depend on the order the items came in (a resumed study finishes its trials in another
+    order than an uninterrupted one). Two-objective fronts use the O(n log n) sweep (sort by f1, keep
+    strictly decreasing f2); more objectives fall back to pairwise checks.
     """
-    seen, uniq = set(), []
+    seen, ranked = set(), []
     for i, (item, pt) in enumerate(zip(items, points)):
         k = keys[i] if keys is not None else pt
         if k in seen:
             continue
         seen.add(k)
-        uniq.append((pt, item))
-    uniq.sort(key=lambda x: x[0])
+        ranked.append((pt, str(k), item))
+    ranked.sort(key=lambda x: (x[0], x[1]))
+    uniq = [(pt, item) for pt, _, item in ranked]
     if not uniq:
         return []
     if len(uniq[0][0]) == 2:

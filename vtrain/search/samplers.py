@@ -17,12 +17,13 @@ import os
 import random
 import socket
 import warnings
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from vtrain.errors import ConfigError
-from vtrain.search.operators import FeasibleChildren
+from vtrain.search.operators import FeasibleChildren, in_plan_order
 
 Accept = Callable[[Dict[str, Any]], bool]
 
@@ -46,6 +47,31 @@ def worker_salt(search: Any) -> int:
     return 2_000_000 + int.from_bytes(hashlib.blake2b(text.encode(), digest_size=3).digest(), "little")
 
 
+class CanonicalNSGAIISampler(optuna.samplers.NSGAIISampler):
+    """NSGA-II whose populations are listed in plan order, not trial order.
+
+    Optuna lists a generation's trials by trial number, and its elite selection (stable sorts by rank
+    and crowding distance) and the child strategy's parent draws depend on that order. A study resumed
+    after a kill re-runs the killed trial's slot after the ones queued behind it, so the same set of
+    trials comes in another order and the search drifts (seen: a resumed 80-trial study found another
+    front). Listing them with :func:`~vtrain.search.operators.in_plan_order` makes each generation's parents
+    a function of the set of its trials."""
+
+    @classmethod
+    def _get_generation_key(cls) -> str:  # Optuna's own keys, so studies stored before this class resume
+        return optuna.samplers.NSGAIISampler._get_generation_key()
+
+    @classmethod
+    def _get_parent_cache_key_prefix(cls) -> str:
+        return optuna.samplers.NSGAIISampler._get_parent_cache_key_prefix()
+
+    def get_population(self, study: optuna.Study, generation: int) -> List[FrozenTrial]:
+        return in_plan_order(super().get_population(study, generation))
+
+    def get_parent_population(self, study: optuna.Study, generation: int) -> List[FrozenTrial]:
+        return in_plan_order(super().get_parent_population(study, generation))
+
+
 def make_sampler(search: Any, seed: int, accept: Optional[Accept]) -> optuna.samplers.BaseSampler:
     """The configured sampler with this trial's ``seed``; NSGA-II gets the filtering offspring strategy."""
     name = str(search.sampler)
@@ -56,7 +82,7 @@ def make_sampler(search: Any, seed: int, accept: Optional[Accept]) -> optuna.sam
             if bool(search.filter_offspring) and accept is not None:
                 children = FeasibleChildren(accept, random.Random(seed), float(search.crossover_prob),
                                             None if search.mutation_prob is None else float(search.mutation_prob))
-            return optuna.samplers.NSGAIISampler(
+            return CanonicalNSGAIISampler(
                 population_size=int(search.population_size), seed=seed, crossover_prob=float(search.crossover_prob),
                 mutation_prob=None if search.mutation_prob is None else float(search.mutation_prob),
                 child_generation_strategy=children)

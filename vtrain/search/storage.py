@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,11 @@ import optuna
 from optuna.trial import TrialState
 
 from vtrain.errors import ConfigError
+from vtrain.search.journal_repair import mend_torn_records
 from vtrain.tracking import sqlite_wal
 from vtrain.tracking.locks import file_lock
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,16 @@ def storage_spec(search: Any, out_dir: Path) -> StorageSpec:
 def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
     try:
         if spec.kind == "journal":
-            from optuna.storages.journal import JournalFileBackend, JournalStorage
+            from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
+            from optuna.storages.journal._file import get_lock_file
 
             Path(spec.target).parent.mkdir(parents=True, exist_ok=True)
-            return JournalStorage(JournalFileBackend(spec.target))
+            lock = JournalFileSymlinkLock(spec.target)
+            if Path(spec.target).exists():
+                with get_lock_file(lock):  # Optuna's own append lock: no live worker is mid-write
+                    for note in mend_torn_records(Path(spec.target)):
+                        log.warning("search.storage: %s (a worker was killed while writing it)", note)
+            return JournalStorage(JournalFileBackend(spec.target, lock_obj=lock))
         sqlite_wal.install()
         db = sqlite_wal.sqlite_path(spec.target)
         if db is not None:

@@ -228,6 +228,7 @@ class Loop:
     def run(self, progress_bar: bool) -> None:
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s) if self.spec.kind == "rdb" else 0
+        lg.wait_out_fresh_orphans(self.study)
         self._clean()
         done = lg.finished_count(self.study)
         if done >= self.n_trials:
