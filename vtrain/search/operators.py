@@ -14,6 +14,7 @@ a resumed study draws the same children as an uninterrupted one.
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -25,11 +26,17 @@ from vtrain.search.ledger import CLAIM
 Accept = Callable[[Dict[str, Any]], bool]
 
 
+def _plan_rank(t: FrozenTrial) -> bytes:
+    return hashlib.blake2b(str(t.user_attrs.get(CLAIM, "")).encode(), digest_size=8).digest()
+
+
 def in_plan_order(trials: Sequence[FrozenTrial]) -> List[FrozenTrial]:
-    """Trials sorted by their claimed plan (then values, then number, for trials of one plan): a resumed
-    study re-runs a killed trial's plan under a new, later number, so neither list order nor trial
-    numbers are the same as in an uninterrupted study; the set of plans is."""
-    return sorted(trials, key=lambda t: (str(t.user_attrs.get(CLAIM, "")), tuple(t.values or ()), t.number))
+    """Trials in an order fixed by their claimed plans: a resumed study re-runs a killed trial's plan under
+    a new, later number, so neither list order nor trial numbers are the same as in an uninterrupted
+    study; the set of plans is. The order is a hash of the plan key (then values, then number, for trials
+    of one plan), not the key's text: NSGA-II breaks ties by position, and the text would always favour
+    one end of it ("tp=8" over "tp=1")."""
+    return sorted(trials, key=lambda t: (_plan_rank(t), tuple(t.values or ()), t.number))
 
 
 def _uniform(rng: random.Random, dist: Any) -> Any:
