@@ -9,18 +9,15 @@ trials, and whether the resumed front equals the uninterrupted one. Exits 1 if a
 """
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_shared_study import _cmd, _front  # noqa: E402  (the test's own command and front reader)
+from test_shared_study import _cmd, _front, kill_after  # noqa: E402  (the test's own command, kill, front)
 
 EXTRA = ["search.n_trials=80", "search.population_size=8", "search.seed=3", "tracking=off"]
 
@@ -35,16 +32,7 @@ def main(delays: list) -> int:
     for i, delay in enumerate(delays):
         case = work / f"k{i}"
         case.mkdir()
-        journal = case / "study.journal"
-        p = subprocess.Popen(_cmd(case, "run", *EXTRA), cwd=case, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        start = time.time()
-        while time.time() - start < 60 and (not journal.exists() or journal.stat().st_size < 1):
-            time.sleep(0.05)
-        time.sleep(delay)
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        kill_after(case, delay, *EXTRA)
         out = subprocess.run(_cmd(case, "run", *EXTRA), cwd=case, capture_output=True, text=True)
         same = out.returncode == 0 and _front(case, "run") == want
         bad += not same

@@ -66,6 +66,21 @@ def _front(tmp: Path, run_dir: str) -> list:
     return sorted(tuple(r.split(",")[i] for i in keep) for r in rows[1:])
 
 
+def kill_after(tmp: Path, delay_s: float, *extra: str) -> None:
+    """Start a search on ``tmp``'s journal and kill -9 its process group ``delay_s`` after the journal
+    has its first record (also used by ``bench/kill_resume_sweep.py``)."""
+    journal = tmp / "study.journal"
+    p = subprocess.Popen(_cmd(tmp, "run", *extra), cwd=tmp, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    start = time.time()
+    while time.time() - start < 60 and (not journal.exists() or journal.stat().st_size < 1):
+        time.sleep(0.05)
+    time.sleep(delay_s)
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+
+
 def test_kill_and_resume_gives_the_uninterrupted_front(tmp_path):
     extra = ["search.n_trials=80", "search.population_size=8", "search.seed=3", "tracking=off"]
     ref = tmp_path / "ref"
@@ -77,17 +92,8 @@ def test_kill_and_resume_gives_the_uninterrupted_front(tmp_path):
     # tear a journal record, orphan a trial before its worker attr, or re-run a seed after later ones
     kill = tmp_path / "kill"
     kill.mkdir()
-    journal = kill / "study.journal"
     for delay in (0.05, 0.5, 1.0, 1.5):  # 0.05: inside the seed generation, where order effects showed
-        p = subprocess.Popen(_cmd(kill, "run", *extra), cwd=kill, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-        start = time.time()
-        while time.time() - start < 60 and (not journal.exists() or journal.stat().st_size < 1):
-            time.sleep(0.05)
-        time.sleep(delay)
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        kill_after(kill, delay, *extra)
     out = subprocess.run(_cmd(kill, "run", *extra), cwd=kill, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "finished trials were already stored" in out.stdout, "the kills came too late to interrupt the study"
