@@ -37,9 +37,13 @@ def load() -> np.ndarray:
 def bilinear_fit(layers: np.ndarray, microbatches: np.ndarray, times: np.ndarray) -> Tuple[np.ndarray, int]:
     """Least-squares (a, b, c, e) of T = a + b·L + c·m + e·L·m over one group's runs, and the design's rank
     (< 4: the group's L and m do not separate the four terms)."""
-    design = np.c_[np.ones(len(layers)), layers, microbatches, layers * microbatches]
-    coef, _, rank, _ = np.linalg.lstsq(design, times, rcond=None)
+    coef, _, rank, _ = np.linalg.lstsq(bilinear_design(layers, microbatches), times, rcond=None)
     return coef, int(rank)
+
+
+def bilinear_design(layers: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+    """Columns 1, L, m, L·m of T = a + b·L + c·m + e·L·m."""
+    return np.c_[np.ones(len(layers)), layers, microbatches, layers * microbatches]
 
 
 def main() -> None:
@@ -55,7 +59,7 @@ def main() -> None:
         coef, rank = bilinear_fit(L[idx], m[idx], T[idx])
         if rank < 4:  # micro-batch 8: one m per group, e is not separable
             continue
-        fitted = coef[0] + coef[1] * L[idx] + coef[2] * m[idx] + coef[3] * L[idx] * m[idx]
+        fitted = bilinear_design(L[idx], m[idx]) @ coef
         worst = max(worst, float(np.max(np.abs(fitted - T[idx]) / T[idx])))
         per_layer[(hh, tt, bb)].append(coef[3] * pp)
     spread = max(np.ptp(v) / np.mean(v) for v in per_layer.values())

@@ -60,7 +60,8 @@ def dead_here(t: FrozenTrial) -> bool:
             and w["pid"] != mine["pid"] and not _pid_alive(w["pid"]))
 
 
-def _age_s(t: FrozenTrial) -> float:
+def age_s(t: FrozenTrial) -> float:
+    """Seconds since the trial started (inf if it has no start time)."""
     if t.datetime_start is None:
         return float("inf")
     start = t.datetime_start
@@ -71,7 +72,7 @@ def _age_s(t: FrozenTrial) -> float:
 def orphan(t: FrozenTrial, grace_s: float = ORPHAN_GRACE_S) -> bool:
     """A RUNNING trial that has had no worker attr for ``grace_s``: its process died between Optuna's
     creating the trial and the objective's first line (a live worker sets the attr within milliseconds)."""
-    return t.state == TrialState.RUNNING and WORKER not in t.user_attrs and _age_s(t) > grace_s
+    return t.state == TrialState.RUNNING and WORKER not in t.user_attrs and age_s(t) > grace_s
 
 
 def wait_out_fresh_orphans(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> None:
@@ -80,10 +81,10 @@ def wait_out_fresh_orphans(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S)
     attr, has finished, or is older than ``grace_s`` (then :func:`fail_dead_here` fails it)."""
     while True:
         young = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                 if WORKER not in t.user_attrs and _age_s(t) <= grace_s]
+                 if WORKER not in t.user_attrs and age_s(t) <= grace_s]
         if not young:
             return
-        time.sleep(min(0.2, max(0.01, grace_s - min(_age_s(t) for t in young))))
+        time.sleep(min(0.2, max(0.01, grace_s - min(age_s(t) for t in young))))
 
 
 def fail_dead_here(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> int:

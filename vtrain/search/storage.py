@@ -18,7 +18,6 @@ worker left RUNNING.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import warnings
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from optuna.trial import TrialState
 
 from vtrain.errors import ConfigError
 from vtrain.search.journal_repair import mend_torn_records
+from vtrain.search.ledger import age_s
 from vtrain.tracking import sqlite_wal
 from vtrain.tracking.locks import file_lock
 
@@ -116,10 +116,9 @@ def study_lock(spec: StorageSpec) -> Iterator[None]:
 
 def fail_stale_journal_trials(study: optuna.Study, stale_s: float) -> int:
     """Fail RUNNING trials older than ``stale_s`` (journal storages, which have no heartbeat)."""
-    now = datetime.datetime.now()
     n = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.datetime_start is not None and (now - t.datetime_start).total_seconds() > stale_s:
+        if t.datetime_start is not None and age_s(t) > stale_s:
             try:
                 study.tell(t.number, state=TrialState.FAIL)
                 n += 1
