@@ -31,12 +31,21 @@ class CpComms:
     backward_after: Tuple[Collective, ...]  # after the attention backward (all-gather variant)
 
 
+def kv_features(model: ModelSpec, expands_kv: bool = False) -> int:
+    """K and V features per token that the CP ranks exchange (all heads, before the TP split): MLA's
+    up-projected keys (qk_head_dim + qk_rope_head_dim per head) and values (v_head_dim per head), as
+    Megatron-Core's MLA hands them to the attention core; else the K/V heads (every query head's when
+    ``expands_kv``)."""
+    if model.is_mla:
+        return model.num_heads * (model.qk_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+    return 2 * (model.q_size if expands_kv else model.kv_size)
+
+
 def cp_comms(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False, grads_fp32: bool = False) -> CpComms:
     cp = plan.cp
     if cp == 1:
         return CpComms((), (), ())
-    width = model.q_size if expands_kv else model.kv_size  # K (and V) features per token
-    kv_bytes = 2.0 * plan.micro_batch_size * plan.seq_len * width / plan.tp * plan.dtype_bytes
+    kv_bytes = plan.micro_batch_size * plan.seq_len * kv_features(model, expands_kv) / plan.tp * plan.dtype_bytes
     grad_bytes = kv_bytes * (4.0 / plan.dtype_bytes if grads_fp32 else 1.0)
     ag, rs = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
     if plan.cp_comm == CpComm.P2P:

@@ -90,10 +90,13 @@ class Block:
     modules: Tuple[Tuple[str, Tuple[Op, ...]], ...] = ()  # Megatron-Core recompute module -> its forward ops
 
 
-def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms) -> Block:
+def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
+                    rerun_fused_attention: bool = False) -> Block:
     """QKV (column-parallel), RoPE, the attention core (flash, or unfused QK^T / softmax / dropout / AV),
     projection (row-parallel), with the TP collectives of the f/g pair around them. With context
-    parallelism the s/cp local queries attend to all s keys, their KV exchange beside the core (``cp``)."""
+    parallelism the s/cp local queries attend to all s keys, their KV exchange beside the core (``cp``).
+    Selective recompute runs the unfused core again; the fused kernel (and its KV exchange) only when
+    ``rerun_fused_attention`` (``StackSpec.recompute_fused_attention``)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h = model.hidden_size
     tokens = plan.tokens_per_rank  # b * s / cp
@@ -139,7 +142,10 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
             Gemm("attn.qk.dgrad_q", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
             Gemm("attn.qk.dgrad_k", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
         ]
-    selective = () if plan.flash_attention else tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
+    if plan.flash_attention:
+        selective: Tuple[Op, ...] = tuple(attn_fwd) if rerun_fused_attention else ()
+    else:
+        selective = tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
     forward = (*att.enter, *qkv, *rope, *attn_fwd, *proj, *att.exit)
     backward = (*att.exit_backward, *proj_b, *attn_bwd, *(MemoryOp(f"{op.name}.bwd", op.bytes, 2) for op in rope),
                 *qkv_b, *att.enter_backward)
@@ -165,9 +171,10 @@ def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
 
 
 def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
-                mlp: Optional[Block] = None) -> ComponentGraph:
+                mlp: Optional[Block] = None, rerun_fused_attention: bool = False) -> ComponentGraph:
     """One transformer layer: norm, attention block, residual, norm, MLP block (``mlp``: another MLP
-    branch, e.g. a mixture of experts), residual; backward in reverse; recompute per ``plan.recompute``."""
+    branch, e.g. a mixture of experts), residual; backward in reverse; recompute per ``plan.recompute``
+    (``rerun_fused_attention``: see :func:`attention_block`)."""
     t, dt = plan.tp, plan.dtype_bytes
     tokens = plan.tokens_per_rank
     local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
@@ -184,9 +191,9 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
     if model.is_mla:
         from vtrain.graph.mla import mla_block
 
-        att = mla_block(model, plan, tp)
+        att = mla_block(model, plan, tp, cp, rerun_fused_attention)
     else:
-        att = attention_block(model, plan, tp, cp)
+        att = attention_block(model, plan, tp, cp, rerun_fused_attention)
     ffn = mlp if mlp is not None else mlp_block(model, plan, tp)
     forward: List[Op] = [norm("norm1"), *att.forward, residual("residual1"), norm("norm2"), *ffn.forward,
                          residual("residual2")]
@@ -275,17 +282,18 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
 
 
 def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None,
-                      ep: Optional[TpOperator] = None) -> ModelGraph:
+                      ep: Optional[TpOperator] = None, rerun_fused_attention: bool = False) -> ModelGraph:
     """The graphs with the TP, CP and EP collectives of the communication plan in place (``comm.tp``,
     ``comm.cp``, ``comm.ep``; by default CP's of ``plan``, no EP); an MoE model adds its MoE layer
-    (:mod:`vtrain.graph.moe`) and MTP module graphs."""
+    (:mod:`vtrain.graph.moe`) and MTP module graphs. ``rerun_fused_attention``: see :func:`attention_block`."""
     cp = cp if cp is not None else cp_comms(model, plan)
-    dense = build_layer(model, plan, tp, cp)
+    dense = build_layer(model, plan, tp, cp, rerun_fused_attention=rerun_fused_attention)
     moe_layer = mtp = None
     if model.is_moe:
         from vtrain.graph.moe import moe_block
 
-        moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()))
+        moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()),
+                                rerun_fused_attention=rerun_fused_attention)
     if model.mtp_layers:
         from vtrain.graph.mtp import build_mtp
 

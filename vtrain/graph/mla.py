@@ -6,12 +6,14 @@ Per GPU and micro-batch with tensor parallelism t: the down-projections to the c
 qk_head_dim + qk_rope_head_dim (queries) and qk_head_dim + v_head_dim (keys and values), RoPE on the rope
 dims, fused attention with query/key dims qk + rope and value dims v (priced at their mean head dim), and
 the row-parallel output projection; the TP collectives of the f/g pair around them. Flash attention is
-assumed (an unfused MLA core is not modelled).
+assumed (an unfused MLA core is not modelled). With context parallelism the s/cp local queries attend to
+all s keys, the up-projected K/V exchange beside the core (``comm.cp``), as in the MHA/GQA block.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
+from vtrain.comm.cp import CpComms
 from vtrain.comm.tp import TpComms
 from vtrain.graph.builder import Block
 from vtrain.graph.moe import gemm_fwd_bwd
@@ -20,7 +22,10 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
 
-def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
+def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
+              rerun_fused_attention: bool = False) -> Block:
+    """``rerun_fused_attention``: selective recompute runs the fused core (and its KV exchange) again
+    (:func:`vtrain.graph.builder.attention_block`)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h, n = model.hidden_size, model.num_heads // t
     tokens = plan.tokens_per_rank  # b * s / cp
@@ -44,12 +49,16 @@ def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
     kv_up, kv_up_b = gemm_fwd_bwd("mla.kv_up", tokens, n * (model.qk_head_dim + vd), model.kv_lora_rank, dt)
     kv_norm = MemoryOp("mla.kv_norm", 2.0 * tokens * model.kv_lora_rank * dt)
     rope_op = MemoryOp("mla.rope", 2.0 * tokens * (n + 1) * rope * dt, 2)
-    core = FlashAttention("flash_attn", b * n, s, (qk + vd) // 2, dtype_bytes=dt)
-    core_b = FlashAttention("flash_attn.bwd", b * n, s, (qk + vd) // 2, backward=True, dtype_bytes=dt)
+    q_len = s // plan.cp
+    core = FlashAttention("flash_attn", b * n, q_len, (qk + vd) // 2, dtype_bytes=dt, kv_len=s)
+    core_b = FlashAttention("flash_attn.bwd", b * n, q_len, (qk + vd) // 2, backward=True, dtype_bytes=dt,
+                            kv_len=s)
     proj, proj_b = gemm_fwd_bwd("proj", tokens, h, n * vd, dt)
-    fwd += [kv_down, kv_norm, kv_up, rope_op, core, proj, *att.exit]
+    fwd += [kv_down, kv_norm, kv_up, rope_op, *cp.forward, core, proj, *att.exit]
     up += [kv_up, rope_op]
-    bwd = [*att.exit_backward, *proj_b, core_b, MemoryOp("mla.rope.bwd", rope_op.bytes, 2), *kv_up_b,
+    bwd = [*att.exit_backward, *proj_b, *cp.backward, core_b, *cp.backward_after,
+           MemoryOp("mla.rope.bwd", rope_op.bytes, 2), *kv_up_b,
            MemoryOp("mla.kv_norm.bwd", 3.0 * tokens * model.kv_lora_rank * dt), *kv_down_b, *bwd_q,
            *att.enter_backward]
-    return Block(tuple(fwd), tuple(bwd), (), (("mla_up_proj", tuple(up)),))
+    selective: Tuple[Op, ...] = (*cp.forward, core) if rerun_fused_attention else ()
+    return Block(tuple(fwd), tuple(bwd), selective, (("mla_up_proj", tuple(up)),))

@@ -26,8 +26,10 @@ from vtrain.sim.schedule import CompiledSchedule, splits_backward
 from vtrain.sim.stage_costs import StageCosts
 from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
-from vtrain.workload.enums import Recompute, Schedule
+from vtrain.workload.enums import Recompute, Schedule, parse_recompute_modules
 from vtrain.workload.partition import StagePartition
+from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.stack import StackSpec
 from vtrain.workload.workload import Workload
 
 _DUALPIPE = Schedule.DUALPIPE
@@ -209,6 +211,18 @@ def interval_of(w: Workload, prov: Dict[str, str], host_share: float) -> Interva
                                     leaf_regime(w, prov, host_share))
 
 
+def _recompute_flops_mode(plan: ParallelPlan, stack: StackSpec) -> str:
+    """The recompute mode whose extra FLOPs HFU counts: selective recompute runs the attention core again
+    unless it is a fused kernel the stack leaves out of the checkpoint, or core_attn is not among
+    Megatron-Core's recompute modules. HFU leaves out the matmuls of the other modules (mlp, moe,
+    shared_experts, mla_up_proj); the simulated time has them."""
+    if plan.recompute != Recompute.SELECTIVE:
+        return str(plan.recompute.value)
+    core = "core_attn" in parse_recompute_modules(plan.recompute_modules)
+    fused_skipped = plan.flash_attention and not stack.recompute_fused_attention
+    return "selective" if core and not fused_skipped else "none"
+
+
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                       ) -> Tuple[Report, Optional[SimulationTrace]]:
     model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
@@ -216,7 +230,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     shape = shape_key(model, plan)
     part = stage_partition(model, plan, shape)
     comm: CommPlan = comm_plan(w, part)
-    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape)
+    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape,
+                        stack.recompute_fused_attention)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
@@ -242,10 +257,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     # MFU against the bf16 peak also for low-precision runs (as torchtitan and Megatron report it)
     peak_flops = gpu.peak_flops_per_s(plan.precision.activation.value)
     model_flops = model.model_flops_per_iteration(plan.global_batch_size, plan.seq_len)
-    # with flash attention, selective recompute is inside the fused kernel's backward: no extra pass
-    flash_selective = plan.flash_attention and plan.recompute == Recompute.SELECTIVE
     hw_flops = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
-                                                  "none" if flash_selective else plan.recompute.value)
+                                                  _recompute_flops_mode(plan, stack))
     tokens_per_iter = plan.global_batch_size * plan.seq_len
     iterations = w.tokens_to_train / tokens_per_iter
     time_to_train = iterations * iteration

@@ -56,15 +56,17 @@ def stage_partition(model: ModelSpec, plan: ParallelPlan, key: Optional[Tuple[An
 
 
 def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms], ep: Optional[TpOperator],
-                fuse: bool, key: Optional[Tuple[Any, ...]] = None) -> ModelGraph:
+                fuse: bool, key: Optional[Tuple[Any, ...]] = None, rerun_fused_attention: bool = False
+                ) -> ModelGraph:
     """:func:`vtrain.graph.builder.build_model_graph` with the communication plan's TP, CP and EP collectives
-    (and Inductor-style fusion when ``fuse``), built once per shape and collectives."""
-    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, fuse)
+    (and Inductor-style fusion when ``fuse``), built once per shape, collectives and recompute of the fused
+    attention core."""
+    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, fuse, rerun_fused_attention)
     hit = _GRAPHS.get(k)
     if hit is None:
         if len(_GRAPHS) >= _MAX_ENTRIES:
             _GRAPHS.clear()
-        graph = build_model_graph(model, plan, tp, cp, ep)
+        graph = build_model_graph(model, plan, tp, cp, ep, rerun_fused_attention)
         hit = _GRAPHS[k] = fuse_elementwise(graph) if fuse else graph
     return hit
 

@@ -62,6 +62,11 @@ class StackSpec:
                                                  "so context parallelism exchanges the repeated heads")
     cp_grads_fp32: bool = spec(False, doc="context parallelism reduces the K/V gradients in fp32 (PyTorch's "
                                           "_cp_options.convert_to_f32)")
+    recompute_fused_attention: bool = spec(
+        False, doc="selective recompute of the attention core (core_attn) runs the fused attention kernel's "
+                   "forward again before its backward, context-parallel KV exchange included (Megatron-Core: "
+                   "Attention._checkpointed_attention_forward around TE's DotProductAttention); legacy "
+                   "Megatron-LM and Megatron-DeepSpeed leave flash attention out of the checkpoint")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
