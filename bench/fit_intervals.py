@@ -92,7 +92,7 @@ def transferred_rows() -> List[Row]:
     from vtrain.validation.csv_io import read_measurements
     from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
     from vtrain.validation.rows import row_workload
-    from vtrain.validation.run import _measured
+    from vtrain.validation.run import measured_ms
 
     load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
     load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
@@ -104,9 +104,9 @@ def transferred_rows() -> List[Row]:
                 w = row_workload(row, cluster, load_gpu, load_stack, shipped_defaults(name), SHIPPED_STACK[name])
             except ConfigError:
                 continue  # task=validate skips it too
-            measured_ms, _ = _measured(row, w)
+            ms, _ = measured_ms(row, w)
             leaf, pred = _leaf(w)
-            out.append(Row(name, f"{name}:row={row.index}", leaf, w, measured_ms / 1e3, pred))
+            out.append(Row(name, f"{name}:row={row.index}", leaf, w, ms / 1e3, pred))
     return out
 
 

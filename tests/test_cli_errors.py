@@ -35,6 +35,19 @@ CORE_RULES = [
     (["stack.host_time_per_kernel_s=1e308"], "stack.host_time_per_kernel_s=1e+308 must be a finite number in [0, 1]"),
     (["stack.loss_bytes_per_logit=1e308"], "stack.loss_bytes_per_logit=1e+308 must be a finite number in (0, 1024]"),
     (["training.tokens_to_train=1e308"], "training.tokens_to_train=1e+308 must be a finite number in (0, "),
+    # GPU, network and price constants: physical ranges (a huge GEMM size term divided by zero; tiny rates and
+    # huge prices gave inf costs)
+    (["+gpu=a100_80gb", "gpu.gemm_half_efficiency_dim=1e300"],
+     "gpu.gemm_half_efficiency_dim=1e+300 must be a finite number in [0, 1000000]"),
+    (["+gpu=a100_80gb", "gpu.hbm_bandwidth_gb_per_s=1e-300"],
+     "gpu.hbm_bandwidth_gb_per_s=1e-300 must be a finite number in [0.001, 1000000]"),
+    (["+gpu=a100_80gb", "gpu.kernel_time_s=1e300"], "gpu.kernel_time_s=1e+300 must be a finite number in [0, 1]"),
+    (["+gpu=a100_80gb", "gpu.peak_tflops.bf16=1e300"], "gpu.peak_tflops.bf16=1e+300 must be a finite number in"),
+    (["+gpu=a100_80gb", "gpu.idle_w=1000"], "gpu.idle_w=1000 must be <= gpu.tdp_w=400"),
+    (["cluster.inter_node.bandwidth_gb_per_s=1e-300"],
+     "cluster.inter_node.bandwidth_gb_per_s=1e-300 must be a finite number in [0.001, 1000000]"),
+    (["pricing.usd_per_gpu_hour.a100_80gb=1e308"],
+     "pricing.usd_per_gpu_hour.a100_80gb=1e+308 must be a finite number in [0, 1000000]"),
 ]
 
 # 20 common mistakes on the command line, each with the one line it must give
@@ -102,6 +115,38 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
 ])
 def test_unknown_names(tmp_path, capfd, args, message):
     assert message in run_inprocess([*args, f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+
+
+MEASURED_CELLS = [("abc", "row 1: iteration_time_ms=abc is not a number"),
+                  ("nan", "row 1: iteration_time_ms=nan must be a finite number > 0"),
+                  ("", "row 1: iteration_time_ms, iteration_time_s, step_time_s, tokens_per_s_per_gpu")]
+
+
+@pytest.mark.parametrize("cell,message", MEASURED_CELLS, ids=[c or "empty" for c, _ in MEASURED_CELLS])
+def test_calibrate_checks_the_measured_column_as_validate_does(tmp_path, capfd, cell, message):
+    data = tmp_path / "runs.csv"
+    head = "global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
+    data.write_text(head + f"16,8,1024,16,24,1024,1,2,1,{cell}\n16,8,1024,16,24,1024,1,2,1,372.2\n")
+    line = run_inprocess(["task=calibrate", "+cluster=vtrain_a100", f"calibrate.data={data}", "calibrate.folds=none",
+                          f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+    assert f"calibrate.data={data}: {message}" in line and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "null", "0", "1.5"])
+def test_calibrate_max_evals_is_a_positive_integer(tmp_path, capfd, value):
+    line = run_inprocess(["task=calibrate", "+cluster=vtrain_a100", "calibrate.folds=none",
+                          f"+extra.max_evals={value}", f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+    assert "must be an integer in [1, 1000000]" in line and line.startswith("vtrain: error: extra.max_evals=")
+
+
+def test_calibrate_folds_need_two_groups(tmp_path, capfd):
+    data = tmp_path / "runs.csv"
+    data.write_text("global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
+                    "16,8,1024,16,24,1024,1,2,1,372.2\n32,4,1024,16,24,1024,2,2,2,219.7\n")
+    line = run_inprocess(["task=calibrate", "+cluster=vtrain_a100", f"calibrate.data={data}",
+                          "calibrate.folds=hidden_size", "calibrate.fit_on=single_node",
+                          f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+    assert "calibrate.folds=hidden_size: the data holds one hidden_size group (1024)" in line
 
 
 def test_real_process_one_line_and_exit_2(tmp_path):

@@ -100,3 +100,23 @@ def test_bad_moe_models_are_one_line_errors(override, message):
     with pytest.raises(ConfigError) as err:
         model_spec(compose(["+model=deepseek_v3", "+cluster=a100x1024", override]).model)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_capacity_factor_below_one_drops_routed_flops():
+    """With capacity c < 1 each expert takes c of its balanced share: the routed experts compute c of the
+    top-k work (else MFU counted dropped tokens, and passed 1 at c = 0.01)."""
+    from dataclasses import replace
+
+    from vtrain import compose
+    from vtrain.api import simulate
+
+    m = spec("mixtral_8x7b")
+    full = m.moe_layer_matmul_params()
+    half = replace(m, capacity_factor=0.5).moe_layer_matmul_params()
+    routed = 3 * m.hidden_size * m.moe_top_k * m.expert_ffn  # gated: gate, up, down
+    assert full - half == pytest.approx(0.5 * routed)
+    assert replace(m, capacity_factor=1.25).moe_layer_matmul_params() == pytest.approx(full)  # padding is no work
+    r = simulate(compose(["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=4",
+                          "parallelism.dp=8", "parallelism.ep=8", "training.global_batch_size=64",
+                          "training.seq_len=4096", "model.capacity_factor=0.01"]))
+    assert 0 < r.mfu < 1

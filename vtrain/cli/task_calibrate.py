@@ -37,7 +37,9 @@ from vtrain.errors import ConfigError
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, single_node_workloads, weak_scaling_workloads
 from vtrain.validation.metrics import summarise
 from vtrain.validation.weak_scaling import weak_scaling_cluster
+from vtrain.workload.fields import Domain, check_value
 
+MAX_EVALS = Domain(lo=1, hi=1e6, integer=True)  # Nelder-Mead objective evaluations (+extra.max_evals)
 FIT_ON = ("joint", "single_node", "weak_scaling")  # weak_scaling: the 10 rows alone, single-node out of sample
 GROUPS = {
     "hidden_size": lambda w: w.model.hidden_size,
@@ -127,7 +129,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if fit_on != "single_node":
         datasets.append(Dataset("weak_scaling", weak, weak_s))
     base = Constants.of(single[0])  # predict_s runs the weak-scaling rows on these constants too
-    max_evals = int(cfg.extra.get("max_evals", 300))
+    max_evals = cfg.extra.get("max_evals", 300)
+    check_value("extra.max_evals", max_evals, MAX_EVALS)
+    max_evals = int(max_evals)
     on = " and ".join([f"{len(single)} single-node rows"] * (fit_on != "weak_scaling")
                       + [f"{len(weak)} weak-scaling rows"] * (fit_on != "single_node"))
     say(f"fitting {len(names)} constants ({', '.join(names)}) of gpu={base.gpu.name} and stack={base.stack.name} "
@@ -157,6 +161,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             say(f"  held out {weak[int(g)].model.name}: error {m:.2f}%")
     elif folds != "none":
         groups = [GROUPS[folds](w) for w in single]
+        if len(set(groups)) < 2:
+            raise ConfigError(f"calibrate.folds={folds}: the data holds one {folds} group ({groups[0]}); "
+                              "leaving one out needs at least 2")
         cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, names, max_evals=max(60, max_evals // 2),
                                                  fold_constants=folds_fit)
         line = summarise(cv_pred.tolist(), single_s.tolist()).line()

@@ -11,12 +11,19 @@ from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_choice, check_model, check_plan, require
 from vtrain.errors import ConfigError
 from vtrain.workload.enums import CostModelKind, PositionEmbedding
-from vtrain.workload.fields import NON_NEGATIVE, check_value
+from vtrain.workload.fields import check_value
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import PAR, TRAIN, ParallelPlan
 from vtrain.workload.stack import StackSpec
 from vtrain.workload.system import ClusterSpec, GpuSpec
-from vtrain.workload.workload import GRID_KG_CO2_PER_KWH, USD_PER_KWH, Workload
+from vtrain.workload.workload import (
+    GRID_KG_CO2_PER_KWH,
+    KG_CO2_PER_KWH_RANGE,
+    USD_PER_GPU_HOUR,
+    USD_PER_KWH,
+    USD_PER_KWH_RANGE,
+    Workload,
+)
 
 T = TypeVar("T")
 
@@ -146,7 +153,10 @@ def model_spec(m: Any) -> ModelSpec:
 
 
 def gpu_spec(g: Any) -> GpuSpec:
-    return spec_from(GpuSpec, as_mapping(g), "gpu")
+    gpu = spec_from(GpuSpec, as_mapping(g), "gpu")
+    require(gpu.idle_w <= gpu.tdp_w, f"gpu.idle_w={gpu.idle_w:g} must be <= gpu.tdp_w={gpu.tdp_w:g} "
+            "(an idle GPU draws less than its power limit)")
+    return gpu
 
 
 def stack_spec(s: Any) -> StackSpec:
@@ -226,14 +236,14 @@ def _build(nodes: Tuple[Any, ...], keys: Tuple[Any, ...]) -> Workload:
     require(gpu.name in prices, f"pricing.usd_per_gpu_hour has no price for gpu={gpu.name} "
             f"(pricing={pricing.get('name')})")
     usd = prices[gpu.name]
-    require(isinstance(usd, (int, float)) and usd >= 0 and usd == usd and usd != float("inf"),
-            f"pricing.usd_per_gpu_hour.{gpu.name}={usd} must be a finite number >= 0")
+    check_value(f"pricing.usd_per_gpu_hour.{gpu.name}", usd, USD_PER_GPU_HOUR)
     cost_kind = str(_node(cost_cfg, "model"))
     check_choice("cost.model", cost_kind, [k.value for k in CostModelKind])
     energy = {}
-    for key, default in (("usd_per_kwh", USD_PER_KWH), ("grid_kg_co2_per_kwh", GRID_KG_CO2_PER_KWH)):
+    for key, default, domain in (("usd_per_kwh", USD_PER_KWH, USD_PER_KWH_RANGE),
+                                 ("grid_kg_co2_per_kwh", GRID_KG_CO2_PER_KWH, KG_CO2_PER_KWH_RANGE)):
         value = pricing.get(key, default)
-        check_value(f"pricing.{key}", value, NON_NEGATIVE)
+        check_value(f"pricing.{key}", value, domain)
         energy[key] = float(value)
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack, usd_per_gpu_hour=float(usd),
                     cost_model=cost_kind, **energy)

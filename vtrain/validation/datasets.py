@@ -8,6 +8,8 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from vtrain.errors import ConfigError
+
 SHIPPED = {
     "a100_single_node": "a100_single_node_iteration_times.csv",
     "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
@@ -51,8 +53,13 @@ def single_node_workloads(cluster_cfg: Any, path: Path | None = None, stack: str
     rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]), field)
     load = functools.lru_cache(maxsize=None)(load_gpu_config)
     load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
+    from vtrain.validation.run import measured_ms
+
     ws = [row_workload(r, cluster_cfg, load, load_stack, stack=stack) for r in rows]
-    measured = np.array([float(r.get("iteration_time_ms")) for r in rows]) / 1e3
+    try:  # the measured time as task=validate reads it (any of its time or throughput columns, checked)
+        measured = np.array([measured_ms(r, w)[0] for r, w in zip(rows, ws)]) / 1e3
+    except ConfigError as err:
+        raise ConfigError(f"{field}={path or 'a100_single_node'}: {err}") from None
     return ws, measured, rows
 
 

@@ -84,7 +84,7 @@ def _positive(row: MeasuredRow, column: str) -> Optional[float]:
 RATES = ("tokens_per_s_per_gpu", "samples_per_s", "model_tflops_per_gpu")  # measured as the inverse of time
 
 
-def _measured(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
+def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     """(measured iteration ms, quantity) of a row: the first of its time columns (ms, then seconds), else its
     throughput (tokens per GPU, of the job, sequences of the job), else Megatron-Core's model TFLOP/s per GPU
     (converted with Megatron's own FLOP count, :mod:`vtrain.validation.megatron_flops`); the error is reported
@@ -160,7 +160,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
             if not math.isfinite(report.iteration_time_s) or report.iteration_time_s <= 0:
                 raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
                                   "(a shape no run has: check its sizes)")
-            measured, quantity = _measured(row, w)
+            measured, quantity = measured_ms(row, w)
             if not math.isfinite(measured) or not 1e-6 < measured < 1e15:  # 1 ns .. 30,000 years, in ms
                 raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
                                   "(outside 1e-6 .. 1e15 ms: check its value and unit)")

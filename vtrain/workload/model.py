@@ -223,9 +223,12 @@ class ModelSpec:
         mlp = (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_hidden_size
         return self.attention_matmul_params() + mlp
 
-    def moe_layer_matmul_params(self) -> int:
-        """Weights of an MoE layer one token multiplies with: attention, router, top-k and shared experts."""
-        width = self.moe_top_k * self.expert_ffn + self.shared_ffn
+    def moe_layer_matmul_params(self) -> float:
+        """Weights of an MoE layer one token multiplies with: attention, router, top-k and shared experts.
+        A capacity factor c < 1 drops 1 - c of the routed tokens even under balanced routing (each expert
+        takes c times its mean share; GShard, Lepikhin et al. 2020, Sec. 2.2): the experts compute c of them."""
+        kept = min(1.0, self.capacity_factor) if self.capacity_factor is not None else 1.0
+        width = kept * self.moe_top_k * self.expert_ffn + self.shared_ffn
         return (self.attention_matmul_params() + self.hidden_size * self.num_experts
                 + (3 if self.gated_mlp else 2) * self.hidden_size * width)
 
@@ -245,12 +248,12 @@ class ModelSpec:
         n_moe = self.num_moe_layers
         core = self.attention_core_flops(s)
         dense_layer = 2 * s * self.layer_matmul_params() + core
-        layers = (self.num_layers - n_moe) * dense_layer
+        layers: float = (self.num_layers - n_moe) * dense_layer
         if n_moe:
             layers += n_moe * (2 * s * self.moe_layer_matmul_params() + core)
         logits = 2 * s * h * self.vocab_size
         if self.mtp_layers:
-            mtp_layer = 2 * s * self.moe_layer_matmul_params() + core if self.mtp_is_moe else dense_layer
+            mtp_layer: float = 2 * s * self.moe_layer_matmul_params() + core if self.mtp_is_moe else dense_layer
             layers += self.mtp_layers * (2 * s * 2 * h * h + mtp_layer + logits)
         return float(layers + logits)
 
@@ -269,7 +272,7 @@ class ModelSpec:
         n_moe = self.num_moe_layers
         core = self.attention_core_flops(s)
         if recompute == "full":
-            per_seq = (self.num_layers - n_moe) * (2 * s * self.layer_matmul_params() + core)
+            per_seq: float = (self.num_layers - n_moe) * (2 * s * self.layer_matmul_params() + core)
             if n_moe:
                 per_seq += n_moe * (2 * s * self.moe_layer_matmul_params() + core)
             return base + global_batch * per_seq

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, Domain, spec
+from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
 
 GIB = 2**30  # binary gibibyte, for capacities
 GB = 10**9  # SI gigabyte, for bandwidths
@@ -17,18 +17,27 @@ TFLOPS = 10**12
 # assumed: a modern purpose-built (AI) site; between hyperscale fleets (Google: 1.10, Q2 2021) and the
 # industry average (Uptime Institute Global Data Center Survey 2023: 1.58)
 DEFAULT_PUE = 1.2
+# Physical ranges (first principles: beyond them a prediction is meaningless and its arithmetic under- or
+# overflows): rates from 1 GFLOP/s or 1 MB/s (a CPU core) up to 1 EFLOP/s or 1 PB/s per device, capacities up
+# to 1 PiB, GEMM sizes up to 1e6 per dimension, fixed times up to 1 s per kernel or call, power up to 100 kW
+PEAK_TFLOPS = Domain(lo=1.0e-3, hi=1.0e6)
+RATE_GB_PER_S = Domain(lo=1.0e-3, hi=1.0e6)
+CAPACITY_GIB = Domain(lo=0.0, hi=2.0**20, lo_open=True)
+GEMM_DIM = Domain(lo=0.0, hi=1.0e6)
+FIXED_TIME_S = Domain(lo=0.0, hi=1.0)
+POWER_W = Domain(lo=0.0, hi=1.0e5)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
     name: str = spec(doc="gpu/ config name")
-    peak_tflops: Dict[str, float] = spec(factory=dict, unit="TFLOP/s", domain=POSITIVE,
+    peak_tflops: Dict[str, float] = spec(factory=dict, unit="TFLOP/s", domain=PEAK_TFLOPS,
                                          doc="datasheet dense peak per precision (no sparsity)")
-    hbm_capacity_gib: float = spec(unit="GiB", domain=POSITIVE, doc="HBM capacity")
-    hbm_bandwidth_gb_per_s: float = spec(unit="GB/s", domain=POSITIVE, doc="HBM bandwidth (datasheet)")
+    hbm_capacity_gib: float = spec(unit="GiB", domain=CAPACITY_GIB, doc="HBM capacity")
+    hbm_bandwidth_gb_per_s: float = spec(unit="GB/s", domain=RATE_GB_PER_S, doc="HBM bandwidth (datasheet)")
     num_sms: int = spec(108, domain=POSITIVE_INT, doc="streaming multiprocessors: GEMM wave quantization")
     gemm_max_efficiency: float = spec(0.75, domain=FRACTION, doc="fraction of peak a large GEMM reaches")
-    gemm_half_efficiency_dim: float = spec(64.0, domain=NON_NEGATIVE,
+    gemm_half_efficiency_dim: float = spec(64.0, domain=GEMM_DIM,
                                            doc="GEMM dimension at which its size factor d/(d+d_half) is 1/2 "
                                                "(0: no size factor)")
     gemm_misaligned_efficiency: float = spec(0.4, domain=FRACTION,
@@ -51,9 +60,9 @@ class GpuSpec:
     gemm_efficiency_by_precision: Dict[str, float] = spec(
         factory=dict, domain=FRACTION, doc="large-GEMM efficiency per precision (absent: gemm_max_efficiency)")
     gemm_half_efficiency_k: Optional[float] = spec(
-        None, domain=NON_NEGATIVE, none_means="gemm_half_efficiency_dim for k too, at every precision",
+        None, domain=GEMM_DIM, none_means="gemm_half_efficiency_dim for k too, at every precision",
         doc="k at which the k size factor is 1/2, at the bf16 (else fp16) rate; scales with peak per precision")
-    gemm_fixed_time_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE,
+    gemm_fixed_time_s: float = spec(0.0, unit="s", domain=FIXED_TIME_S,
                                     doc="fixed time of one GEMM kernel (prologue, epilogue, tail) on top of its work")
     gemm_wave_exponent: float = spec(1.0, domain=Domain(lo=0.0, hi=1.0),
                                      doc="wave-quantization factor raised to this (1: full waves; <1: partly hidden)")
@@ -61,12 +70,13 @@ class GpuSpec:
         None, domain=FRACTION, none_means="gemm max efficiency x attention_efficiency",
         doc="fused attention (fwd and bwd) as a fraction of the bf16/fp16 peak")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
-    kernel_time_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="minimum GPU time of one kernel")
+    kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
                                    doc="compute slowdown while an overlapped collective runs beside it (the SMs "
                                        "its kernels take)")
-    tdp_w: float = spec(400.0, unit="W", domain=POSITIVE, doc="board power limit (datasheet TDP)")
-    idle_w: float = spec(60.0, unit="W", domain=NON_NEGATIVE, doc="power drawn by an idle GPU")
+    tdp_w: float = spec(400.0, unit="W", domain=Domain(lo=0.0, hi=1.0e5, lo_open=True),
+                         doc="board power limit (datasheet TDP)")
+    idle_w: float = spec(60.0, unit="W", domain=POWER_W, doc="power drawn by an idle GPU (at most tdp_w)")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'datasheet: ...', 'fitted: <data>' "
                                                         "or 'transferred from: <gpu>'")
 
@@ -86,24 +96,24 @@ class GpuSpec:
 class NetworkTier:
     """One network tier. Bandwidths are unidirectional, per GPU (intra-node) or per node (inter-node)."""
 
-    bandwidth_gb_per_s: float = spec(unit="GB/s", domain=POSITIVE, doc="link bandwidth per direction")
-    latency_s: float = spec(30.0e-6, unit="s", domain=NON_NEGATIVE, doc="fixed cost of one collective call")
-    step_latency_s: float = spec(2.0e-6, unit="s", domain=NON_NEGATIVE, doc="per algorithm step")
+    bandwidth_gb_per_s: float = spec(unit="GB/s", domain=RATE_GB_PER_S, doc="link bandwidth per direction")
+    latency_s: float = spec(30.0e-6, unit="s", domain=FIXED_TIME_S, doc="fixed cost of one collective call")
+    step_latency_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="per algorithm step")
     efficiency: float = spec(0.75, domain=FRACTION, doc="achieved fraction of the link bandwidth")
     # per collective kind (all_reduce, all_gather, reduce_scatter, all_to_all, p2p): absent kinds use the
     # scalars above; ll_*: NCCL's low-latency protocol, priced alongside and the faster one taken (0: none)
-    kind_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=NON_NEGATIVE,
+    kind_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=FIXED_TIME_S,
                                             doc="fixed cost per call by collective kind")
-    kind_step_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=NON_NEGATIVE,
+    kind_step_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=FIXED_TIME_S,
                                                  doc="per algorithm step by collective kind")
     kind_efficiency: Dict[str, float] = spec(factory=dict, domain=FRACTION, doc="bandwidth efficiency by kind")
     kind_group_exponent: Dict[str, float] = spec(factory=dict, domain=Domain(lo=0.0, hi=1.0),
                                                  doc="bytes moved = ((n-1)/n)**x of the buffer (1: ring volume)")
-    ll_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=NON_NEGATIVE,
+    ll_latency_s: Dict[str, float] = spec(factory=dict, unit="s", domain=FIXED_TIME_S,
                                           doc="low-latency protocol: fixed cost per call by kind")
     ll_efficiency: Dict[str, float] = spec(factory=dict, domain=NON_NEGATIVE,
                                            doc="low-latency protocol: bandwidth efficiency by kind (0: not used)")
-    nvls_latency_s: float = spec(0.0, unit="s", domain=NON_NEGATIVE, doc="NVLS (NVSwitch SHARP) all-reduce fixed cost")
+    nvls_latency_s: float = spec(0.0, unit="s", domain=FIXED_TIME_S, doc="NVLS (NVSwitch SHARP) all-reduce fixed cost")
     nvls_efficiency: float = spec(0.0, domain=NON_NEGATIVE,
                                   doc="NVLS all-reduce: buffer bytes / time as a fraction of the link (0: no NVLS)")
 
@@ -128,10 +138,10 @@ class ClusterSpec:
                                        doc="share of the shorter phase of a multi-domain collective hidden "
                                            "under the longer (0: in sequence; 1: pipelined)")
     # energy (vtrain/sim/energy.py; README: Energy)
-    node_overhead_w: float = spec(0.0, unit="W", domain=NON_NEGATIVE,
+    node_overhead_w: float = spec(0.0, unit="W", domain=POWER_W,
                                   doc="power of a node besides its GPUs: CPUs, memory, NICs, NVSwitches, fans, and "
                                       "its share of the scale-out switches (0: GPUs only); shared by its GPUs")
-    pue: float = spec(DEFAULT_PUE, domain=Domain(lo=1.0),
+    pue: float = spec(DEFAULT_PUE, domain=Domain(lo=1.0, hi=10.0),
                       doc="site power usage effectiveness: facility power / IT power (cooling, power delivery)")
 
     @property
