@@ -46,6 +46,8 @@ CORE_RULES = [
     (["+gpu=a100_80gb", "gpu.idle_w=1000"], "gpu.idle_w=1000 must be <= gpu.tdp_w=400"),
     (["cluster.inter_node.bandwidth_gb_per_s=1e-300"],
      "cluster.inter_node.bandwidth_gb_per_s=1e-300 must be a finite number in [0.001, 1000000]"),
+    (["training.optimizer=sgd"], "training.optimizer=sgd is not one of adam, adamw"),
+    (["cluster.nvlink_domain=3"], "cluster.nvlink_domain=3 must be 0 (one node), a multiple of gpus_per_node=8"),
     (["pricing.usd_per_gpu_hour.a100_80gb=1e308"],
      "pricing.usd_per_gpu_hour.a100_80gb=1e+308 must be a finite number in [0, 1000000]"),
 ]
@@ -110,6 +112,10 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
      "calibrate.constants=vocab must name constants among gemm_max_efficiency"),
     (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=single_node", "calibrate.folds=weak_scaling"],
      "calibrate.folds=weak_scaling needs calibrate.fit_on=joint"),
+    (["task=validate", "+cluster=vtrain_a100", "validate.data=a100_single_node", "validate.show_rows=-1"],
+     "validate.show_rows=-1 must be an integer in [0, 1000000000]"),
+    (["task=validate", "+cluster=vtrain_a100", "validate.data=a100_single_node", "cost.model=profile"],
+     "cost.model=profile is not supported by task=validate"),
     (["task=calibrate", "+cluster=h100x1024"], "calibrate.data is not set, and the shipped single-node runs ran on "
                                                "A100 80 GB: fitting gpu=h100_sxm to them"),
 ])

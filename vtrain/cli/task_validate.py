@@ -14,6 +14,7 @@ from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
 from vtrain.validation.run import RowResult, coverage_pct, memory_summary_of, summary_of, validate_rows
+from vtrain.workload.fields import Domain, check_value
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
@@ -86,8 +87,15 @@ def _chosen_stack() -> Optional[str]:
     return None
 
 
+SHOW_ROWS = Domain(lo=0, hi=1e9, integer=True)  # the worst rows printed (0: none)
+
+
 def run(cfg: DictConfig, out_dir: Path) -> int:
     require_group(cfg, "cluster")
+    check_value("validate.show_rows", cfg.validate.show_rows, SHOW_ROWS)
+    if str(cfg.cost.model) == "profile":  # rows run many shapes and GPUs no one profile holds
+        raise ConfigError("cost.model=profile is not supported by task=validate: it prices every row with the "
+                          "analytical model (cost.model=auto or analytical)")
     if not cfg.validate.data:
         raise ConfigError("validate.data is not set: give a CSV path or a shipped dataset name "
                           "(a100_single_node)")

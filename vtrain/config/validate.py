@@ -19,6 +19,9 @@ def require(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+OPTIMIZERS = ("adam", "adamw")
+
+
 def check_choice(field: str, value: str, choices: Iterable[str]) -> None:
     options = [str(c) for c in choices]
     require(str(value) in options, f"{field}={value} is not one of {', '.join(options)}")
@@ -71,6 +74,13 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     """Divisibility and size rules of a plan (Megatron-LM's and FSDP's own asserts, readable)."""
     check_positive(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, micro_batch_size=p.micro_batch_size,
                    global_batch_size=p.global_batch_size, seq_len=p.seq_len, virtual_stages=p.virtual_stages)
+    # the memory and step models are mixed-precision Adam's (fp32 master weights, m and v); AdamW's decoupled
+    # weight decay changes neither
+    check_choice("training.optimizer", p.optimizer, OPTIMIZERS)
+    domain, node = cluster.nvlink_domain, cluster.gpus_per_node
+    if not (domain == 0 or domain % node == 0 or node % domain == 0):
+        raise ConfigError(f"cluster.nvlink_domain={domain} must be 0 (one node), a multiple of gpus_per_node={node} "
+                          "(NVLink racks) or a divisor of it (NVLink islands inside a node)")
     if not (p.num_gpus <= cluster.num_gpus):
         raise ConfigError(f"tp*cp*pp*dp={p.tp}*{p.cp}*{p.pp}*{p.dp}={p.num_gpus} exceeds the {cluster.num_gpus} "
                           f"GPUs of cluster {cluster.name}")
