@@ -67,6 +67,11 @@ class StackSpec:
                    "forward again before its backward, context-parallel KV exchange included (Megatron-Core: "
                    "Attention._checkpointed_attention_forward around TE's DotProductAttention); legacy "
                    "Megatron-LM and Megatron-DeepSpeed leave flash attention out of the checkpoint")
+    tp_layout_copies: bool = spec(
+        False, doc="activations are batch-first ([b, s, h]) and sequence parallelism shards dim 1, so each "
+                   "non-overlapped TP all-gather is followed and each reduce-scatter preceded by a chunk-and-cat "
+                   "copy of the full activation (DTensor in torchtitan; Megatron's [s, b, h] needs none): "
+                   "vtrain.graph.layout")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
