@@ -72,3 +72,21 @@ def test_fsdp2_keeps_no_bf16_shard_beside_its_fp32_masters():
     assert state_bytes_per_param(p) == pytest.approx((2 / 8, 4 / 8, 12 / 8))
     assert state_bytes_per_param(p, masters_sharded=True) == pytest.approx((0.0, 4 / 8, 12 / 8))
     assert state_bytes_per_param(replace(p, zero_stage=1), masters_sharded=True) == pytest.approx((2.0, 4.0, 12 / 8))
+
+
+def test_layernorm_recompute_saves_the_norm_outputs_of_this_cp_rank():
+    """The saving is the two norm outputs of the rank's s/cp tokens (it was the whole sequence's, so at cp=4
+    an MoE layer's activations came out negative)."""
+    from dataclasses import replace
+
+    from vtrain import compose
+    from vtrain.api import simulate
+    from vtrain.config.build import build_workload
+    from vtrain.sim.memory_moe import layernorm_recompute_saving_bytes
+
+    over = ["+model=gpt_oss_120b", "+cluster=h200x1024", "parallelism.cp=4",
+            "parallelism.recompute_modules='layernorm,moe_act,moe'"]
+    w = build_workload(compose(over))
+    one = layernorm_recompute_saving_bytes(w.model, replace(w.plan, cp=1))
+    assert layernorm_recompute_saving_bytes(w.model, w.plan) == one / 4
+    assert simulate(compose(over)).memory.activations_bytes > 0

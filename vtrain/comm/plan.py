@@ -11,7 +11,7 @@ Entries, per GPU of a stage:
   and the receiver all-gathers it over NVLink (Megatron's scatter/gather, Narayanan et al. SC'21,
   Sec. 4.1); with sequence parallelism the activation is already sharded and needs no gather.
 - DP gradient sync: per model chunk, all-reduce (or reduce-scatter with the distributed optimizer) of
-  its gradients, in buckets of ``grad_bucket_mib`` on the DP stream, overlapped with the backward pass
+  its gradients, in buckets (:func:`grad_bucket_bytes`) on the DP stream, overlapped with the backward pass
   of the last micro-batch when ``overlap_grad_reduce`` (Megatron's DistributedDataParallel).
 - Tied embeddings with pp > 1: all-reduce of the word-embedding gradient between first and last stage.
 - Distributed optimizer: all-gather of the updated parameters after the optimizer step.
@@ -69,6 +69,15 @@ class Comm:
 def grad_bytes_per_param(precision: Precision) -> float:
     """DP reduces fp32 main gradients with bf16 (Megatron-LM accumulates them in fp32), else the dtype."""
     return 2.0 if precision == Precision.FP16 else 4.0
+
+
+def grad_bucket_bytes(plan: ParallelPlan) -> float:
+    """Bytes of one DP gradient bucket: ``grad_bucket_mib``, else Megatron-Core's default of max(4e7,
+    1e6 x dp x cp) parameters (larger DP groups get larger buckets, so that NCCL's ring chunks stay
+    bandwidth-bound: megatron/core/distributed/distributed_data_parallel.py)."""
+    if plan.grad_bucket_mib is not None:
+        return plan.grad_bucket_mib * 2**20
+    return max(4.0e7, 1.0e6 * plan.dp * plan.cp) * grad_bytes_per_param(plan.precision)
 
 
 def tp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
@@ -372,7 +381,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     fsdp_where=shard_placement(plan, domain), replica_where=replica_placement(plan, domain),
                     boundary=tuple(boundary),
                     boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
-                    dp_where=dp_placement(plan, domain), bucket_bytes=plan.grad_bucket_bytes,
+                    dp_where=dp_placement(plan, domain), bucket_bytes=grad_bucket_bytes(plan),
                     overlap_grad_reduce=plan.overlap_grad_reduce and not deferred, embedding_sync=emb,
                     embedding_where=emb_where,
                     param_gather=gathers, boundary_stages=tuple(boundary_stages),

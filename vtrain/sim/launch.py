@@ -256,8 +256,20 @@ def price_chunk(parts: Sequence[Part], host_start_s: float, memo: Optional[Prefi
     return PassCost(q.compute, q.comm, end, q.host, q.flops, tuple(q.groups[1:]), q.side_busy, max(0.0, q.side - end))
 
 
+def _steady(delta: Tuple[float, ...], prev: Optional[Tuple[float, ...]]) -> bool:
+    """A run's effect repeats for good: it equals the previous run's, and the host, the side stream and the
+    pending gather each advance as far as the GPU (or not at all: unused), so the gaps between them stay
+    put. Equal but unlike advances (a side stream falling behind the GPU by the same amount per layer)
+    are a transient: the backlog grows until the GPU waits for it."""
+    if prev is None or not all(abs(x - y) < 1e-12 for x, y in zip(delta[:4], prev[:4])):
+        return False
+    host, gpu, side, pending = delta[:4]
+    return all(abs(d - gpu) < 1e-12 or d == 0.0 for d in (host, side, pending))
+
+
 def _run_part(q: _LaunchQueue, timed: List[Timed], repeat: int, side: SideStream) -> None:
-    """``repeat`` runs of one part; once a run's effect repeats, the rest are added in closed form."""
+    """``repeat`` runs of one part; once a run's effect repeats (:func:`_steady`), the rest are added in
+    closed form."""
     done = 0
     prev: Optional[Tuple[float, ...]] = None
     while done < repeat:
@@ -268,7 +280,7 @@ def _run_part(q: _LaunchQueue, timed: List[Timed], repeat: int, side: SideStream
         done += 1
         after = q.state()
         delta = tuple(map(operator.sub, after, before))
-        if prev is not None and all(abs(x - y) < 1e-12 for x, y in zip(delta[:4], prev[:4])):
+        if _steady(delta, prev):
             k = repeat - done
             q.set_state([a + k * d for a, d in zip(after, delta)])
             break

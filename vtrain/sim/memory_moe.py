@@ -77,11 +77,14 @@ def dispatch_buffer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
 
 
 def layernorm_recompute_saving_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
-    """``layernorm`` recompute: the two norm outputs (QKV and FC1 inputs) are not saved."""
+    """``layernorm`` recompute: the two norm outputs (QKV and FC1 inputs) are not saved, at the bytes
+    :func:`vtrain.sim.memory.layer_activation_bytes` counts them (quantized in a low-precision run) for the
+    s/cp tokens of this rank."""
     if "layernorm" not in _modules(plan):
         return 0.0
     sp_div = plan.tp if plan.sequence_parallel else 1
-    return 2.0 * plan.dtype_bytes * plan.seq_len * plan.micro_batch_size * model.hidden_size / sp_div
+    lin = 1 if plan.precision.low else plan.dtype_bytes
+    return 2.0 * lin * plan.tokens_per_rank * model.hidden_size / sp_div
 
 
 StateBytes = Tuple[float, float, float, float, float]  # weights, gradients, optimizer, activations, other

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
@@ -58,8 +58,11 @@ class ParallelPlan:
                                      "(TE userbuffers, torchtitan async TP); needs sequence_parallel")
     overlap_grad_reduce: bool = spec(True, group=PAR,
                                      doc="bucketed DP gradient reduction overlapped with the backward pass")
-    grad_bucket_mib: float = spec(40.0, group=PAR, unit="MiB", domain=Domain(lo=0.1),
-                                  doc="DP gradient bucket size (NCCL buckets below 100 KiB are latency, not a plan)")
+    grad_bucket_mib: Optional[float] = spec(
+        None, group=PAR, unit="MiB", domain=Domain(lo=0.1),
+        none_means="Megatron-Core's default: max(4e7, 1e6 x dp x cp) parameters' gradients per bucket "
+                   "(distributed_data_parallel.py), one bucket when the reduction is not overlapped",
+        doc="DP gradient bucket size (NCCL buckets below 100 KiB are latency, not a plan)")
     # --- mixture of experts (Megatron-Core: EP groups carved out of the tp*dp*cp ranks of a stage)
     ep: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="expert-parallel degree (experts split over ep ranks)")
     etp: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT, doc="expert tensor-parallel degree (0: tp)")
@@ -77,10 +80,6 @@ class ParallelPlan:
     # at most 1e18 tokens (~50,000x the largest published runs): beyond, days and dollars are no plan's
     tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=Domain(lo=0.0, hi=1e18, lo_open=True),
                                   doc="tokens of the whole training run (time and cost to train)")
-
-    @property
-    def grad_bucket_bytes(self) -> float:
-        return self.grad_bucket_mib * 2**20
 
     @property
     def num_gpus(self) -> int:
