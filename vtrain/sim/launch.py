@@ -256,15 +256,29 @@ def price_chunk(parts: Sequence[Part], host_start_s: float, memo: Optional[Prefi
     return PassCost(q.compute, q.comm, end, q.host, q.flops, tuple(q.groups[1:]), q.side_busy, max(0.0, q.side - end))
 
 
-def _steady(delta: Tuple[float, ...], prev: Optional[Tuple[float, ...]]) -> bool:
-    """A run's effect repeats for good: it equals the previous run's, and the host, the side stream and the
-    pending gather each advance as far as the GPU (or not at all: unused), so the gaps between them stay
-    put. Equal but unlike advances (a side stream falling behind the GPU by the same amount per layer)
-    are a transient: the backlog grows until the GPU waits for it."""
+def _steady(delta: Tuple[float, ...], prev: Optional[Tuple[float, ...]], after: Tuple[float, ...]) -> bool:
+    """A run's effect repeats for good: it equals the previous run's, and each of the host, the side stream
+    and the pending gather either advances as far as the GPU (its gap to the GPU stays put) or ends at or
+    before the GPU, where the next layer forgets it (the host resynchronises to the GPU; a gather or
+    reduce-scatter starts after the GPU's position, a wait for an earlier gather is none). Equal but unlike
+    advances of a side stream that ends ahead of the GPU (it falls further behind each layer) are a
+    transient: the backlog grows until the GPU waits for it."""
     if prev is None or not all(abs(x - y) < 1e-12 for x, y in zip(delta[:4], prev[:4])):
         return False
-    host, gpu, side, pending = delta[:4]
-    return all(abs(d - gpu) < 1e-12 or d == 0.0 for d in (host, side, pending))
+    d_gpu, gpu = delta[1], after[1]
+    return all(abs(delta[i] - d_gpu) < 1e-12 or after[i] <= gpu for i in (0, 2, 3))
+
+
+def _period(delta: Tuple[float, ...], after: Tuple[float, ...]) -> Tuple[float, ...]:
+    """What one more run adds to the state in the steady state: its delta, except that a position the
+    next layer forgets (at or before the GPU's: the host, resynchronised to the GPU at the boundary; a
+    side stream or gather that is done) moves with the GPU, keeping its gap, as running the layer does. A
+    position never used (_IDLE) stays."""
+    d = list(delta)
+    for i in (0, 2, 3):
+        if after[i] <= after[1] and after[i] != _IDLE:
+            d[i] = delta[1]
+    return tuple(d)
 
 
 def _run_part(q: _LaunchQueue, timed: List[Timed], repeat: int, side: SideStream) -> None:
@@ -280,8 +294,8 @@ def _run_part(q: _LaunchQueue, timed: List[Timed], repeat: int, side: SideStream
         done += 1
         after = q.state()
         delta = tuple(map(operator.sub, after, before))
-        if _steady(delta, prev):
+        if _steady(delta, prev, after):
             k = repeat - done
-            q.set_state([a + k * d for a, d in zip(after, delta)])
+            q.set_state([a + k * d for a, d in zip(after, _period(delta, after))])
             break
         prev = delta
