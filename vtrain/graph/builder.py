@@ -9,7 +9,7 @@ activation-grad + weight-grad.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.tp import TpComms, TpOperator
@@ -46,6 +46,17 @@ class ModelGraph:
     head: ComponentGraph  # final norm + logits + cross-entropy
     moe_layer: Optional[ComponentGraph] = None  # a layer whose MLP is a mixture of experts (graph.moe)
     mtp: Optional[ComponentGraph] = None  # an MTP module's embedding, norms and projection (graph.mtp)
+
+
+def map_passes(graph: ModelGraph, fn: Callable[[PassOps], PassOps]) -> ModelGraph:
+    """``graph`` with ``fn`` applied to every pass of every component (a graph rewrite: kernel fusion,
+    layout copies)."""
+    def component(c: ComponentGraph) -> ComponentGraph:
+        return ComponentGraph(fn(c.forward), fn(c.backward), fn(c.recompute))
+
+    return ModelGraph(component(graph.layer), component(graph.embedding), component(graph.head),
+                      None if graph.moe_layer is None else component(graph.moe_layer),
+                      None if graph.mtp is None else component(graph.mtp))
 
 
 def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "") -> Tuple[Gemm, Tuple[Gemm, Gemm]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import List
 
-from vtrain.graph.builder import ComponentGraph, ModelGraph, PassOps
+from vtrain.graph.builder import ModelGraph, PassOps, map_passes
 from vtrain.graph.ops import MemoryOp, Op
 
 FUSED_TRAFFIC = 0.75
@@ -38,12 +38,6 @@ def fuse_pass(ops: PassOps) -> PassOps:
     return PassOps(tuple(out))
 
 
-def fuse_component(c: ComponentGraph) -> ComponentGraph:
-    return ComponentGraph(fuse_pass(c.forward), fuse_pass(c.backward), fuse_pass(c.recompute))
-
-
 def fuse_elementwise(graph: ModelGraph) -> ModelGraph:
     """Every component fused, the MoE layer and the MTP module included (a compiled MoE model keeps its experts)."""
-    return ModelGraph(fuse_component(graph.layer), fuse_component(graph.embedding), fuse_component(graph.head),
-                      None if graph.moe_layer is None else fuse_component(graph.moe_layer),
-                      None if graph.mtp is None else fuse_component(graph.mtp))
+    return map_passes(graph, fuse_pass)

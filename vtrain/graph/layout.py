@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import List
 
-from vtrain.graph.builder import ComponentGraph, ModelGraph, PassOps
+from vtrain.graph.builder import ModelGraph, PassOps, map_passes
 from vtrain.graph.ops import Collective, CollectiveKind, Group, MemoryOp, Op
 
 
@@ -35,13 +35,7 @@ def copy_pass(ops: PassOps) -> PassOps:
     return PassOps(tuple(out))
 
 
-def copy_component(c: ComponentGraph) -> ComponentGraph:
-    return ComponentGraph(copy_pass(c.forward), copy_pass(c.backward), copy_pass(c.recompute))
-
-
 def with_tp_layout_copies(graph: ModelGraph) -> ModelGraph:
     """Every component with the chunk-and-cat copies beside its non-overlapped TP all-gathers (after) and
     reduce-scatters (before)."""
-    return ModelGraph(copy_component(graph.layer), copy_component(graph.embedding), copy_component(graph.head),
-                      None if graph.moe_layer is None else copy_component(graph.moe_layer),
-                      None if graph.mtp is None else copy_component(graph.mtp))
+    return map_passes(graph, copy_pass)

@@ -22,6 +22,12 @@ from vtrain.workload.workload import Workload
 _TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV))
 
 
+def saved_linear_input_bytes(plan: ParallelPlan) -> float:
+    """Bytes per element of a linear layer's saved input: 1 quantized in a low-precision run (Transformer
+    Engine and torchao keep the FP8 copy for the weight gradient), else the activation dtype."""
+    return 1 if plan.precision.low else plan.dtype_bytes
+
+
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
     """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU.
 
@@ -42,7 +48,7 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Reco
         saved_mm = (h + model.kv_size + f) if model.gated_mlp else (h + 2 * model.kv_size + f)  # wq,wv,w1 | qkv,fc1
         lse = float(a * s * b) * 4.0 / t
         return dt * 2 * sbh / sp_div + dt * float(s * b) * (saved_mm + h) / t + lse
-    lin = 1 if plan.precision.low else dt  # bytes of a saved linear-layer input
+    lin = saved_linear_input_bytes(plan)
     mask = 1 if model.dropout > 0 else 0
     replicated = (2 * dt + 2 * lin + 2 * mask) * sbh  # 2 norm inputs, QKV and FC1 inputs, 2 dropout masks
     gate = 2 if model.gated_mlp else 1

@@ -83,8 +83,9 @@ def layernorm_recompute_saving_bytes(model: ModelSpec, plan: ParallelPlan) -> fl
     if "layernorm" not in _modules(plan):
         return 0.0
     sp_div = plan.tp if plan.sequence_parallel else 1
-    lin = 1 if plan.precision.low else plan.dtype_bytes
-    return 2.0 * lin * plan.tokens_per_rank * model.hidden_size / sp_div
+    from vtrain.sim.memory import saved_linear_input_bytes
+
+    return 2.0 * saved_linear_input_bytes(plan) * plan.tokens_per_rank * model.hidden_size / sp_div
 
 
 StateBytes = Tuple[float, float, float, float, float]  # weights, gradients, optimizer, activations, other
