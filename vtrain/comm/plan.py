@@ -376,7 +376,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, last_stage) else 1)
     moe_layers = tuple(sum(part.moe_at(part.position(s, c)) for c in range(v)) for s in range(p)) if moe else ()
     cp = cp_comms(model, plan, w.stack.attention_expands_kv, w.stack.cp_grads_fp32)
-    return CommPlan(tp=plan_tp_comms(model, plan), tp_where=tp_placement(plan, domain),
+    return CommPlan(tp=plan_tp_comms(model, plan, w.stack), tp_where=tp_placement(plan, domain),
                     cp=cp, cp_where=cp_placement(plan, domain), fsdp=fsdp,
                     fsdp_where=shard_placement(plan, domain), replica_where=replica_placement(plan, domain),
                     boundary=tuple(boundary),

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from vtrain.graph.ops import Collective, CollectiveKind, Group
+from vtrain.workload.enums import Precision
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.stack import StackSpec
 
 NONE: Tuple[Collective, ...] = ()
 
@@ -50,45 +52,57 @@ class TpComms:
         return self.logits.all() + self.cross_entropy
 
 
-def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float, overlap: bool = False) -> TpOperator:
+def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float, overlap: bool = False,
+              gather_bytes: float | None = None, overlap_input_grad: bool = True) -> TpOperator:
     """The f/g pair around a block entered at GEMM ``enter`` and left at GEMM ``exit_`` ("" for none).
     ``overlap`` (TP-communication overlap, with SP): each all-gather is pipelined with the GEMM it feeds,
     each reduce-scatter with the GEMM before it, in tp chunks (TE userbuffers' ring exchange; torchtitan's
-    async TP)."""
+    async TP); the backward reduce-scatter of the input gradient only with ``overlap_input_grad``
+    (:attr:`StackSpec.tp_overlap_input_grad`). ``gather_bytes``: the all-gathers' message when they move a
+    quantized tensor (:attr:`StackSpec.tp_fp8_all_gather`)."""
     if tp == 1:
         return TpOperator()
 
-    def coll(name: str, suffix: str, kind: CollectiveKind) -> Tuple[Collective, ...]:
+    def coll(name: str, suffix: str, kind: CollectiveKind, pipelined: bool = True) -> Tuple[Collective, ...]:
         if not name:
             return NONE
-        side = "" if not overlap or kind == CollectiveKind.ALL_REDUCE else (
+        side = "" if not (overlap and pipelined) or kind == CollectiveKind.ALL_REDUCE else (
             "next" if kind == CollectiveKind.ALL_GATHER else "previous")
-        return (Collective(f"{name}.{suffix}", kind, nbytes, Group.TP, tp, overlap=side, chunks=tp if side else 1),)
+        size = nbytes if gather_bytes is None or kind != CollectiveKind.ALL_GATHER else gather_bytes
+        return (Collective(f"{name}.{suffix}", kind, size, Group.TP, tp, overlap=side, chunks=tp if side else 1),)
 
     ag, rs, ar = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE
     return TpOperator(
         enter=coll(enter, "ag", ag) if sp else NONE,
         exit=coll(exit_, "rs", rs) if sp else coll(exit_, "ar", ar),
-        enter_backward=coll(enter, "bwd.rs", rs) if sp else coll(enter, "bwd.ar", ar),
+        enter_backward=coll(enter, "bwd.rs", rs, overlap_input_grad) if sp else coll(enter, "bwd.ar", ar),
         exit_backward=coll(exit_, "bwd.ag", ag) if sp else NONE)
 
 
 @functools.lru_cache(maxsize=1024)  # a pure function of scalars: a search's plans share a handful of values
 def tp_comms(tp: int, sequence_parallel: bool, tokens: int, hidden: int, dtype_bytes: int,
-             overlap: bool = False) -> TpComms:
+             overlap: bool = False, gather_dtype_bytes: float | None = None,
+             overlap_input_grad: bool = True) -> TpComms:
+    """``gather_dtype_bytes``: the all-gathers' element size around the low-precision linear layers of the
+    attention and MLP blocks when they gather the quantized tensor (the embedding and the output layer stay
+    in the activation dtype: torchtitan's float8 converter skips the output layer)."""
     size = float(tokens * hidden * dtype_bytes)
+    gather = None if gather_dtype_bytes is None else float(tokens * hidden * gather_dtype_bytes)
     sp = sequence_parallel
     ce: Tuple[Collective, ...] = ()
     if tp > 1:
         ce = tuple(Collective(f"cross_entropy.ar{i}", CollectiveKind.ALL_REDUCE, tokens * 4.0, Group.TP, tp)
                    for i in range(3))
-    return TpComms(attention=_operator("qkv", "proj", tp, sp, size, overlap),
-                   mlp=_operator("fc1", "fc2", tp, sp, size, overlap),
+    return TpComms(attention=_operator("qkv", "proj", tp, sp, size, overlap, gather, overlap_input_grad),
+                   mlp=_operator("fc1", "fc2", tp, sp, size, overlap, gather, overlap_input_grad),
                    embedding=_operator("", "embedding", tp, sp, size), logits=_operator("logits", "", tp, sp, size),
                    cross_entropy=ce)
 
 
-def plan_tp_comms(model: ModelSpec, plan: ParallelPlan) -> TpComms:
-    """The TP collectives of ``plan`` for ``model`` (one micro-batch on one context-parallel rank)."""
+def plan_tp_comms(model: ModelSpec, plan: ParallelPlan, stack: StackSpec | None = None) -> TpComms:
+    """The TP collectives of ``plan`` for ``model`` (one micro-batch on one context-parallel rank), as
+    ``stack`` runs them (default: Megatron's)."""
+    fp8_gather = stack is not None and stack.tp_fp8_all_gather and plan.precision == Precision.FP8
     return tp_comms(plan.tp, plan.sequence_parallel, plan.tokens_per_rank, model.hidden_size, plan.dtype_bytes,
-                    plan.tp_comm_overlap)
+                    plan.tp_comm_overlap, plan.precision.gemm_operand_bytes if fp8_gather else None,
+                    stack is None or stack.tp_overlap_input_grad)

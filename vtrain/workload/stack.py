@@ -72,6 +72,18 @@ class StackSpec:
                    "non-overlapped TP all-gather is followed and each reduce-scatter preceded by a chunk-and-cat "
                    "copy of the full activation (DTensor in torchtitan; Megatron's [s, b, h] needs none): "
                    "vtrain.graph.layout")
+    tp_fp8_all_gather: bool = spec(
+        False, doc="with per-tensor FP8 (precision=fp8) the sequence-parallel TP all-gathers (the forward input "
+                   "of a column-parallel block, the backward output gradient of a row-parallel one) move the "
+                   "1-byte quantized tensor, cast before the gather (torchao's Float8ColwiseParallel, "
+                   "Float8RowwiseParallel, PrepareFloat8ModuleInput; torchtitan uses them for tensorwise "
+                   "float8 only: rowwise and MX recipes gather in bf16); reduce-scatters stay bf16")
+    tp_overlap_input_grad: bool = spec(
+        True, doc="TP-communication overlap also pipelines the backward reduce-scatter of a column-parallel "
+                  "block's input gradient (Transformer Engine userbuffers: one fused QKV / FC1 GEMM produces "
+                  "it). False where that gradient is a sum of several GEMMs' outputs (torchtitan's separate "
+                  "wq/wk/wv and w1/w3): Inductor's micro-pipeline TP pass fuses a reduce-scatter only with the "
+                  "single matmul producing its input, so that reduce-scatter runs unfused")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
