@@ -62,3 +62,20 @@ def test_no_negative_number_in_a_tp_free_moe_report():
             yield x
 
     assert min(numbers(report.to_dict())) >= 0.0
+
+
+def test_the_report_splits_the_exposed_communication_by_group():
+    from vtrain.api import simulate
+    from vtrain.cli.format import render_report
+
+    r = simulate(compose(["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                          "parallelism.dp=16", "parallelism.ep=8", "parallelism.micro_batch_size=1",
+                          "training.global_batch_size=64", "training.seq_len=4096"]))
+    (line,) = [x for x in render_report(r).splitlines() if "exposed comm by group" in x]
+    groups = r.breakdown.exposed_comm_by_group
+    assert groups["ep"] > 0 and "EP all-to-all" in line
+    labels = {"ep": "EP all-to-all", "dp": "DP", "tp": "TP", "pp": "PP p2p"}
+    shown = [k for k in labels if groups.get(k, 0) > 0]
+    assert all(labels[k] in line for k in shown)
+    by_position = sorted(shown, key=lambda k: line.index(labels[k]))
+    assert by_position == sorted(shown, key=lambda k: -groups[k])  # largest first

@@ -1,9 +1,9 @@
 """Human-readable rendering of a Report."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping
 
-from vtrain.report import Report
+from vtrain.report import Report, StageBreakdown
 from vtrain.workload.plan import ParallelPlan
 
 GIB = 2**30
@@ -60,6 +60,20 @@ def headline(r: Report) -> Dict[str, Any]:
             "co2_kg": r.co2_kg}
 
 
+# the names of the communication groups in StageBreakdown.exposed_comm_by_group, for the report
+GROUP_LABELS = {"tp": "TP", "cp": "CP", "fsdp": "ZeRO-3/FSDP", "ep": "EP all-to-all", "pp": "PP p2p",
+                "dp": "DP", "embedding": "embedding sync"}
+
+
+def _exposed_by_group(b: StageBreakdown) -> List[str]:
+    """One line splitting the critical stage's exposed communication by group, largest first (none when
+    nothing is exposed)."""
+    parts = sorted(((v, k) for k, v in b.exposed_comm_by_group.items() if v > 0), reverse=True)
+    if not parts:
+        return []
+    return ["  exposed comm by group: " + ", ".join(f"{GROUP_LABELS.get(k, k)} {fmt_duration(v)}" for v, k in parts)]
+
+
 def render_report(r: Report) -> str:
     b = r.breakdown
     lines = [
@@ -70,6 +84,7 @@ def render_report(r: Report) -> str:
         f"breakdown (critical stage {b.stage}): compute {fmt_duration(b.compute_s)}, host overhead "
         f"{fmt_duration(b.host_overhead_s)}, exposed comm {fmt_duration(b.exposed_comm_s)}, bubble "
         f"{fmt_duration(b.bubble_s)}, optimizer {fmt_duration(b.optimizer_s)}",
+        *_exposed_by_group(b),
         f"memory per GPU (peak stage): {r.peak_memory_bytes / GIB:.1f} GiB of {r.memory_capacity_bytes / GIB:.0f} GiB"
         f" -> {'fits' if r.fits else 'DOES NOT FIT'}  (weights {r.memory.weights_bytes / GIB:.1f}, grads "
         f"{r.memory.gradients_bytes / GIB:.1f}, optimizer {r.memory.optimizer_bytes / GIB:.1f}, activations "
