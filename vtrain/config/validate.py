@@ -77,6 +77,9 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     # the memory and step models are mixed-precision Adam's (fp32 master weights, m and v); AdamW's decoupled
     # weight decay changes neither
     check_choice("training.optimizer", p.optimizer, OPTIMIZERS)
+    if not (p.virtual_stages == 1 or p.schedule == Schedule.INTERLEAVED):
+        raise ConfigError(f"parallelism.virtual_stages={p.virtual_stages} needs schedule=interleaved (schedule="
+                          f"{p.schedule.value} runs {p.chunks} model chunk(s) per stage); set virtual_stages=1")
     domain, node = cluster.nvlink_domain, cluster.gpus_per_node
     if not (domain == 0 or domain % node == 0 or node % domain == 0):
         raise ConfigError(f"cluster.nvlink_domain={domain} must be 0 (one node), a multiple of gpus_per_node={node} "
