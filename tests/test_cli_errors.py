@@ -256,3 +256,65 @@ def test_a_name_that_is_the_first_word_of_an_option_suggests_that_option():
     assert closest("h100", ["a100_80gb", "h100_96gb_500w", "h100_sxm", "v100"]) == "h100_sxm"
     assert closest("v10", ["h100_sxm", "v100"]) == "v100"  # no first-word match: the nearest spelling
     assert closest("", ["h100_sxm"]) is None
+
+
+CALIBRATE_ROWS = {
+    "mixed_gpus": ("model,gpu,num_gpus,tp,pp,dp,micro_batch,global_batch,seq_len,precision,tokens_per_s_per_gpu\n"
+                   "llama3_8b,h100_sxm,8,1,1,8,1,64,8192,bf16,8000\nllama3_8b,b200,8,1,1,8,1,64,8192,mxfp8,20000\n",
+                   ["+cluster=h100x1024", "calibrate.fit_on=single_node"],
+                   "row 2 runs on gpu=b200 with stack=megatron_core_te, row 1 on gpu=h100_sxm"),
+    "not_a100_joint": ("model,gpu,num_gpus,tp,pp,dp,micro_batch,global_batch,seq_len,tokens_per_s_per_gpu\n"
+                       "llama3_8b,h100_sxm,8,1,1,8,1,64,8192,8000\n", ["+cluster=h100x1024"],
+                       "calibrate.fit_on=joint also fits the Megatron-LM weak-scaling table, measured on A100 80 GB"),
+    "tiny_time": ("global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
+                  "32,4,1024,16,24,1024,2,2,2,1e-300\n", ["+cluster=vtrain_a100"],
+                  "row 1: the measurement gives an iteration of 1e-300 ms (outside 1e-6 .. 1e15 ms"),
+    "bad_shape": ("global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
+                  "32,4,1024,15,24,1024,2,2,2,300\n", ["+cluster=vtrain_a100"],
+                  "row 1: model.num_heads=15 must divide model.hidden_size=1024"),
+    "underscore": ("global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
+                   "32,4,1024,16,24_0,1024,2,2,2,300\n", ["+cluster=vtrain_a100"], "num_layers=24_0"),
+    "implausible": ("global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
+                    "32,4,1024,16,24,1024,2,2,2,3e7\n", ["+cluster=vtrain_a100"],
+                    "every row's measurement is more than 20x from its prediction"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALIBRATE_ROWS))
+def test_calibrate_refuses_data_it_cannot_fit(tmp_path, capfd, case):
+    """One GPU and stack per fit, A100 weak-scaling rows only for A100 data, validate's checks of each row, and
+    the row named in each message (fuzzed: these crashed or fitted garbage)."""
+    text, extra, message = CALIBRATE_ROWS[case]
+    data = tmp_path / "runs.csv"
+    data.write_text(text)
+    line = run_inprocess(["task=calibrate", *extra, f"calibrate.data={data}", "calibrate.folds=none",
+                          "+extra.max_evals=2", f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+    assert message in line and not (tmp_path / "r").exists()
+
+
+def test_calibrate_keeps_to_its_evaluation_budget():
+    from vtrain import compose
+    from vtrain.calibration.fit import Constants, Dataset, fit_constants
+    from vtrain.validation.datasets import single_node_workloads
+
+    ws, measured, _ = single_node_workloads(compose(["+cluster=vtrain_a100"], require=False).cluster)
+    data = [Dataset("single_node", ws[:4], measured[:4])]
+    fit = fit_constants(data, Constants.of(ws[0]), ["host_time_per_kernel_s"], max_evals=20)
+    assert fit.evaluations <= 20 + 2  # one run: scipy's simplex start may add its initial points
+
+
+def test_validate_reads_a_csv_as_a_table_means_it(tmp_path, capfd):
+    """A blank line before the header, an input column named like a result column, num_gpus against
+    num_nodes x gpus_per_node, a '$' in the file name (matplotlib mathtext in the plot's title)."""
+    data = tmp_path / "m$\\nosuch$.csv"
+    data.write_text("\nmodel,gpu,num_gpus,num_nodes,gpus_per_node,tp,pp,dp,micro_batch,global_batch,seq_len,"
+                    "tokens_per_s_per_gpu,error_pct\n"
+                    "llama3_8b,h100_sxm,8,1,8,1,1,8,1,64,8192,8000,mine\n"
+                    "llama3_8b,h100_sxm,8,2,8,1,1,8,1,64,8192,8000,mine\n")
+    res = run_inprocess(["task=validate", "+cluster=h100x1024", f"validate.data='{data}'",
+                         f"hydra.run.dir={tmp_path}/r"], capfd)
+    assert res.code == 0, res.err
+    assert "row 2: num_gpus=8 disagrees with num_nodes=2 x gpus_per_node=8" in res.out
+    header = (tmp_path / "r" / "validation.csv").read_text().splitlines()[0].split(",")
+    assert len(header) == len(set(header)) and "error_pct_input" in header and "error_pct" in header
+    assert (tmp_path / "r" / "validation.png").stat().st_size > 0

@@ -146,7 +146,8 @@ def at_bound(name: str, value: float, tol: float = 0.1) -> str:
 def fit_constants(datasets: Sequence[Dataset], base: Constants, names: Sequence[str] = FITTED,
                   max_evals: int = 400, restarts: int = 2) -> FitResult:
     """Nelder-Mead from the base GPU's constants, restarted ``restarts`` times from its own optimum
-    with a fresh simplex (a cheap guard against a collapsed simplex)."""
+    with a fresh simplex (a cheap guard against a collapsed simplex); ``max_evals`` objective evaluations in
+    all (scipy's maxfev may overshoot by a simplex's initial points)."""
     from scipy.optimize import minimize
 
     x = np.array([_to_unit(n, max(BOUNDS[n][0], min(BOUNDS[n][1], base.value(n)))) for n in names])
@@ -159,9 +160,10 @@ def fit_constants(datasets: Sequence[Dataset], base: Constants, names: Sequence[
         return sum(d.weight * mape_pct(predict_s(d.workloads, c), d.measured_s) for d in datasets) / total_w
 
     fun = float("nan")
-    for _ in range(1 + restarts):
+    runs = min(1 + restarts, max(1, max_evals // 20))  # each run gets >= 20 evaluations where the budget allows
+    for _ in range(runs):
         res = minimize(loss, x, method="Nelder-Mead",
-                       options={"maxfev": max(20, max_evals // (1 + restarts)), "xatol": 1e-3, "fatol": 1e-3,
+                       options={"maxfev": max(1, max_evals // runs), "xatol": 1e-3, "fatol": 1e-3,
                                 "adaptive": True})
         x, fun = res.x, float(res.fun)
     c = _to_constants(base, names, x)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 from omegaconf import DictConfig
@@ -34,8 +34,15 @@ from vtrain.calibration.fit import (
 from vtrain.cli.logs import say
 from vtrain.config.compose import CONF_DIR, require_group
 from vtrain.errors import ConfigError
-from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, single_node_workloads, weak_scaling_workloads
+from vtrain.validation.datasets import (
+    SHIPPED_STACK,
+    resolve_dataset,
+    shipped_defaults,
+    single_node_workloads,
+    weak_scaling_workloads,
+)
 from vtrain.validation.metrics import summarise
+from vtrain.validation.run import IMPLAUSIBLE_RATIO
 from vtrain.validation.weak_scaling import weak_scaling_cluster
 from vtrain.workload.fields import Domain, check_value
 
@@ -103,6 +110,26 @@ def fitted_names(cfg: DictConfig) -> List[str]:
     return list(dict.fromkeys(names))
 
 
+def _plausible(single: List[Any], measured_s: np.ndarray, rows: List[Any], base: Constants
+               ) -> Tuple[List[Any], np.ndarray]:
+    """The rows whose measurement is within IMPLAUSIBLE_RATIO of the prediction at the starting constants, as
+    task=validate keeps them (a unit or transcription error would pull every constant); each row left out
+    says why, and a set with none left is a one-line error."""
+    pred = predict_s(single, base)
+    keep = []
+    for i, (p, m) in enumerate(zip(pred, measured_s)):
+        ratio = m / p if p > 0 else float("inf")
+        if 1 / IMPLAUSIBLE_RATIO < ratio < IMPLAUSIBLE_RATIO:
+            keep.append(i)
+        else:
+            say(f"left out row {rows[i].index}: the measurement gives an iteration of {m * 1e3:g} ms, {ratio:.3g}x the "
+                f"predicted {p * 1e3:.4g} ms (more than {IMPLAUSIBLE_RATIO:g}x apart: check its value and unit)")
+    if not keep:
+        raise ConfigError(f"calibrate.data: every row's measurement is more than {IMPLAUSIBLE_RATIO:g}x from its "
+                          "prediction: check their values and units")
+    return [single[i] for i in keep], measured_s[keep]
+
+
 def run(cfg: DictConfig, out_dir: Path) -> int:
     require_group(cfg, "cluster")
     folds = str(cfg.calibrate.folds)
@@ -121,17 +148,27 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                           f"gpu={cfg.cluster.gpu} to them would give it the A100's constants; give calibrate.data="
                           "<a CSV of runs on that GPU> or a cluster of A100 80 GB (+cluster=vtrain_a100)")
     names = fitted_names(cfg)
-    path = resolve_dataset(str(cfg.calibrate.data or "a100_single_node"))
-    stack = cfg.validate.stack or SHIPPED_STACK["a100_single_node"]
-    single, single_s, _ = single_node_workloads(cfg.cluster, path, stack)
+    max_evals = cfg.extra.get("max_evals", 300)
+    check_value("extra.max_evals", max_evals, MAX_EVALS)
+    max_evals = int(max_evals)
+    name = str(cfg.calibrate.data or "a100_single_node")
+    path = resolve_dataset(name)
+    # rows are read as task=validate reads them: a shipped set's own stack and defaults, else each row's
+    stack = cfg.validate.stack or SHIPPED_STACK.get(name)
+    defaults = shipped_defaults(name) if name in SHIPPED_STACK else None
+    single, single_s, rows = single_node_workloads(cfg.cluster, path, stack, defaults=defaults)
+    base = Constants.of(single[0])  # predict_s runs the weak-scaling rows on these constants too
+    if fit_on != "single_node" and not base.gpu.name.startswith("a100_80gb"):
+        raise ConfigError(f"calibrate.fit_on={fit_on} also fits the Megatron-LM weak-scaling table, measured on "
+                          f"A100 80 GB; calibrate.data runs on gpu={base.gpu.name}: set calibrate.fit_on=single_node")
+    single, single_s = _plausible(single, single_s, rows, base)
+    if folds in GROUPS and len({str(GROUPS[folds](w)) for w in single}) < 2:
+        raise ConfigError(f"calibrate.folds={folds}: the data holds one {folds} group ({GROUPS[folds](single[0])}); "
+                          "leaving one out needs at least 2")
     weak, weak_s, _ = weak_scaling_workloads(weak_scaling_cluster(str(cfg.cluster.gpu)))
     datasets = [Dataset("single_node", single, single_s)] if fit_on != "weak_scaling" else []
     if fit_on != "single_node":
         datasets.append(Dataset("weak_scaling", weak, weak_s))
-    base = Constants.of(single[0])  # predict_s runs the weak-scaling rows on these constants too
-    max_evals = cfg.extra.get("max_evals", 300)
-    check_value("extra.max_evals", max_evals, MAX_EVALS)
-    max_evals = int(max_evals)
     on = " and ".join([f"{len(single)} single-node rows"] * (fit_on != "weak_scaling")
                       + [f"{len(weak)} weak-scaling rows"] * (fit_on != "single_node"))
     say(f"fitting {len(names)} constants ({', '.join(names)}) of gpu={base.gpu.name} and stack={base.stack.name} "
@@ -161,9 +198,6 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             say(f"  held out {weak[int(g)].model.name}: error {m:.2f}%")
     elif folds != "none":
         groups = [GROUPS[folds](w) for w in single]
-        if len(set(groups)) < 2:
-            raise ConfigError(f"calibrate.folds={folds}: the data holds one {folds} group ({groups[0]}); "
-                              "leaving one out needs at least 2")
         cv_pred, per_group = leave_one_group_out(datasets, 0, groups, base, names, max_evals=max(60, max_evals // 2),
                                                  fold_constants=folds_fit)
         line = summarise(cv_pred.tolist(), single_s.tolist()).line()

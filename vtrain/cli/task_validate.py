@@ -16,17 +16,21 @@ from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_d
 from vtrain.validation.run import RowResult, coverage_pct, memory_summary_of, summary_of, validate_rows
 from vtrain.workload.fields import Domain, check_value
 
+RESULT_COLUMNS = ("row", "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
+                  "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
+                  "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute")
+
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
     """Every input column (unknown ones echoed: a file may carry its own ids), then the results: signed errors
     (predicted - measured) / measured, the predicted peak memory beside the measured ``peak_memory_gib``."""
     keys: List[str] = list(REQUIRED)
     extra = sorted({k for r in results for k in r.row.values} - set(REQUIRED))
+    # an input column named like a result column is echoed as <name>_input (one header, one meaning)
+    echoed = [f"{k}_input" if k in RESULT_COLUMNS else k for k in [*keys, *extra]]
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["row", *keys, *extra, "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
-                    "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
-                    "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute"])
+        w.writerow(["row", *echoed, *RESULT_COLUMNS[1:]])
         for r in results:
             err = "" if r.predicted_ms is None else f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:.3f}"
             pred = "" if r.predicted_ms is None else f"{r.predicted_ms:.3f}"

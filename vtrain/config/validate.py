@@ -65,6 +65,14 @@ def check_moe_model(m: ModelSpec) -> None:
                 f"model.moe_top_k={m.moe_top_k} must be <= num_experts={m.num_experts}")
         require(m.num_moe_layers > 0, f"model.first_dense_layers={m.first_dense_layers} leaves no MoE layer of "
                 f"num_layers={m.num_layers} (moe_layer_freq={m.moe_layer_freq})")
+        # an expert receives each token at most once: its load is at most num_experts / top_k times the mean
+        most = m.num_experts / m.moe_top_k
+        require(m.moe_imbalance <= most, f"model.moe_imbalance={m.moe_imbalance:g} must be <= num_experts/moe_top_k="
+                f"{m.num_experts}/{m.moe_top_k} (the busiest expert cannot receive more than every token)")
+        if m.capacity_factor is not None and m.capacity_factor > most:
+            raise ConfigError(f"model.capacity_factor={m.capacity_factor:g} must be <= num_experts/moe_top_k="
+                              f"{m.num_experts}/{m.moe_top_k} (a larger capacity than every token never binds: leave "
+                              "it unset, dropless)")
     else:
         require(m.num_shared_experts == 0 and m.mtp_layers >= 0,
                 f"model.num_shared_experts={m.num_shared_experts} needs num_experts > 0")

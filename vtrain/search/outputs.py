@@ -124,6 +124,9 @@ def plot_png(result: SearchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from vtrain.cli.figure import plain_text
+
+    plain_text()
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
     x, y, lx, ly = _xy(result, result.feasible)
     ax.scatter(x, y, s=8, c="0.7", label=f"feasible plans ({len(x)})")

@@ -136,7 +136,10 @@ def read_measurements(path: str | Path, field: str = "validate.data") -> List[Me
 
 def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[MeasuredRow]:
     try:
-        header = [normalise_header(h) for h in next(reader)]
+        first = next(reader)
+        while not first or all(not x.strip() for x in first):  # blank lines before the header
+            first = next(reader)
+        header = [normalise_header(h) for h in first]
     except StopIteration:
         raise ConfigError(f"{field}={path}: the file is empty") from None
     repeated = sorted({h for h in header if header.count(h) > 1 and h})

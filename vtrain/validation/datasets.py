@@ -43,24 +43,38 @@ def resolve_dataset(name_or_path: str) -> Path:
 
 
 def single_node_workloads(cluster_cfg: Any, path: Path | None = None, stack: str | None = None,
-                          field: str = "calibrate.data") -> Tuple[List[Any], np.ndarray, List[Any]]:
+                          field: str = "calibrate.data", defaults: Any = "shipped"
+                          ) -> Tuple[List[Any], np.ndarray, List[Any]]:
     """(workloads, measured seconds, rows) of a measured-iteration CSV on the given cluster config (``field``:
-    the config key that gave the path, for the one-line errors)."""
+    the config key that gave the path, for the one-line errors; ``defaults``: what rows leave unsaid, as for
+    task=validate: "shipped" the A100 set's, None each row's GPU's era). A calibration fits one GPU's and one
+    stack's constants, so every row must run on the first row's; a row that cannot be simulated, or whose
+    measurement is no iteration time (1 ns .. 30,000 years), is a one-line error naming it."""
     from vtrain.config.compose import load_gpu_config, load_stack_config
     from vtrain.validation.csv_io import read_measurements
-    from vtrain.validation.rows import row_workload
+    from vtrain.validation.rows import RowDefaults, row_workload
+    from vtrain.validation.run import check_measured_ms, measured_ms
 
+    where = f"{field}={path or 'a100_single_node'}"
     rows = read_measurements(path or data_path(SHIPPED["a100_single_node"]), field)
     load = functools.lru_cache(maxsize=None)(load_gpu_config)
     load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
-    from vtrain.validation.run import measured_ms
-
-    ws = [row_workload(r, cluster_cfg, load, load_stack, stack=stack) for r in rows]
-    try:  # the measured time as task=validate reads it (any of its time or throughput columns, checked)
-        measured = np.array([measured_ms(r, w)[0] for r, w in zip(rows, ws)]) / 1e3
-    except ConfigError as err:
-        raise ConfigError(f"{field}={path or 'a100_single_node'}: {err}") from None
-    return ws, measured, rows
+    row_defaults = RowDefaults() if defaults == "shipped" else defaults
+    ws, measured = [], []
+    for r in rows:
+        try:  # the row and its measured time as task=validate reads them (any time or throughput column)
+            w = row_workload(r, cluster_cfg, load, load_stack, row_defaults, stack=stack)
+            ms = check_measured_ms(r, measured_ms(r, w)[0])
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err if str(err).startswith('row ') else f'row {r.index}: {err}'}") from None
+        first = ws[0] if ws else w
+        if (w.cluster.gpu.name, w.stack.name) != (first.cluster.gpu.name, first.stack.name):
+            raise ConfigError(f"{where}: row {r.index} runs on gpu={w.cluster.gpu.name} with stack={w.stack.name}, "
+                              f"row {rows[0].index} on gpu={first.cluster.gpu.name} with stack={first.stack.name}: "
+                              "a calibration fits one GPU's and one stack's constants (split the CSV)")
+        ws.append(w)
+        measured.append(ms / 1e3)
+    return ws, np.array(measured), rows
 
 
 def weak_scaling_workloads(cluster: Any = None) -> Tuple[List[Any], np.ndarray, List[Any]]:

@@ -286,6 +286,8 @@ def cell_number(column: str, raw: str) -> float:
     """A numeric cell of ``column`` as a float (:data:`_GROUPED`, :data:`_MULTIPLES`, :data:`_UNITS`);
     ValueError when it is none."""
     text, suffix = raw.strip().lower(), ""
+    if "_" in text:  # Python's float() reads "24_0" as 240; a table never means that
+        raise ValueError(f"{raw!r} is not a number of {column}")
     suffixed = _SUFFIXED.fullmatch(text)
     if suffixed is not None and suffixed.group(2) != "e":
         text, suffix = suffixed.groups()
@@ -368,9 +370,12 @@ def _count(row: MeasuredRow, column: str) -> Optional[int]:
 
 def _row_gpus(row: MeasuredRow, cluster_cfg: Any) -> Optional[int]:
     """The GPUs a row states: ``num_gpus``, else ``num_nodes`` x ``gpus_per_node`` (the cluster's when the row
-    leaves it out), else None."""
+    leaves it out), else None; a row stating all three must agree with itself."""
     gpus, nodes, per_node = _count(row, "num_gpus"), _count(row, "num_nodes"), _count(row, "gpus_per_node")
     if gpus is not None:
+        if nodes is not None and per_node is not None and gpus != nodes * per_node:
+            raise ConfigError(f"row {row.index}: num_gpus={gpus} disagrees with num_nodes={nodes} x "
+                              f"gpus_per_node={per_node}")
         return gpus
     if nodes is not None:
         return nodes * (per_node or int(cluster_cfg.gpus_per_node))

@@ -117,6 +117,14 @@ def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
 
 
+def check_measured_ms(row: MeasuredRow, measured: float) -> float:
+    """``measured`` (ms) when it can be an iteration time (1 ns .. 30,000 years), else a one-line error."""
+    if not math.isfinite(measured) or not 1e-6 < measured < 1e15:
+        raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
+                          "(outside 1e-6 .. 1e15 ms: check its value and unit)")
+    return measured
+
+
 def _measured_memory_gib(row: MeasuredRow) -> Optional[float]:
     """The row's measured peak memory per GPU in GiB: ``peak_memory_gib``, else ``peak_memory_gb`` (a header's
     "GB": 1e9 bytes, converted), else None."""
@@ -161,9 +169,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                 raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
                                   "(a shape no run has: check its sizes)")
             measured, quantity = measured_ms(row, w)
-            if not math.isfinite(measured) or not 1e-6 < measured < 1e15:  # 1 ns .. 30,000 years, in ms
-                raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms "
-                                  "(outside 1e-6 .. 1e15 ms: check its value and unit)")
+            check_measured_ms(row, measured)
             ratio = measured / (report.iteration_time_s * 1e3)
             if not 1 / IMPLAUSIBLE_RATIO < ratio < IMPLAUSIBLE_RATIO:
                 raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms, "
