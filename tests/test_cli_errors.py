@@ -318,3 +318,29 @@ def test_validate_reads_a_csv_as_a_table_means_it(tmp_path, capfd):
     header = (tmp_path / "r" / "validation.csv").read_text().splitlines()[0].split(",")
     assert len(header) == len(set(header)) and "error_pct_input" in header and "error_pct" in header
     assert (tmp_path / "r" / "validation.png").stat().st_size > 0
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capfd):
+    """A directory where report.json goes (fuzzed: a traceback from os.replace)."""
+    (tmp_path / "r" / "report.json").mkdir(parents=True)
+    res = run_inprocess(["task=simulate", "+model=gpt_1_7b", "+cluster=h200x8", "parallelism.tp=2",
+                         "parallelism.pp=2", f"hydra.run.dir={tmp_path}/r"], capfd)
+    assert res.code == 2 and f"cannot write {tmp_path}/r/report.json (Is a directory)" in res.one_line_error()
+
+
+def test_a_bad_input_puts_back_the_previous_runs_config(tmp_path, capfd):
+    """A second run into a run directory that fails on its input leaves the first run's .hydra copies (Hydra
+    had overwritten them with the failed run's overrides)."""
+    args = ["task=simulate", "+model=gpt_1_7b", "+cluster=h200x8", "parallelism.tp=2", "parallelism.pp=2",
+            f"hydra.run.dir={tmp_path}/r"]
+    assert run_inprocess(args, capfd).code == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r" / ".hydra").iterdir()}
+    assert run_inprocess([*args, "parallelism.tp=5"], capfd).code == 2
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r" / ".hydra").iterdir()} == before
+
+
+def test_a_gpu_without_bf16_refuses_it(tmp_path, capfd):
+    """V100 inherits the A100's efficiency constants, not its bf16 and tf32 peaks (fuzzed: bf16 ran on it)."""
+    line = run_inprocess(["task=simulate", "+model=gpt_1_7b", "+cluster=h100x1024", "cluster.gpu=v100",
+                          f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
+    assert "precision=bf16 needs a bf16 peak, which gpu=v100 does not have (fp16, fp32)" in line

@@ -320,3 +320,39 @@ def test_settings_that_suit_only_some_plans_apply_where_they_suit():
                           directions=["minimize"], records=[rec], front=[rec], best={"time": rec}, wall_s=0.0,
                           simulations=1, context=ctx)
     assert applied_overrides(result, rec) == ["parallelism.tp_comm_overlap=false", "parallelism.fsdp_shard_size=0"]
+
+
+def test_a_study_of_another_plan_space_names_what_differs(tmp_path):
+    run_search(small(tmp_path, "search.n_trials=3", "search.study_name=two"), tmp_path)
+    with pytest.raises(ConfigError, match=r"differs in the plan space \(search.tp"):
+        run_search(small(tmp_path, "search.n_trials=3", "search.study_name=two", "search.pp=[1,2]"), tmp_path)
+
+
+def test_a_file_that_is_no_journal_is_left_as_it_is(tmp_path):
+    """search.storage naming a file of one's own (fuzzed: it was truncated, appended to, then a traceback)."""
+    mine = tmp_path / "notes.txt"
+    mine.write_bytes(b"important line1\nimportant line2 no newline")
+    cfg = compose(SMALL + [f"search.storage={mine}", "search.n_trials=3"])
+    with pytest.raises(ConfigError, match="exists and is not an Optuna journal"):
+        run_search(cfg, tmp_path)
+    assert mine.read_bytes() == b"important line1\nimportant line2 no newline"
+    assert not (tmp_path / "notes.txt.torn").exists()
+
+
+def test_the_pessimistic_quantile_ranks_everything_on_its_values(tmp_path):
+    """search.objective_quantile=hi: the fastest and cheapest plans, the constraints and the tables use the
+    slow end of the intervals the front was built on (fuzzed: they were picked on the point predictions)."""
+    res = run_search(small(tmp_path, "search=grid", "search.objective_quantile=hi"), tmp_path)
+    for r in res.feasible:
+        assert r.values[0] == pytest.approx(r.metrics["time_to_train_s"])
+        assert r.metrics["time_to_train_s"] >= r.metrics["predicted_time_to_train_s"]
+    fastest = min(res.satisfying, key=lambda r: r.values[0])
+    assert res.best["time"].values[0] == pytest.approx(fastest.values[0])
+    front_keys = {r.plan_key for r in res.front}
+    assert res.best["time"].plan_key in front_keys and res.best["cost"].plan_key in front_keys
+
+
+def test_a_small_grid_counts_each_simulation_once(tmp_path):
+    res = run_search(small(tmp_path, "search=grid", "search.workers=1"), tmp_path)
+    simulated = sum(1 for r in res.records if "iteration_time_s" in r.metrics)
+    assert res.simulations == simulated

@@ -65,6 +65,11 @@ GROUP_LABELS = {"tp": "TP", "cp": "CP", "fsdp": "ZeRO-3/FSDP", "ep": "EP all-to-
                 "dp": "DP", "embedding": "embedding sync"}
 
 
+def _count(x: float) -> str:
+    """A count or rate with thousands separators; below 10, three significant digits (not a rounded 0)."""
+    return f"{x:,.0f}" if x >= 10 else f"{x:.3g}"
+
+
 def _exposed_by_group(b: StageBreakdown) -> List[str]:
     """One line splitting the critical stage's exposed communication by group, largest first (none when
     nothing is exposed)."""
@@ -80,7 +85,7 @@ def render_report(r: Report) -> str:
         f"vtrain: {r.model} on {r.cluster} ({r.gpus_used} x {r.gpu}), cost model: {r.cost_model}",
         f"plan: {plan_label(r.plan)}, {r.plan.num_microbatches} micro-batches per replica",
         f"iteration time: {fmt_duration(r.iteration_time_s)}   MFU {r.mfu * 100:.1f}%   HFU {r.hfu * 100:.1f}%   "
-        f"{r.tokens_per_s:,.0f} tokens/s",
+        f"{_count(r.tokens_per_s)} tokens/s",
         f"breakdown (critical stage {b.stage}): compute {fmt_duration(b.compute_s)}, host overhead "
         f"{fmt_duration(b.host_overhead_s)}, exposed comm {fmt_duration(b.exposed_comm_s)}, bubble "
         f"{fmt_duration(b.bubble_s)}, optimizer {fmt_duration(b.optimizer_s)}",
@@ -89,7 +94,7 @@ def render_report(r: Report) -> str:
         f" -> {'fits' if r.fits else 'DOES NOT FIT'}  (weights {r.memory.weights_bytes / GIB:.1f}, grads "
         f"{r.memory.gradients_bytes / GIB:.1f}, optimizer {r.memory.optimizer_bytes / GIB:.1f}, activations "
         f"{r.memory.activations_bytes / GIB:.1f}, other {r.memory.other_bytes / GIB:.1f} GiB)",
-        f"time to train: {fmt_duration(r.time_to_train_s)} ({r.iterations:,.0f} iterations), "
+        f"time to train: {fmt_duration(r.time_to_train_s)} ({_count(r.iterations)} iterations), "
         f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at ${r.usd_per_gpu_hour:.2f}/GPU-hour",
         f"energy: {fmt_energy(r.energy_kwh)} to train ({fmt_energy(r.energy_kwh_per_iteration)} per iteration, "
         f"site PUE included; {r.avg_power_w_per_gpu:,.0f} W per GPU with its node share), "

@@ -89,6 +89,13 @@ def hydra_main(cfg: DictConfig) -> int:
             sys.exit(2)
         _record("error", str(err))
         return 2
+    except OSError as exc:  # writing a result: a directory or a read-only file where it goes, a full disk
+        message = f"cannot write {exc.filename2 or exc.filename or 'an output file'} ({exc.strerror or exc})"
+        print(f"vtrain: error: {one_line(message)}", file=sys.stderr, flush=True)
+        if not multirun:
+            sys.exit(2)
+        _record("error", message)
+        return 2
     except Exception as exc:
         if logs.interrupted():  # e.g. Optuna's UnboundLocalError when Ctrl-C lands inside its trial bookkeeping
             raise KeyboardInterrupt from None
@@ -134,6 +141,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except (AssertionError, TypeError, ValueError) as exc:  # OmegaConf internals while composing
         if _started:
             raise
+        cause = exc.__cause__
+        if isinstance(cause, OSError):  # logging.config cannot open the run's log file (a read-only run dir)
+            fail(f"hydra.run.dir (or hydra.sweep.dir): cannot write the run's log file {cause.filename or ''} "
+                 f"({cause.strerror or cause})")
         fail(f"the overrides could not be applied to the config ({type(exc).__name__}: {exc})")
     except OSError as exc:  # Hydra creating the run directory (a file in the way, no permission, ...)
         if _started:

@@ -5,7 +5,8 @@ default, time-stamped name, two runs started in the same second would share one,
 ``<time>-2`` (``os.mkdir`` is atomic); a directory given as ``hydra.run.dir`` is used as it is, and
 what it already holds is recorded. After a bad input, :func:`discard` deletes only the files this
 process wrote there (Hydra's ``.hydra/*.yaml`` copies, unchanged since, and the log, if nobody else
-appended to it), then the directories it created, if empty. A task that already wrote results (e.g.
+appended to it), then the directories it created, if empty, and puts back a previous run's ``.hydra``
+copies that Hydra overwrote. A task that already wrote results (e.g.
 ``trials.csv``, which its error line names) keeps its directory.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Ledger:
     created_dirs: List[Path] = field(default_factory=list)  # made by this process, parents first
     before: Set[str] = field(default_factory=set)  # entries (top level and .hydra/) before the run
     written: Dict[str, Identity] = field(default_factory=dict)  # Hydra's copies right after writing
+    saved: Dict[str, bytes] = field(default_factory=dict)  # a previous run's copies, restored after a bad input
 
 
 _ledger: Optional[Ledger] = None
@@ -89,8 +91,21 @@ def claim(run_dir: str, exclusive: bool) -> Path:
     before = _entries(path)
     if not path.exists():
         created += _makedirs(path)
-    _ledger = Ledger(path, created, before)
+    _ledger = Ledger(path, created, before, saved=_previous_copies(path, before))
     return path
+
+
+def _previous_copies(path: Path, before: Set[str]) -> Dict[str, bytes]:
+    """The bytes of a previous run's ``.hydra/*.yaml`` (small files), which Hydra overwrites before the task
+    sees its input."""
+    saved: Dict[str, bytes] = {}
+    for rel in HYDRA_FILES:
+        if rel in before:
+            try:
+                saved[rel] = (path / rel).read_bytes()
+            except OSError:
+                pass
+    return saved
 
 
 def start(path: Path, owned: bool) -> None:
@@ -102,7 +117,7 @@ def start(path: Path, owned: bool) -> None:
         _ledger = Ledger(path, [path] if owned else [], set() if owned else _entries(path))
     for rel in HYDRA_FILES:
         ident = _identity(path / rel)
-        if ident is not None and rel not in _ledger.before:
+        if ident is not None and (rel not in _ledger.before or rel in _ledger.saved):
             _ledger.written[rel] = ident
 
 
@@ -129,6 +144,9 @@ def discard() -> List[Path]:
     if new - ours:
         return []  # results on disk: keep them and the config that made them
     removed: List[Path] = []
+    for rel, data in led.saved.items():  # the previous run's config, as its results were made
+        if led.written.get(rel) is not None and _identity(led.path / rel) == led.written[rel]:
+            (led.path / rel).write_bytes(data)
     for rel in sorted(new & set(HYDRA_FILES)):
         if led.written.get(rel) is not None and _identity(led.path / rel) == led.written[rel]:
             (led.path / rel).unlink()

@@ -153,7 +153,12 @@ def model_spec(m: Any) -> ModelSpec:
 
 
 def gpu_spec(g: Any) -> GpuSpec:
-    gpu = spec_from(GpuSpec, as_mapping(g), "gpu")
+    """A gpu config as a GpuSpec; a peak of 0 in ``peak_tflops`` says the GPU has no such unit (a config
+    that inherits another GPU's peaks drops them so: V100 has no bf16)."""
+    fields = dict(as_mapping(g))
+    if isinstance(fields.get("peak_tflops"), Mapping):
+        fields["peak_tflops"] = {k: v for k, v in fields["peak_tflops"].items() if v != 0}
+    gpu = spec_from(GpuSpec, fields, "gpu")
     require(gpu.idle_w <= gpu.tdp_w, f"gpu.idle_w={gpu.idle_w:g} must be <= gpu.tdp_w={gpu.tdp_w:g} "
             "(an idle GPU draws less than its power limit)")
     return gpu

@@ -104,7 +104,8 @@ def evaluate_grid(ev: Evaluator, groups: Sequence[ParallelPlan], tasks: Sequence
     per_group: List[List[Row]] = [[] for _ in groups]
     try:
         with fewer_collections():  # ~14% of the evaluation at the default thresholds (vtrain.search.collector)
-            if workers <= 1 or sum(t.plans for t in tasks) < 200 or "fork" not in mp.get_all_start_methods():
+            in_process = workers <= 1 or sum(t.plans for t in tasks) < 200 or "fork" not in mp.get_all_start_methods()
+            if in_process:  # the evaluator counts its own simulations
                 for t in tasks:
                     for g, rows in _run_task(t):
                         per_group[g] = rows
@@ -115,7 +116,8 @@ def evaluate_grid(ev: Evaluator, groups: Sequence[ParallelPlan], tasks: Sequence
     finally:
         _WORKER = None
     rows = [row for part in per_group for row in part]
-    ev.simulations += sum(1 for r in rows if "iteration_time_s" in r[3])
+    if not in_process:  # the workers' evaluators counted theirs, in their own processes
+        ev.simulations += sum(1 for r in rows if "iteration_time_s" in r[3])
     return rows
 
 

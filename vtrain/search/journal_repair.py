@@ -41,6 +41,15 @@ def _complete_suffix_at(line: bytes) -> int:
     return -1
 
 
+def is_journal(path: Path) -> bool:
+    """An empty file, or one whose first line begins with a journal record: the only files vtrain mends or
+    appends to (a file of one's own named by mistake is left as it is)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    first = head.lstrip()
+    return not first or first.startswith(RECORD_START)
+
+
 def mend_torn_records(path: Path) -> List[str]:
     """Mend torn records in the journal at ``path`` (caller holds the journal lock); returns one line per
     repair, for the log."""

@@ -72,10 +72,19 @@ def objective_value(r: Report, name: str, quantile: str = "mid") -> float:
     return value
 
 
-def report_metrics(r: Report) -> Dict[str, float]:
-    return {"iteration_time_s": r.iteration_time_s, "time_to_train_s": r.time_to_train_s,
-            "cost_usd": r.cost_usd, "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
-            "fits": float(r.fits), "gpus_used": float(r.gpus_used), "energy_kwh": r.energy_kwh, "co2_kg": r.co2_kg}
+def report_metrics(r: Report, quantile: str = "mid") -> Dict[str, float]:
+    """A trial's metrics, at the quantile the search ranks on: with ``hi`` the times, costs, energy and MFU
+    are the slow end of the interval (:func:`objective_value`), so that the fastest and cheapest plans, the
+    constraints and the tables use the numbers the front was built on; the point predictions follow as
+    ``predicted_<name>``."""
+    m = {"iteration_time_s": r.iteration_time_s, "time_to_train_s": r.time_to_train_s,
+         "cost_usd": r.cost_usd, "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
+         "fits": float(r.fits), "gpus_used": float(r.gpus_used), "energy_kwh": r.energy_kwh, "co2_kg": r.co2_kg}
+    if quantile != "hi":
+        return m
+    ranked = [k for k in m if k in SCALES_WITH_TIME or k in MAXIMIZED]
+    return {**{k: objective_value(r, k, quantile) if k in ranked else v for k, v in m.items()},
+            **{f"predicted_{k}": m[k] for k in ranked}}
 
 
 class Evaluator:
@@ -121,15 +130,15 @@ class Evaluator:
         bound = memory_lower_bound_bytes(self.workload, plan)
         if bound > cap:
             return Outcome(plan, None, f"does not fit memory: at least {bound / GIB:.1f} GiB per GPU > "
-                                       f"{cap / GIB:.0f} GiB", {"peak_memory_gib": bound / GIB, "fits": 0.0,
+                                       f"{cap / GIB:.1f} GiB", {"peak_memory_gib": bound / GIB, "fits": 0.0,
                                                                 "gpus_used": float(plan.num_gpus)})
         self.simulations += 1
         try:
             report, _ = self.simulate(plan)
         except ConfigError as err:  # a plan the simulator refuses (e.g. above its pipeline-task limit)
             return Outcome(plan, None, str(err), {"gpus_used": float(plan.num_gpus)})
-        metrics = report_metrics(report)
+        metrics = report_metrics(report, self.quantile)
         if not report.fits:
             return Outcome(plan, None, f"does not fit memory: {report.peak_memory_bytes / GIB:.1f} GiB per GPU > "
-                                       f"{cap / GIB:.0f} GiB", metrics)
+                                       f"{cap / GIB:.1f} GiB", metrics)
         return Outcome(plan, tuple(objective_value(report, o, self.quantile) for o in self.objectives), None, metrics)

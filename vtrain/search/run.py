@@ -164,16 +164,24 @@ def study_name(ctx: Context, search: Any) -> str:
     return str(search.study_name or f"vtrain-{ctx.workload.model.name}-{ctx.workload.cluster.name}-{search.sampler}")
 
 
-def _what_it_searches(ctx: Context, search: Any) -> Tuple[str, str]:
-    """(fingerprint, description) of what a study's trials depend on: the workload (model, base plan, cluster,
-    stack, prices), the plan space, the objectives and the quantile they are ranked on; not the budget
-    (search.n_trials), the constraints (applied to the trials afterwards) or how the run is shown."""
+def _what_it_searches(ctx: Context, search: Any) -> Tuple[str, str, Dict[str, str]]:
+    """(fingerprint, description, fingerprint per part) of what a study's trials depend on: the workload
+    (model, base plan, cluster, stack, prices), the plan space, the objectives and the quantile they are ranked
+    on; not the budget (search.n_trials), the constraints (applied to the trials afterwards) or how the run is
+    shown. The parts name what differs when a study exists for another search."""
     import hashlib
 
+    def digest(x: object) -> str:
+        return hashlib.sha256(repr(x).encode()).hexdigest()
+
     w = ctx.workload
+    parts = {"the workload (model, cluster, stack, base plan, prices)": digest(w),
+             "the plan space (search.tp, search.pp, ... and search.max_gpus)": digest(ctx.space),
+             "search.objectives": digest(tuple(ctx.objectives)),
+             "search.objective_quantile": digest(str(search.get("objective_quantile", "")))}
     text = repr((w, ctx.space, tuple(ctx.objectives), str(search.get("objective_quantile", ""))))
     what = f"{w.model.name} on {w.cluster.name} ({w.cluster.num_gpus} x {w.cluster.gpu.name}, stack {w.stack.name})"
-    return hashlib.sha256(text.encode()).hexdigest(), what
+    return hashlib.sha256(text.encode()).hexdigest(), what, parts
 
 
 def run_optuna(ctx: Context, search: Any, out_dir: Path) -> Tuple[List[TrialRecord], str, str, int, int]:

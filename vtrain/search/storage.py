@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from vtrain.errors import ConfigError
-from vtrain.search.journal_repair import mend_torn_records
+from vtrain.search.journal_repair import is_journal, mend_torn_records
 from vtrain.search.ledger import age_s
 from vtrain.tracking import sqlite_wal
 from vtrain.tracking.locks import file_lock
@@ -77,6 +77,9 @@ def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
             Path(spec.target).parent.mkdir(parents=True, exist_ok=True)
             lock = JournalFileSymlinkLock(spec.target)
             if Path(spec.target).exists():
+                if not Path(spec.target).is_file() or not is_journal(Path(spec.target)):
+                    raise ConfigError(f"search.storage={spec.target}: exists and is not an Optuna journal (its first "
+                                      "line is no journal record); name a new file or a previous search's journal")
                 with get_lock_file(lock):  # Optuna's own append lock: no live worker is mid-write
                     for note in mend_torn_records(Path(spec.target)):
                         log.warning("search.storage: %s (a worker was killed while writing it)", note)

@@ -44,16 +44,24 @@ SPACE = "vtrain.space"  # study user attribute: what the study searches (fingerp
 
 
 def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectives: Sequence[str],
-               space: Optional[Tuple[str, str]] = None) -> optuna.Study:
-    """Create or load the study; ``space`` = (fingerprint, description) of what it searches (model, cluster,
-    stack, prices, plan space, objectives): a study that exists for another one is a one-line error, so
-    that a resumed or shared study never mixes another search's trials into this one's results."""
+               space: Optional[Tuple[str, str, Dict[str, str]]] = None) -> optuna.Study:
+    """Create or load the study; ``space`` = (fingerprint, description, fingerprint per part) of what it
+    searches (model, cluster, stack, prices, plan space, objectives): a study that exists for another one is a
+    one-line error naming the parts that differ, so that a resumed or shared study never mixes another
+    search's trials into this one's results."""
     import warnings
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # no per-trial lines, no Ctrl-C traceback
     storage = make_storage(spec)
-    study = optuna.create_study(study_name=name, storage=storage, directions=[str(d) for d in directions],  # type: ignore[misc]
-                                load_if_exists=True)
+    try:
+        try:  # load first: creating an existing study appends a failed create record to a journal
+            study = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:  # no such study yet
+            study = optuna.create_study(study_name=name, storage=storage,  # type: ignore[misc]
+                                        directions=[str(d) for d in directions], load_if_exists=True)
+    except (ValueError, KeyError, TypeError) as exc:  # a journal Optuna cannot replay (JSON, missing fields)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"search.storage={spec.display}: cannot be read as an Optuna study ({first[:200]})") from None
     have = [d.name.lower() for d in study.directions]
     if have != list(directions):
         raise ConfigError(f"search.study_name={name}: the study exists with directions {have}, not "
@@ -61,11 +69,14 @@ def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectiv
     if space is not None:
         have_space = study.user_attrs.get(SPACE)
         if have_space is None:
-            study.set_user_attr(SPACE, {"fingerprint": space[0], "what": space[1]})
+            study.set_user_attr(SPACE, {"fingerprint": space[0], "what": space[1], "parts": space[2]})
         elif have_space.get("fingerprint") != space[0]:
+            had = have_space.get("parts") or {}
+            differ = [k for k, v in space[2].items() if had.get(k) not in (None, v)]
             raise ConfigError(f"search.study_name={name}: the study in search.storage={spec.display} searches "
-                              f"{have_space.get('what', 'another space')}, not {space[1]} (or other search "
-                              "settings): choose another search.study_name or search.storage")
+                              f"{have_space.get('what', 'another space')}; this run ({space[1]}) differs in "
+                              f"{', '.join(differ) if differ else 'its search settings'}: choose another "
+                              "search.study_name or search.storage")
     if study.metric_names != list(objectives):
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

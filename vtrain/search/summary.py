@@ -86,13 +86,18 @@ def render(result: SearchResult) -> str:
     return "\n".join(out)
 
 
+def _beyond(v: float) -> str:
+    """How far beyond a limit (a fraction of it): a percentage, or a factor past 10x (1e-300 days asked)."""
+    return f"+{100 * v:.0f}%" if v < 9 else f"{1 + v:.3g}x the limit"
+
+
 def no_plan_message(result: SearchResult, trials_csv: object) -> str:
     """One line: why no plan came out (nothing feasible, or nothing within the constraints)."""
     what = "plans" if result.sampler == "grid" else "trials"
     lim = result.constraints
     if result.feasible and lim is not None and lim.active:
         close = min(result.feasible, key=lambda r: (sum(max(0.0, v) for v in r.violations.values()), r.number))
-        worst = ", ".join(f"{k} {100 * v:+.0f}%" for k, v in close.violations.items() if v > 0)
+        worst = ", ".join(f"{k} {_beyond(v)}" for k, v in close.violations.items() if v > 0)
         return (f"search: no plan for {result.model} on {result.cluster} satisfies {lim.text()} among "
                 f"{len(result.feasible):,} feasible {what}; the closest is {plan_label(close.plan or {})} "
                 f"({worst} beyond the limits; details in {trials_csv})")

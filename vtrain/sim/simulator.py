@@ -191,6 +191,20 @@ def _notes(prov: Dict[str, str]) -> Tuple[str, ...]:
             f"{len(transferred) - gpu} stack; report.json lists their sources): a first-principles estimate",)
 
 
+def _convention_note(w: Workload, iteration_s: float, peak_flops: float, hw_flops: float) -> Tuple[str, ...]:
+    """A note when HFU passes 100%: MFU and HFU count the whole attention score matrix (Megatron's and
+    torchtitan's convention) while a causal fused kernel executes half of it, so a plan dominated by long
+    causal attention passes the peak on paper; the note gives the share of the peak the GPUs execute."""
+    plan = w.plan
+    if hw_flops <= iteration_s * plan.num_gpus * peak_flops:
+        return ()
+    executed = w.model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
+                                                    _recompute_flops_mode(plan, w.stack), plan.flash_attention)
+    share = executed / (iteration_s * plan.num_gpus * peak_flops)
+    return (f"MFU and HFU count the whole attention score matrix (Megatron's convention); this plan's causal "
+            f"attention executes about half of it: the GPUs execute {share:.1%} of their peak",)
+
+
 def leaf_regime(w: Workload, prov: Dict[str, str], host_fraction: float) -> str:
     """The most specific interval class of this plan (vtrain/sim/intervals.py :func:`regime_key`)."""
     plan, cluster = w.plan, w.cluster
@@ -277,7 +291,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         iterations=iterations, time_to_train_s=time_to_train, gpu_hours=gpu_hours,
         cost_usd=cost_usd, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
         cost_model=cost.name, stack=stack.name, provenance=prov, extrapolated_ops=tuple(sorted(cost.extrapolated())),
-        notes=_notes(prov) + ((iv.note,) if iv.note else ()),
+        notes=_notes(prov) + ((iv.note,) if iv.note else ()) + _convention_note(w, iteration, peak_flops, hw_flops),
         iteration_time_lo_s=iteration * iv.lo_factor, iteration_time_hi_s=iteration * iv.hi_factor,
         time_to_train_lo_s=time_to_train * iv.lo_factor, time_to_train_hi_s=time_to_train * iv.hi_factor,
         cost_lo_usd=cost_usd * iv.lo_factor, cost_hi_usd=cost_usd * iv.hi_factor, interval_regime=iv.regime,

@@ -261,23 +261,31 @@ class ModelSpec:
         """Model FLOPs of one training iteration (forward + backward = 3x forward, no recompute)."""
         return 3.0 * global_batch * self.forward_flops_per_sequence(seq_len)
 
-    def hardware_flops_per_iteration(self, global_batch: int, seq_len: int, recompute: str) -> float:
+    def hardware_flops_per_iteration(self, global_batch: int, seq_len: int, recompute: str,
+                                     causal_flash: bool = False) -> float:
         """FLOPs the hardware executes, including the recompute forward pass.
 
         full: one extra forward of every layer (Narayanan et al. SC'21, Eq. 3); selective: the
-        attention-score and context GEMMs again (Korthikanti et al. 2022, Sec. 5).
+        attention-score and context GEMMs again (Korthikanti et al. 2022, Sec. 5). ``causal_flash``: the
+        attention core runs as a causal fused kernel, which executes half of the s^2 blocks and recomputes the
+        scores in its backward (graph.ops.FlashAttention: 0.5 x (1 + 2.5) cores per layer for forward and
+        backward against the convention's 3): what the GPUs execute, below their peak; the default follows the
+        convention MFU uses (Megatron's, torchtitan's: the whole score matrix), so that HFU >= MFU.
         """
         s = seq_len
         base = self.model_flops_per_iteration(global_batch, seq_len)
         n_moe = self.num_moe_layers
         core = self.attention_core_flops(s)
+        # one recomputed attention core, and the core's executed share of forward + backward
+        again_core, executed = (0.5 * core, 0.5 * 3.5 * core) if causal_flash else (float(core), 3.0 * core)
+        base += global_batch * self.num_layers * (executed - 3.0 * core)
         if recompute == "full":
-            per_seq: float = (self.num_layers - n_moe) * (2 * s * self.layer_matmul_params() + core)
+            per_seq: float = (self.num_layers - n_moe) * (2 * s * self.layer_matmul_params() + again_core)
             if n_moe:
-                per_seq += n_moe * (2 * s * self.moe_layer_matmul_params() + core)
+                per_seq += n_moe * (2 * s * self.moe_layer_matmul_params() + again_core)
             return base + global_batch * per_seq
         if recompute == "selective":
-            return base + global_batch * self.num_layers * core
+            return base + global_batch * self.num_layers * again_core
         if recompute == "selective_op":  # every second matmul again (see graph.builder._every_second_matmul)
             h = self.hidden_size
             again = h * self.kv_size + h * h + h * self.ffn_hidden_size if self.gated_mlp else \
