@@ -9,7 +9,7 @@ activation-grad + weight-grad.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, Type
 
 from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.tp import TpComms, TpOperator
@@ -59,10 +59,11 @@ def map_passes(graph: ModelGraph, fn: Callable[[PassOps], PassOps]) -> ModelGrap
                       None if graph.mtp is None else component(graph.mtp))
 
 
-def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "") -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
-    fwd = Gemm(name, m=m, n=n, k=k, dtype_bytes=dt, precision=precision)
-    dgrad = Gemm(f"{name}.dgrad", m=m, n=k, k=n, dtype_bytes=dt, precision=precision)
-    wgrad = Gemm(f"{name}.wgrad", m=k, n=n, k=m, dtype_bytes=dt, precision=precision)
+def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "", batch: int = 1,
+                  cls: Type[Gemm] = Gemm) -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
+    fwd = cls(name, m=m, n=n, k=k, batch=batch, dtype_bytes=dt, precision=precision)
+    dgrad = cls(f"{name}.dgrad", m=m, n=k, k=n, batch=batch, dtype_bytes=dt, precision=precision)
+    wgrad = cls(f"{name}.wgrad", m=k, n=n, k=m, batch=batch, dtype_bytes=dt, precision=precision)
     return fwd, (dgrad, wgrad)
 
 
@@ -74,19 +75,21 @@ def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str =
 _QUANT_BYTES = {"fp8": 4.0, "mxfp8": 4.0, "nvfp4": 4.0, "fp8_rowwise": 6.0, "fp8_blockwise": 6.0}
 
 
-def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
-    """A linear layer Y[tokens, n] = X[tokens, k] W[k, n]: its forward and backward ops (in backward
-    order: dgrad, wgrad). With a low precision the three GEMMs run in that format and the fused
-    quantization kernels of the input, the weight (forward) and the output gradient (backward) are
-    memory-bound ops beside them."""
+def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan, batch: int = 1,
+           cls: Type[Gemm] = Gemm) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
+    """A linear layer Y[tokens, n] = X[tokens, k] W[k, n] (``batch`` of them side by side: the local experts'
+    grouped GEMM, ``cls``): its forward and backward ops (in backward order: dgrad, wgrad). With a low
+    precision the three GEMMs run in that format and the fused quantization kernels of the input, the
+    weight (forward) and the output gradient (backward) are memory-bound ops beside them (Transformer
+    Engine's Linear and GroupedLinear, torchao's float8 / MX linears and grouped GEMMs alike)."""
     prec = plan.precision
     if not prec.low:
-        fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes)
+        fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes, batch=batch, cls=cls)
         return (fwd,), (dgrad, wgrad)
-    fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value)
+    fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value, batch, cls)
     q = _QUANT_BYTES[prec.value]
-    quant_in = MemoryOp(f"{name}.quant", q * tokens * k + q * k * n, 2)  # input and weight
-    quant_grad = MemoryOp(f"{name}.quant.bwd", q * tokens * n, 1)
+    quant_in = MemoryOp(f"{name}.quant", q * batch * (tokens * k + k * n), 2)  # input and weight
+    quant_grad = MemoryOp(f"{name}.quant.bwd", q * batch * tokens * n, 1)
     return (quant_in, fwd), (quant_grad, dgrad, wgrad)
 
 

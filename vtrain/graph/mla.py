@@ -15,8 +15,7 @@ from typing import List, Tuple
 
 from vtrain.comm.cp import CpComms
 from vtrain.comm.tp import TpComms
-from vtrain.graph.builder import Block
-from vtrain.graph.moe import gemm_fwd_bwd
+from vtrain.graph.builder import Block, linear
 from vtrain.graph.ops import FlashAttention, MemoryOp, Op
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -35,27 +34,27 @@ def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
     bwd: List[Op] = []
     up: List[Op] = []
     if model.q_lora_rank:
-        q_down, q_down_b = gemm_fwd_bwd("mla.q_down", tokens, model.q_lora_rank, h, dt)
-        q_up, q_up_b = gemm_fwd_bwd("mla.q_up", tokens, n * qk, model.q_lora_rank, dt)
+        q_down, q_down_b = linear("mla.q_down", tokens, model.q_lora_rank, h, plan)
+        q_up, q_up_b = linear("mla.q_up", tokens, n * qk, model.q_lora_rank, plan)
         q_norm = MemoryOp("mla.q_norm", 2.0 * tokens * model.q_lora_rank * dt)
-        fwd += [q_down, q_norm, q_up]
-        up.append(q_up)
+        fwd += [*q_down, q_norm, *q_up]
+        up += q_up
         bwd_q: List[Op] = [*q_up_b, MemoryOp("mla.q_norm.bwd", 3.0 * tokens * model.q_lora_rank * dt), *q_down_b]
     else:
-        q_proj, q_proj_b = gemm_fwd_bwd("mla.q", tokens, n * qk, h, dt)
-        fwd.append(q_proj)
+        q_proj, q_proj_b = linear("mla.q", tokens, n * qk, h, plan)
+        fwd += q_proj
         bwd_q = list(q_proj_b)
-    kv_down, kv_down_b = gemm_fwd_bwd("mla.kv_down", tokens, model.kv_lora_rank + rope, h, dt)
-    kv_up, kv_up_b = gemm_fwd_bwd("mla.kv_up", tokens, n * (model.qk_head_dim + vd), model.kv_lora_rank, dt)
+    kv_down, kv_down_b = linear("mla.kv_down", tokens, model.kv_lora_rank + rope, h, plan)
+    kv_up, kv_up_b = linear("mla.kv_up", tokens, n * (model.qk_head_dim + vd), model.kv_lora_rank, plan)
     kv_norm = MemoryOp("mla.kv_norm", 2.0 * tokens * model.kv_lora_rank * dt)
     rope_op = MemoryOp("mla.rope", 2.0 * tokens * (n + 1) * rope * dt, 2)
     q_len = s // plan.cp
     core = FlashAttention("flash_attn", b * n, q_len, (qk + vd) // 2, dtype_bytes=dt, kv_len=s)
     core_b = FlashAttention("flash_attn.bwd", b * n, q_len, (qk + vd) // 2, backward=True, dtype_bytes=dt,
                             kv_len=s)
-    proj, proj_b = gemm_fwd_bwd("proj", tokens, h, n * vd, dt)
-    fwd += [kv_down, kv_norm, kv_up, rope_op, *cp.forward, core, proj, *att.exit]
-    up += [kv_up, rope_op]
+    proj, proj_b = linear("proj", tokens, h, n * vd, plan)
+    fwd += [*kv_down, kv_norm, *kv_up, rope_op, *cp.forward, core, *proj, *att.exit]
+    up += [*kv_up, rope_op]
     bwd = [*att.exit_backward, *proj_b, *cp.backward, core_b, *cp.backward_after,
            MemoryOp("mla.rope.bwd", rope_op.bytes, 2), *kv_up_b,
            MemoryOp("mla.kv_norm.bwd", 3.0 * tokens * model.kv_lora_rank * dt), *kv_down_b, *bwd_q,

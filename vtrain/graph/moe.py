@@ -16,7 +16,7 @@ from typing import List, Tuple
 
 from vtrain.comm.ep import expert_load, moe_tokens
 from vtrain.comm.tp import TpComms, TpOperator
-from vtrain.graph.builder import Block
+from vtrain.graph.builder import Block, linear
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
@@ -45,17 +45,20 @@ def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int, batch: int = 1) -> 
              g(f"{name}.wgrad", m=k, n=n, k=m, batch=batch, dtype_bytes=dt)))
 
 
-def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, dt: int, batch: int = 1
+def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: ParallelPlan, batch: int = 1
             ) -> Tuple[List[Op], List[Op], MemoryOp]:
-    """(forward, backward, activation) of an MLP of width ``ffn`` (already sharded) on ``tokens`` rows."""
-    h = model.hidden_size
-    fc1, fc1_b = gemm_fwd_bwd(f"{prefix}.fc1", tokens, (2 if model.gated_mlp else 1) * ffn, h, dt, batch)
-    fc2, fc2_b = gemm_fwd_bwd(f"{prefix}.fc2", tokens, h, ffn, dt, batch)
+    """(forward, backward, activation) of an MLP of width ``ffn`` (already sharded) on ``tokens`` rows, its
+    GEMMs in the plan's precision with their quantization kernels (:func:`vtrain.graph.builder.linear`:
+    Megatron-Core's TE GroupedLinear and torchao's scaled grouped GEMMs run the experts in FP8 / MXFP8)."""
+    h, dt = model.hidden_size, plan.dtype_bytes
+    cls = GroupedGemm if batch > 1 else Gemm
+    fc1, fc1_b = linear(f"{prefix}.fc1", tokens, (2 if model.gated_mlp else 1) * ffn, h, plan, batch, cls)
+    fc2, fc2_b = linear(f"{prefix}.fc2", tokens, h, ffn, plan, batch, cls)
     elems = float(batch * tokens * ffn * dt)
     name = f"{prefix}.{'swiglu' if model.gated_mlp else 'gelu'}"
     act = MemoryOp(name, (3 if model.gated_mlp else 2) * elems)
     act_b = MemoryOp(f"{name}.bwd", (5 if model.gated_mlp else 3) * elems)
-    return [fc1, act, fc2], [*fc2_b, act_b, *fc1_b], act
+    return [*fc1, act, *fc2], [*fc2_b, act_b, *fc1_b], act
 
 
 def expert_rows(model: ModelSpec, plan: ParallelPlan) -> int:
@@ -84,14 +87,14 @@ def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator)
     unpermute_b = [] if fused else [MemoryOp("moe.unpermute.bwd", 2 * rows + tokens * h * dt, 2)]
     local = e // plan.ep
     exp_f, exp_b, act = mlp_ops("moe.expert", model, expert_rows(model, plan), model.expert_ffn // plan.expert_tp,
-                                dt, batch=local)
+                                plan, batch=local)
     forward: List[Op] = [router, topk, *permute, *ep.enter, *exp_f, *ep.exit, *unpermute]
     backward: List[Op] = [*unpermute_b, *ep.exit_backward, *exp_b, *ep.enter_backward, *permute_b, topk_b,
                           *router_b]
     shared: List[Op] = []
     if model.shared_ffn:  # a tensor-parallel MLP on the whole (gathered) sequence
         seq = tokens * plan.tp if plan.sequence_parallel else tokens
-        sh_f, sh_b, _ = mlp_ops("moe.shared", model, seq, model.shared_ffn // plan.tp, dt)
+        sh_f, sh_b, _ = mlp_ops("moe.shared", model, seq, model.shared_ffn // plan.tp, plan)
         shared = [*tp.mlp.enter, *sh_f, *tp.mlp.exit]
         forward += shared
         backward = [*tp.mlp.exit_backward, *sh_b, *tp.mlp.enter_backward, *backward]
