@@ -1,4 +1,5 @@
-"""Write vtrain/data/modern_gpus/megatron_moe_qwen3_h100.csv from the shared Megatron-MoE-ModelZoo table.
+"""Write vtrain/data/modern_gpus/megatron_moe_qwen3_h100.csv and megatron_moe_qwen3_blackwell.csv from the shared
+Megatron-MoE-ModelZoo table.
 
     python bench/make_moe_csv.py [TABLE]   # default: ../shared/data/modern_gpus/megatron_moe_modelzoo_qwen3.csv
 
@@ -19,6 +20,9 @@ from vtrain.validation.rows import model_config_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "vtrain" / "data" / "modern_gpus" / "megatron_moe_qwen3_h100.csv"
+OUT_BLACKWELL = OUT.with_name("megatron_moe_qwen3_blackwell.csv")
+GPU_OF = {"GB200": "gb200", "GB300": "gb300"}
+GPUS_PER_TRAY = 4  # a GB200/GB300 NVL72 compute tray (node) holds 4 GPUs; the source gives NNODES only
 # the shared data folder beside the project root (not shipped: this script only regenerates OUT from it)
 SOURCE = ROOT.parent / "shared" / "data" / "modern_gpus" / "megatron_moe_modelzoo_qwen3.csv"
 COLUMNS = ["name", "model", "gpu", "num_gpus", "gpus_per_node", "global_batch", "micro_batch", "seq_len", "tp", "cp",
@@ -72,11 +76,46 @@ def main(src: str) -> None:
             "routing": "dropless (imbalance unknown)" if balance == "dropless" else
             ("forced balance" if balance else "not stated"),
             "table": r["table"], "source_tflops_per_gpu": tflops})
-    with OUT.open("w", newline="") as fh:
+    write(OUT, rows)
+    write(OUT_BLACKWELL, blackwell_rows(src, model))
+
+
+def write(path: Path, rows: list) -> None:
+    with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
-    print(f"{len(rows)} rows -> {OUT}")
+    print(f"{len(rows)} rows -> {path}")
+
+
+def blackwell_rows(src: str, model: object) -> list:
+    """The GB200 / GB300 NVL72 rows (HybridEP: DeepEP-style NVLink kernels; TFLOP/s only, so the step time is
+    Megatron's model FLOPs over them, as for the long-context rows). Left out: the MXFP8 row that needed
+    activation offloading (not modelled). Recompute is not stated: Megatron-Core's defaults pick the first mode
+    that fits; routing is not stated: DROPLESS_IMBALANCE, as for the H100 main table."""
+    rows = []
+    for i, r in enumerate(csv.DictReader(open(src)), start=1):
+        if r["gpu"] not in GPU_OF or r["model"] != "Qwen3-235B-A22B" or "offloading" in r["notes"]:
+            continue
+        gpus = int(r["nnodes"]) * GPUS_PER_TRAY
+        tp, cp, pp, vpp = int(r["tp"]), int(r["cp"] or 1), int(r["pp"]), int(r["vpp"] or 1)
+        gbs, seq, tflops = int(r["gbs"]), int(r["seq_len"]), float(r["tflops_per_gpu"])
+        step_ms = megatron_flops_per_iteration(model, gbs, seq, tp) / (tflops * 1e12 * gpus) * 1e3
+        rows.append({
+            "name": f"qwen3_235b_{r['table'].lower()}_{r['precision'].lower()}_{i}", "model": "qwen3_235b_a22b",
+            "gpu": GPU_OF[r["gpu"]], "num_gpus": gpus, "gpus_per_node": GPUS_PER_TRAY, "global_batch": gbs,
+            "micro_batch": int(r["mbs"] or 1), "seq_len": seq, "tp": tp, "cp": cp, "pp": pp,
+            "dp": gpus // (tp * cp * pp), "ep": int(r["ep"]), "etp": int(r["etp"] or 1), "zero_stage": 1,
+            "schedule": "interleaved" if vpp > 1 else "1f1b", "virtual_stages": vpp, "moe_dispatcher": "deepep",
+            "overlap_moe_comm": "false", "recompute": "", "recompute_modules": "",
+            "sequence_parallel": "true" if tp > 1 else "false", "distributed_optimizer": "true",
+            "overlap_grad_reduce": "true", "tp_comm_overlap": "false", "overlap_param_gather": "false",
+            "precision": r["precision"].lower(), "flash_attention": "true",
+            "account_for_embedding": "true", "account_for_loss": "true", "moe_imbalance": DROPLESS_IMBALANCE,
+            "hidden_size": "", "num_heads": "", "num_layers": "",
+            "iteration_time_ms": f"{step_ms:.1f}", "step_time_source": "megatron model FLOPs / reported TFLOP/s",
+            "routing": "not stated", "table": r["table"], "source_tflops_per_gpu": tflops})
+    return rows
 
 
 if __name__ == "__main__":

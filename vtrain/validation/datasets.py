@@ -15,19 +15,23 @@ SHIPPED = {
     "megatron_2021_weak_scaling": "megatron_2021_weak_scaling.csv",
     "torchtitan": "modern_gpus/torchtitan_rows.csv",  # bench/torchtitan_rows.py
     "megatron_moe_qwen3_h100": "modern_gpus/megatron_moe_qwen3_h100.csv",  # bench/make_moe_csv.py
+    "megatron_moe_qwen3_blackwell": "modern_gpus/megatron_moe_qwen3_blackwell.csv",  # bench/make_moe_csv.py
 }
 # the software stack each shipped measurement ran on (rows without a ``stack`` column)
 SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022",
-                 "torchtitan": "torchtitan_fsdp2", "megatron_moe_qwen3_h100": "megatron_core_te"}
+                 "torchtitan": "torchtitan_fsdp2", "megatron_moe_qwen3_h100": "megatron_core_te",
+                 "megatron_moe_qwen3_blackwell": "megatron_core_te"}
 
 
 def shipped_defaults(name: str) -> Any:
     """What the rows of a shipped dataset leave unsaid (its software's own defaults): a RowDefaults; None
     for a CSV of one's own (each row's defaults follow its GPU: :func:`vtrain.validation.rows.era_defaults`)."""
-    from vtrain.validation.rows import MODERN_DEFAULTS, RowDefaults
+    from vtrain.validation.rows import MEGATRON_CORE_DEFAULTS, MODERN_DEFAULTS, RowDefaults
 
     if name not in SHIPPED:
         return None
+    if name == "megatron_moe_qwen3_blackwell":  # recompute not stated: Megatron-Core's, the first mode that fits
+        return MEGATRON_CORE_DEFAULTS
     return MODERN_DEFAULTS if name in ("torchtitan", "megatron_moe_qwen3_h100") else RowDefaults()
 
 
