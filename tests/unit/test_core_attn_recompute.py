@@ -76,3 +76,21 @@ def test_mla_splits_the_queries_over_cp_and_exchanges_kv():
     assert (fa.seq_len, fa.keys) == (2048, 4096)
     assert any(isinstance(op, Collective) and op.group.value == "cp" for op in fwd)
     assert [op.name for op in g.layer.recompute.ops] == ["cp.kv_ring", "flash_attn"]
+
+
+def test_hfu_counts_the_matmuls_of_the_recomputed_modules():
+    """Megatron-Core's recompute of mlp / moe / mla_up_proj runs their GEMMs again: HFU counts them (it
+    counted the attention core alone); layernorm and moe_act recompute no matmul."""
+    from vtrain import compose, simulate
+
+    base = ["+model=deepseek_v3", "model.num_layers=62", "+cluster=h100x1024", "parallelism.tp=1",
+            "parallelism.pp=2", "parallelism.dp=8", "parallelism.ep=8", "training.global_batch_size=64",
+            "training.seq_len=4096", "parallelism.recompute=selective"]
+    none = simulate(compose([*base, "parallelism.recompute_modules='layernorm,moe_act'"]))
+    moe = simulate(compose([*base, "parallelism.recompute_modules='layernorm,moe'"]))
+    assert none.hfu == pytest.approx(none.mfu)
+    from vtrain.config.build import model_spec
+
+    extra = 64 * model_spec(compose(base).model).recomputed_module_flops(4096, ["moe"])
+    expected = (moe.model_flops_per_iteration + extra) / moe.model_flops_per_iteration
+    assert moe.hfu / moe.mfu == pytest.approx(expected, rel=1e-9) and expected > 1.1

@@ -228,8 +228,7 @@ def interval_of(w: Workload, prov: Dict[str, str], host_share: float) -> Interva
 def _recompute_flops_mode(plan: ParallelPlan, stack: StackSpec) -> str:
     """The recompute mode whose extra FLOPs HFU counts: selective recompute runs the attention core again
     unless it is a fused kernel the stack leaves out of the checkpoint, or core_attn is not among
-    Megatron-Core's recompute modules. HFU leaves out the matmuls of the other modules (mlp, moe,
-    shared_experts, mla_up_proj); the simulated time has them."""
+    Megatron-Core's recompute modules (the matmuls of the other modules: ModelSpec.recomputed_module_flops)."""
     if plan.recompute != Recompute.SELECTIVE:
         return str(plan.recompute.value)
     core = "core_attn" in parse_recompute_modules(plan.recompute_modules)
@@ -273,6 +272,9 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     model_flops = model.model_flops_per_iteration(plan.global_batch_size, plan.seq_len)
     hw_flops = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
                                                   _recompute_flops_mode(plan, stack))
+    if plan.recompute == Recompute.SELECTIVE:  # Megatron-Core's modules with matmuls (mlp, moe, ...)
+        hw_flops += plan.global_batch_size * model.recomputed_module_flops(
+            plan.seq_len, parse_recompute_modules(plan.recompute_modules))
     tokens_per_iter = plan.global_batch_size * plan.seq_len
     iterations = w.tokens_to_train / tokens_per_iter
     time_to_train = iterations * iteration

@@ -21,7 +21,7 @@ Formulas:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 from vtrain.workload.enums import AttentionKind, MoeRouter, NormType, PositionEmbedding
 from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, PROBABILITY, Domain, spec
@@ -231,6 +231,27 @@ class ModelSpec:
         width = kept * self.moe_top_k * self.expert_ffn + self.shared_ffn
         return (self.attention_matmul_params() + self.hidden_size * self.num_experts
                 + (3 if self.gated_mlp else 2) * self.hidden_size * width)
+
+    def recomputed_module_flops(self, seq_len: int, modules: Iterable[str]) -> float:
+        """Matmul FLOPs of one sequence's forward that Megatron-Core's selective recompute of ``modules`` runs
+        again (the attention core, ``core_attn``, is counted apart): ``mlp`` the dense layers' MLPs, ``moe``
+        the MoE layers' router, routed and shared experts, ``shared_experts`` the shared ones alone,
+        ``mla_up_proj`` MLA's q and kv up-projections; ``layernorm`` and ``moe_act`` have no matmul."""
+        s, h, names = seq_len, self.hidden_size, set(modules)
+        n_moe = self.num_moe_layers
+        mats = 3 if self.gated_mlp else 2
+        out = 0.0
+        if "mlp" in names:
+            out += (self.num_layers - n_moe) * 2.0 * s * mats * h * self.ffn_hidden_size
+        if "moe" in names and n_moe:
+            out += n_moe * 2.0 * s * (self.moe_layer_matmul_params() - self.attention_matmul_params())
+        elif "shared_experts" in names and n_moe:
+            out += n_moe * 2.0 * s * mats * h * self.shared_ffn
+        if "mla_up_proj" in names and self.is_mla:
+            n, qk = self.num_heads, self.qk_head_dim + self.qk_rope_head_dim
+            up = self.q_lora_rank * n * qk + self.kv_lora_rank * n * (self.qk_head_dim + self.v_head_dim)
+            out += self.num_layers * 2.0 * s * up
+        return out
 
     def attention_core_flops(self, seq_len: int) -> int:
         """Scores (QK^T) and context (AV) of one sequence and layer: 2 s^2 per query/key and per value
