@@ -72,8 +72,9 @@ class GpuSpec:
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
-                                   doc="compute slowdown while an overlapped collective runs beside it (the SMs "
-                                       "its kernels take)")
+                                   doc="compute slowdown while a TP collective pipelined with it runs beside it "
+                                       "(assumed, first principles: its communication kernels hold ~8-16 of the "
+                                       "GPU's 108-148 SMs; not fitted, no table separates it)")
     tdp_w: float = spec(400.0, unit="W", domain=Domain(lo=0.0, hi=1.0e5, lo_open=True),
                          doc="board power limit (datasheet TDP)")
     idle_w: float = spec(60.0, unit="W", domain=POWER_W, doc="power drawn by an idle GPU (at most tdp_w)")
