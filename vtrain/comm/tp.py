@@ -58,7 +58,7 @@ def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float, overlap:
     ``overlap`` (TP-communication overlap, with SP): each all-gather is pipelined with the GEMM it feeds,
     each reduce-scatter with the GEMM before it, in tp chunks (TE userbuffers' ring exchange; torchtitan's
     async TP); the backward reduce-scatter of the input gradient only with ``overlap_input_grad``
-    (:attr:`StackSpec.tp_overlap_input_grad`). ``gather_bytes``: the all-gathers' message when they move a
+    (not with :attr:`StackSpec.separate_projections`). ``gather_bytes``: the all-gathers' message when they move a
     quantized tensor (:attr:`StackSpec.tp_fp8_all_gather`)."""
     if tp == 1:
         return TpOperator()
@@ -105,4 +105,4 @@ def plan_tp_comms(model: ModelSpec, plan: ParallelPlan, stack: StackSpec | None 
     fp8_gather = stack is not None and stack.tp_fp8_all_gather and plan.precision == Precision.FP8
     return tp_comms(plan.tp, plan.sequence_parallel, plan.tokens_per_rank, model.hidden_size, plan.dtype_bytes,
                     plan.tp_comm_overlap, plan.precision.gemm_operand_bytes if fp8_gather else None,
-                    stack is None or stack.tp_overlap_input_grad)
+                    stack is None or not stack.separate_projections)

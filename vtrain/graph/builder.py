@@ -76,21 +76,37 @@ _QUANT_BYTES = {"fp8": 4.0, "mxfp8": 4.0, "nvfp4": 4.0, "fp8_rowwise": 6.0, "fp8
 
 
 def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan, batch: int = 1,
-           cls: Type[Gemm] = Gemm) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
+           cls: Type[Gemm] = Gemm, quantize_input: bool = True) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
     """A linear layer Y[tokens, n] = X[tokens, k] W[k, n] (``batch`` of them side by side: the local experts'
     grouped GEMM, ``cls``): its forward and backward ops (in backward order: dgrad, wgrad). With a low
     precision the three GEMMs run in that format and the fused quantization kernels of the input, the
     weight (forward) and the output gradient (backward) are memory-bound ops beside them (Transformer
-    Engine's Linear and GroupedLinear, torchao's float8 / MX linears and grouped GEMMs alike)."""
+    Engine's Linear and GroupedLinear, torchao's float8 / MX linears and grouped GEMMs alike);
+    ``quantize_input`` False: the input is quantized already (a projection beside another on the same input)."""
     prec = plan.precision
     if not prec.low:
         fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes, batch=batch, cls=cls)
         return (fwd,), (dgrad, wgrad)
     fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value, batch, cls)
     q = _QUANT_BYTES[prec.value]
-    quant_in = MemoryOp(f"{name}.quant", q * batch * (tokens * k + k * n), 2)  # input and weight
+    quant_in = MemoryOp(f"{name}.quant", q * batch * ((tokens * k if quantize_input else 0) + k * n),
+                        2 if quantize_input else 1)  # input and weight
     quant_grad = MemoryOp(f"{name}.quant.bwd", q * batch * tokens * n, 1)
     return (quant_in, fwd), (quant_grad, dgrad, wgrad)
+
+
+def projections(names: Sequence[str], tokens: int, widths: Sequence[int], k: int, plan: ParallelPlan,
+                separate: bool) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
+    """Linear layers of one input X[tokens, k] with outputs of ``widths``: one GEMM of their summed width
+    (Megatron's fused QKV / FC1, named ``names[0]``), or with ``separate`` one GEMM each (torchtitan's wq, wk,
+    wv / w1, w3, named ``names[1:]``: the input quantized once, each weight its own), whose input gradients
+    are summed (the partial gradients read, the sum written: one fused kernel)."""
+    if not separate or len(widths) == 1:
+        return linear(names[0], tokens, sum(widths), k, plan)
+    parts = [linear(name, tokens, n, k, plan, quantize_input=i == 0) for i, (name, n) in
+             enumerate(zip(names[1:], widths))]
+    grad_sum = MemoryOp(f"{names[0]}.grad_sum", (len(parts) + 1) * float(tokens * k * plan.dtype_bytes), 1)
+    return (tuple(op for f, _ in parts for op in f), (*(op for _, b in parts for op in b), grad_sum))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,20 +121,21 @@ class Block:
 
 
 def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
-                    rerun_fused_attention: bool = False) -> Block:
+                    rerun_fused_attention: bool = False, separate: bool = False) -> Block:
     """QKV (column-parallel), RoPE, the attention core (flash, or unfused QK^T / softmax / dropout / AV),
     projection (row-parallel), with the TP collectives of the f/g pair around them. With context
     parallelism the s/cp local queries attend to all s keys, their KV exchange beside the core (``cp``).
     Selective recompute runs the unfused core again; the fused kernel (and its KV exchange) only when
-    ``rerun_fused_attention`` (``StackSpec.recompute_fused_attention``)."""
+    ``rerun_fused_attention`` (``StackSpec.recompute_fused_attention``); ``separate``: q, k and v as three
+    GEMMs (:func:`projections`, ``StackSpec.separate_projections``)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h = model.hidden_size
     tokens = plan.tokens_per_rank  # b * s / cp
     heads = model.num_heads // t
-    qkv_out = (model.q_size + 2 * model.kv_size) // t
     has_dropout = model.dropout > 0
     att = tp.attention
-    qkv, qkv_b = linear("qkv", tokens, qkv_out, h, plan)
+    qkv, qkv_b = projections(("qkv", "wq", "wk", "wv"), tokens,
+                             (model.q_size // t, model.kv_size // t, model.kv_size // t), h, plan, separate)
     proj, proj_b = linear("proj", tokens, h, model.q_size // t, plan)
     attn_prec = plan.precision.value if plan.fp8_attention else ""
     attn_fwd: List[Op]
@@ -166,14 +183,15 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     return Block(forward, backward, selective)
 
 
-def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
-    """FC1 (column-parallel; gate and up together with SwiGLU), the activation, FC2 (row-parallel)."""
+def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, separate: bool = False) -> Block:
+    """FC1 (column-parallel; gate and up together with SwiGLU, or as two GEMMs with ``separate``), the
+    activation, FC2 (row-parallel)."""
     t, dt = plan.tp, plan.dtype_bytes
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = plan.tokens_per_rank  # b * s / cp
-    fc1_out = (2 * f if model.gated_mlp else f) // t
     mlp = tp.mlp
-    fc1, fc1_b = linear("fc1", tokens, fc1_out, h, plan)
+    widths = (f // t, f // t) if model.gated_mlp else (f // t,)
+    fc1, fc1_b = projections(("fc1", "w1", "w3"), tokens, widths, h, plan, separate)
     fc2, fc2_b = linear("fc2", tokens, h, f // t, plan)
     act_name = "swiglu" if model.gated_mlp else "gelu"
     mlp_act_elems = float(tokens * (f // t) * dt)
@@ -185,10 +203,11 @@ def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Block:
 
 
 def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
-                mlp: Optional[Block] = None, rerun_fused_attention: bool = False) -> ComponentGraph:
+                mlp: Optional[Block] = None, rerun_fused_attention: bool = False,
+                separate: bool = False) -> ComponentGraph:
     """One transformer layer: norm, attention block, residual, norm, MLP block (``mlp``: another MLP
     branch, e.g. a mixture of experts), residual; backward in reverse; recompute per ``plan.recompute``
-    (``rerun_fused_attention``: see :func:`attention_block`)."""
+    (``rerun_fused_attention``, ``separate``: see :func:`attention_block`)."""
     t, dt = plan.tp, plan.dtype_bytes
     tokens = plan.tokens_per_rank
     local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
@@ -207,8 +226,8 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
 
         att = mla_block(model, plan, tp, cp, rerun_fused_attention)
     else:
-        att = attention_block(model, plan, tp, cp, rerun_fused_attention)
-    ffn = mlp if mlp is not None else mlp_block(model, plan, tp)
+        att = attention_block(model, plan, tp, cp, rerun_fused_attention, separate)
+    ffn = mlp if mlp is not None else mlp_block(model, plan, tp, separate)
     forward: List[Op] = [norm("norm1"), *att.forward, residual("residual1"), norm("norm2"), *ffn.forward,
                          residual("residual2")]
     backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *ffn.backward, MemoryOp("norm2.bwd", 3 * act),
@@ -222,19 +241,26 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
 
             recompute = selective_ops(plan.recompute_modules, att, ffn, (forward[0], forward[len(att.forward) + 2]))
     elif plan.recompute == Recompute.SELECTIVE_OP:
-        recompute = _selective_op_recompute(forward, model, plan)
+        recompute = _selective_op_recompute(forward, model, plan, separate)
     else:
         recompute = ()
     return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(recompute))
 
 
-def _selective_op_recompute(forward: Sequence[Op], model: ModelSpec, plan: ParallelPlan) -> Tuple[Op, ...]:
+def _selective_op_recompute(forward: Sequence[Op], model: ModelSpec, plan: ParallelPlan,
+                            separate: bool = False) -> Tuple[Op, ...]:
     """What torchtitan's per-op selective checkpointing runs again before a layer's backward: its policy saves
     the outputs of matmuls (but every second), attention and TP reduce-scatters (``_save_list``), so the
     recompute replays the rest of the forward in order: the memory-bound ops, every second matmul and the
     sequence-parallel all-gathers, which the list leaves out (their outputs feed the saved matmuls' weight
     gradients). Each recomputed matmul follows the forward GEMM it is part of; one the layer lacks (an MoE
-    layer's expert MLP) goes last."""
+    layer's expert MLP) goes last. With ``separate`` projections the layer's own matmuls are the ones counted
+    (wq, wk, wv, wo, w1, w3, w2: it runs wk, wo and w3 again)."""
+    if separate:
+        mms = [op for op in forward if isinstance(op, Gemm) and not op.attention]
+        again_ids = set(map(id, mms[1::2]))
+        return tuple(op for op in forward if isinstance(op, MemoryOp) or id(op) in again_ids
+                     or (isinstance(op, Collective) and op.group == Group.TP and op.kind == CollectiveKind.ALL_GATHER))
     again = list(_every_second_matmul(model, plan))
     anchors = dict(zip(("qkv", "proj", "fc1") if model.gated_mlp else ("proj", "fc2"), again))
     out: List[Op] = []
@@ -296,18 +322,19 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
 
 
 def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None,
-                      ep: Optional[TpOperator] = None, rerun_fused_attention: bool = False) -> ModelGraph:
+                      ep: Optional[TpOperator] = None, rerun_fused_attention: bool = False,
+                      separate: bool = False) -> ModelGraph:
     """The graphs with the TP, CP and EP collectives of the communication plan in place (``comm.tp``,
     ``comm.cp``, ``comm.ep``; by default CP's of ``plan``, no EP); an MoE model adds its MoE layer
     (:mod:`vtrain.graph.moe`) and MTP module graphs. ``rerun_fused_attention``: see :func:`attention_block`."""
     cp = cp if cp is not None else cp_comms(model, plan)
-    dense = build_layer(model, plan, tp, cp, rerun_fused_attention=rerun_fused_attention)
+    dense = build_layer(model, plan, tp, cp, rerun_fused_attention=rerun_fused_attention, separate=separate)
     moe_layer = mtp = None
     if model.is_moe:
         from vtrain.graph.moe import moe_block
 
         moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()),
-                                rerun_fused_attention=rerun_fused_attention)
+                                rerun_fused_attention=rerun_fused_attention, separate=separate)
     if model.mtp_layers:
         from vtrain.graph.mtp import build_mtp
 

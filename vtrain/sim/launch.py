@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import PassOps
-from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, Op, is_weight_grad
+from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, MemoryOp, Op, is_weight_grad
 
 # (time on the compute stream, host issue time, exposed-communication part of that time, FLOPs, group index);
 # group index SYNC marks a zero-length entry where the host waits for the GPU (a D2H copy of split sizes)
@@ -179,12 +179,30 @@ def chunked_gemm_s(op: Gemm, chunks: int, cost: CostModel) -> float:
     return chunks * cost.compute_time_s(piece)
 
 
+def _same_input_gemms(items: Sequence[Op], j: int) -> List[int]:
+    """The GEMMs after ``items[j]`` that multiply the same input (same rows and reduction: torchtitan's wk
+    and wv after wq, w3 after w1), with only memory-bound ops (their weights' casts) between them."""
+    first = items[j]
+    assert isinstance(first, Gemm)
+    out: List[int] = []
+    k = j + 1
+    while k < len(items) and isinstance(items[k], (MemoryOp, Gemm)):
+        op = items[k]
+        if isinstance(op, Gemm):
+            if (op.m, op.k, op.batch, op.attention) != (first.m, first.k, first.batch, first.attention):
+                break
+            out.append(k)
+        k += 1
+    return out
+
+
 def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowdown: float) -> List[Timed]:
     """Price each op of a pass; ``where(group)`` places a collective's group (:meth:`CommPlan.where`). A
     collective marked ``overlap`` merges with the GEMM or attention it is pipelined with."""
     items = list(ops.ops if isinstance(ops, PassOps) else ops)
     place = where.where  # type: ignore[attr-defined]
     paired: Dict[int, int] = {}  # compute op index -> collective index overlapped with it
+    group: Dict[int, List[int]] = {}  # an all-gather's first GEMM -> the GEMMs of the same input after it
     for i, op in enumerate(items):
         if isinstance(op, Collective) and op.overlap:
             step = 1 if op.overlap == "next" else -1
@@ -193,7 +211,9 @@ def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowd
                 j += step
             if 0 <= j < len(items):
                 paired[j] = i
-    merged = set(paired.values())
+                if step == 1 and isinstance(items[j], Gemm):
+                    group[j] = _same_input_gemms(items, j)
+    merged = set(paired.values()) | {k for ks in group.values() for k in ks}
     out: List[Timed] = []
     for i, op in enumerate(items):
         if i in merged:
@@ -211,11 +231,18 @@ def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowd
             coll = items[paired[i]]
             assert isinstance(coll, Collective)
             t_c = cost.collective_time_s(coll, place(coll.group))
+            flops = op.flops
             if isinstance(op, Gemm) and coll.chunks > 1:
                 t = chunked_gemm_s(op, coll.chunks, cost)
+            for k in group.get(i, ()):  # the fused all-gather-matmul runs every GEMM of the gathered input per chunk
+                other = items[k]
+                assert isinstance(other, Gemm)
+                t += chunked_gemm_s(other, coll.chunks, cost) if coll.chunks > 1 else cost.compute_time_s(other)
+                h += cost.host_time_s(cost.kernels_of(other))
+                flops += other.flops
             total = overlapped_s(t, t_c, coll.chunks, slowdown)
             exposed = max(0.0, total - t - slowdown * min(t, t_c))
-            out.append((total, h + cost.collective_host_time_s(coll), exposed, op.flops, _OF_GROUP.get(coll.group, 1)))
+            out.append((total, h + cost.collective_host_time_s(coll), exposed, flops, _OF_GROUP.get(coll.group, 1)))
         else:
             out.append((t, h, 0.0, op.flops, 0))
     return out

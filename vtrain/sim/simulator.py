@@ -244,7 +244,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     part = stage_partition(model, plan, shape)
     comm: CommPlan = comm_plan(w, part)
     graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape,
-                        stack.recompute_fused_attention, stack.tp_layout_copies)
+                        stack.recompute_fused_attention, stack.tp_layout_copies, stack.separate_projections)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,

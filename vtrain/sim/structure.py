@@ -58,16 +58,17 @@ def stage_partition(model: ModelSpec, plan: ParallelPlan, key: Optional[Tuple[An
 
 def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms], ep: Optional[TpOperator],
                 fuse: bool, key: Optional[Tuple[Any, ...]] = None, rerun_fused_attention: bool = False,
-                layout_copies: bool = False) -> ModelGraph:
+                layout_copies: bool = False, separate_projections: bool = False) -> ModelGraph:
     """:func:`vtrain.graph.builder.build_model_graph` with the communication plan's TP, CP and EP collectives
     (and Inductor-style fusion when ``fuse``; the batch-first copies around TP collectives when
     ``layout_copies``, :mod:`vtrain.graph.layout`), built once per shape, collectives and stack switches."""
-    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, fuse, rerun_fused_attention, layout_copies)
+    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, fuse, rerun_fused_attention, layout_copies,
+         separate_projections)
     hit = _GRAPHS.get(k)
     if hit is None:
         if len(_GRAPHS) >= _MAX_ENTRIES:
             _GRAPHS.clear()
-        graph = build_model_graph(model, plan, tp, cp, ep, rerun_fused_attention)
+        graph = build_model_graph(model, plan, tp, cp, ep, rerun_fused_attention, separate_projections)
         graph = fuse_elementwise(graph) if fuse else graph  # a cat beside a collective does not fuse into it
         hit = _GRAPHS[k] = with_tp_layout_copies(graph) if layout_copies and plan.tp > 1 else graph
     return hit

@@ -78,12 +78,12 @@ class StackSpec:
                    "1-byte quantized tensor, cast before the gather (torchao's Float8ColwiseParallel, "
                    "Float8RowwiseParallel, PrepareFloat8ModuleInput; torchtitan uses them for tensorwise "
                    "float8 only: rowwise and MX recipes gather in bf16); reduce-scatters stay bf16")
-    tp_overlap_input_grad: bool = spec(
-        True, doc="TP-communication overlap also pipelines the backward reduce-scatter of a column-parallel "
-                  "block's input gradient (Transformer Engine userbuffers: one fused QKV / FC1 GEMM produces "
-                  "it). False where that gradient is a sum of several GEMMs' outputs (torchtitan's separate "
-                  "wq/wk/wv and w1/w3): Inductor's micro-pipeline TP pass fuses a reduce-scatter only with the "
-                  "single matmul producing its input, so that reduce-scatter runs unfused")
+    separate_projections: bool = spec(
+        False, doc="the attention's q, k, v and a gated MLP's gate and up projections are separate linear layers "
+                   "(torchtitan's Llama: wq, wk, wv, w1, w3), each a GEMM of its own on the shared input, their "
+                   "input gradients summed; Megatron fuses them into one QKV and one FC1 GEMM. With TP overlap "
+                   "that sum's reduce-scatter runs unfused: Inductor's micro-pipeline TP pass fuses a "
+                   "reduce-scatter only with the single matmul producing its input")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
