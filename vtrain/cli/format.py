@@ -103,9 +103,10 @@ def render_report(r: Report) -> str:
         f"time to train {fmt_duration(r.time_to_train_lo_s)} to {fmt_duration(r.time_to_train_hi_s)}, "
         f"${r.cost_lo_usd:,.0f} to ${r.cost_hi_usd:,.0f} (residuals of class {r.interval_regime})",
     ]
-    fitted = sorted({v.split(",")[0] for v in r.provenance.values() if v.startswith("fitted")})
-    lines.append(f"stack: {r.stack}; constants: " + (("; ".join(fitted)) if fitted else "none fitted") +
-                 f" ({sum(v.startswith('transferred') for v in r.provenance.values())} transferred)")
+    fitted = sorted(k.split(".", 1)[-1] for k, v in r.provenance.items() if v.startswith("fitted"))
+    transferred = sum(v.startswith("transferred") for v in r.provenance.values())
+    lines.append(f"stack: {r.stack}; constants fitted to measurements: " + (", ".join(fitted) if fitted else "none")
+                 + f"; {transferred} transferred (report.json gives each one's source)")
     lines.extend(r.notes)
     if r.extrapolated_ops:
         lines.append(f"extrapolated outside the profile: {', '.join(r.extrapolated_ops)}")

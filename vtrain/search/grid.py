@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import signal
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from vtrain.search.collector import fewer_collections
@@ -121,12 +122,18 @@ def evaluate_grid(ev: Evaluator, groups: Sequence[ParallelPlan], tasks: Sequence
     return rows
 
 
+def _leave_sigint_to_parent() -> None:
+    """A grid worker ignores Ctrl-C: the parent's KeyboardInterrupt ends the pool, and the run prints its one
+    interrupt line (each worker printed "Process ForkPoolWorker-n:" and a traceback before)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_parallel(tasks: Sequence[Task], workers: int, per_group: List[List[Row]],
                   progress: Optional[Callable[[int], None]]) -> None:
     order = reversed(range(len(tasks)))  # deep pipelines (slow to simulate) first, the cheap tasks last
     gc.freeze()  # the workers inherit the parent's objects: their collections skip them (and copy no pages)
     try:
-        with mp.get_context("fork").Pool(workers) as pool:
+        with mp.get_context("fork").Pool(workers, initializer=_leave_sigint_to_parent) as pool:
             for i, part in pool.imap_unordered(_indexed, [(i, tasks[i]) for i in order]):
                 for g, rows in part:
                     per_group[g] = rows
