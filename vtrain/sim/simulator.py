@@ -72,6 +72,14 @@ def _pass_sums(passes: Tuple[PassCost, ...]) -> Tuple[float, ...]:
 _SUMS: Dict[Tuple[int, ...], Tuple[Tuple[PassCost, ...], Tuple[float, ...]]] = {}
 
 
+def _side_work_s(sc: StageCosts, s: int, plan: ParallelPlan) -> float:
+    """Stage ``s``'s side-stream work over the iteration (ZeRO-3 gathers and reduce-scatters of every pass),
+    counted as the breakdown's FSDP stream counts it."""
+    passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
+    per_chunk = plan.num_microbatches // 2 if plan.schedule is _DUALPIPE else plan.num_microbatches
+    return per_chunk * _pass_sums(passes)[3]
+
+
 def _p2p_busy(part: StagePartition, sc: StageCosts, m: int) -> List[float]:
     """Per stage: the pipeline stream's send/receive time over the iteration (each chunk's boundaries)."""
     out = []
@@ -254,7 +262,11 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), latencies,
                              host_times, full=full, fused=plan.overlap_moe_comm, keep_tasks=keep_trace)
-    drain = [max((b.side_tail_s for b in sc.backward[s]), default=0.0) for s in range(plan.pp)]
+    # ZeRO-3's side stream is one serial queue per GPU: each pass is priced with its own, so a pass's unfinished
+    # reduce-scatters (side_tail_s) would vanish into the next; a stage ends no earlier than its side stream has
+    # done all of the iteration's gathers and reduce-scatters
+    drain = [max(max((b.side_tail_s for b in sc.backward[s]), default=0.0),
+                 _side_work_s(sc, s, plan) - pipe.stage_end[s]) for s in range(plan.pp)]
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
     iteration = end + stack.iteration_overhead_s
 
