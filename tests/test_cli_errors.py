@@ -47,6 +47,8 @@ CORE_RULES = [
     (["cluster.inter_node.bandwidth_gb_per_s=1e-300"],
      "cluster.inter_node.bandwidth_gb_per_s=1e-300 must be a finite number in [0.001, 1000000]"),
     (["training.optimizer=sgd"], "training.optimizer=sgd is not one of adam, adamw"),
+    (["stack=deepspeed", "parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8", "parallelism.zero_stage=3"],
+     "parallelism.zero_stage=3 with pp=16: stack=deepspeed runs ZeRO stages up to 1 under a pipeline"),
     (["parallelism.tp=8", "parallelism.pp=4", "parallelism.dp=1", "parallelism.virtual_stages=2"],
      "parallelism.virtual_stages=2 needs schedule=interleaved (schedule=1f1b runs 1 model chunk(s) per stage)"),
     (["cluster.nvlink_domain=3"], "cluster.nvlink_domain=3 must be 0 (one node), a multiple of gpus_per_node=8"),

@@ -12,6 +12,7 @@ from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.comm.sharding import deferred_sync
 from vtrain.cost.base import CostModel
+from vtrain.errors import ConfigError
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
@@ -247,6 +248,10 @@ def _recompute_flops_mode(plan: ParallelPlan, stack: StackSpec) -> str:
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                       ) -> Tuple[Report, Optional[SimulationTrace]]:
     model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
+    most = stack.pipeline_max_zero_stage
+    if plan.pp > 1 and most is not None and plan.sharding_stage > most:
+        raise ConfigError(f"parallelism.zero_stage={plan.sharding_stage} with pp={plan.pp}: stack={stack.name} runs "
+                          f"ZeRO stages up to {most} under a pipeline (DeepSpeed's PipelineEngine)")
     gpu = cluster.gpu
     shape = shape_key(model, plan)
     part = stage_partition(model, plan, shape)

@@ -84,6 +84,10 @@ class StackSpec:
                    "input gradients summed; Megatron fuses them into one QKV and one FC1 GEMM. With TP overlap "
                    "that sum's reduce-scatter runs unfused: Inductor's micro-pipeline TP pass fuses a "
                    "reduce-scatter only with the single matmul producing its input")
+    pipeline_max_zero_stage: Optional[int] = spec(
+        None, domain=Domain(lo=0, hi=3, integer=True), none_means="any: the stack shards under a pipeline too",
+        doc="the highest ZeRO stage the stack runs with pp > 1 (DeepSpeed's PipelineEngine: ZeRO-2 and ZeRO-3 are "
+            "incompatible with pipeline parallelism)")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
