@@ -59,8 +59,10 @@ def map_passes(graph: ModelGraph, fn: Callable[[PassOps], PassOps]) -> ModelGrap
                       None if graph.mtp is None else component(graph.mtp))
 
 
-def _gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "", batch: int = 1,
+def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "", batch: int = 1,
                   cls: Type[Gemm] = Gemm) -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
+    """A GEMM Y[m, n] = X[m, k] W[k, n] (``batch`` side by side, as ``cls``) and its activation-grad and
+    weight-grad."""
     fwd = cls(name, m=m, n=n, k=k, batch=batch, dtype_bytes=dt, precision=precision)
     dgrad = cls(f"{name}.dgrad", m=m, n=k, k=n, batch=batch, dtype_bytes=dt, precision=precision)
     wgrad = cls(f"{name}.wgrad", m=k, n=n, k=m, batch=batch, dtype_bytes=dt, precision=precision)
@@ -85,9 +87,9 @@ def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan, batch: in
     ``quantize_input`` False: the input is quantized already (a projection beside another on the same input)."""
     prec = plan.precision
     if not prec.low:
-        fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes, batch=batch, cls=cls)
+        fwd, (dgrad, wgrad) = gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes, batch=batch, cls=cls)
         return (fwd,), (dgrad, wgrad)
-    fwd, (dgrad, wgrad) = _gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value, batch, cls)
+    fwd, (dgrad, wgrad) = gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value, batch, cls)
     q = _QUANT_BYTES[prec.value]
     quant_in = MemoryOp(f"{name}.quant", q * batch * ((tokens * k if quantize_input else 0) + k * n),
                         2 if quantize_input else 1)  # input and weight
@@ -312,7 +314,7 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
     tokens = plan.tokens_per_rank  # b * s / cp
     local = tokens // t if plan.sequence_parallel else tokens
     act = float(local * h * dt)
-    logits, logits_b = _gemm_fwd_bwd("logits", tokens, v, h, dt)
+    logits, logits_b = gemm_fwd_bwd("logits", tokens, v, h, dt)
     logit_bytes = float(tokens * v)
     fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *tp.logits.enter, logits,
                      MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4), *tp.cross_entropy]

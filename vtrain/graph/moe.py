@@ -16,7 +16,7 @@ from typing import List, Tuple
 
 from vtrain.comm.ep import expert_load, moe_tokens
 from vtrain.comm.tp import TpComms, TpOperator
-from vtrain.graph.builder import Block, linear
+from vtrain.graph.builder import Block, gemm_fwd_bwd, linear
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
@@ -35,14 +35,6 @@ class GroupedGemm(Gemm):
     @property
     def kernels(self) -> int:
         return self.batch
-
-
-def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: int, batch: int = 1) -> Tuple[Gemm, Tuple[Gemm, Gemm]]:
-    """A GEMM (grouped over ``batch`` local experts when batch > 1) and its activation-grad and weight-grad."""
-    g = GroupedGemm if batch > 1 else Gemm
-    return (g(name, m=m, n=n, k=k, batch=batch, dtype_bytes=dt),
-            (g(f"{name}.dgrad", m=m, n=k, k=n, batch=batch, dtype_bytes=dt),
-             g(f"{name}.wgrad", m=k, n=n, k=m, batch=batch, dtype_bytes=dt)))
 
 
 def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: ParallelPlan, batch: int = 1
