@@ -73,11 +73,17 @@ def _pass_sums(passes: Tuple[PassCost, ...]) -> Tuple[float, ...]:
 _SUMS: Dict[Tuple[int, ...], Tuple[Tuple[PassCost, ...], Tuple[float, ...]]] = {}
 
 
+def _stage_passes(sc: StageCosts, s: int, plan: ParallelPlan) -> Tuple[Tuple[PassCost, ...], int]:
+    """Stage ``s``'s priced passes (forward, backward, the W passes of a B/W split) and how often each runs
+    per iteration (DualPipe's two directions take half the micro-batches each)."""
+    passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
+    return passes, plan.num_microbatches // 2 if plan.schedule is _DUALPIPE else plan.num_microbatches
+
+
 def _side_work_s(sc: StageCosts, s: int, plan: ParallelPlan) -> float:
     """Stage ``s``'s side-stream work over the iteration (ZeRO-3 gathers and reduce-scatters of every pass),
     counted as the breakdown's FSDP stream counts it."""
-    passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
-    per_chunk = plan.num_microbatches // 2 if plan.schedule is _DUALPIPE else plan.num_microbatches
+    passes, per_chunk = _stage_passes(sc, s, plan)
     return per_chunk * _pass_sums(passes)[3]
 
 
@@ -118,17 +124,13 @@ Streams = Dict[Tuple[float, ...], Tuple[StreamUsage, ...]]
 def _stage_breakdown(s: int, w: Workload, part: StagePartition, sc: StageCosts, pipe: PipelineResult,
                      tail: StageTail, iteration: float, peak_bytes: float, pp_busy: float,
                      shared_streams: Streams) -> StageBreakdown:
-    m = w.plan.num_microbatches
     moe = w.model.is_moe
+    passes, per_chunk = _stage_passes(sc, s, w.plan)
+    sums = _pass_sums(passes)
     if sc.weight or sc.fused or moe:
-        passes = sc.forward[s] + sc.backward[s] + (sc.weight[s] if sc.weight else ())
-        per_chunk = m // 2 if w.plan.schedule is _DUALPIPE else m
         compute, tp, ep, a2a = stage_busy(sc, pipe, s, per_chunk, moe or bool(sc.fused))
-        sums = _pass_sums(passes)
     else:
-        passes, per_chunk, ep, a2a = sc.forward[s] + sc.backward[s], m, 0.0, 0.0
-        sums = _pass_sums(passes)
-        compute, tp = m * sums[0], m * sums[1]
+        compute, tp, ep, a2a = per_chunk * sums[0], per_chunk * sums[1], 0.0, 0.0
     overhead = w.stack.iteration_overhead_s
     # exposed in-pass communication by group: CP and FSDP from the passes, EP as the schedule hid it, TP the rest
     cp, fsdp = per_chunk * sums[5], per_chunk * sums[6]
