@@ -209,8 +209,7 @@ def _convention_note(w: Workload, iteration_s: float, peak_flops: float, hw_flop
     plan = w.plan
     if hw_flops <= iteration_s * plan.num_gpus * peak_flops:
         return ()
-    executed = w.model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
-                                                    _recompute_flops_mode(plan, w.stack), plan.flash_attention)
+    executed = hardware_flops(w, causal_flash=plan.flash_attention)
     share = executed / (iteration_s * plan.num_gpus * peak_flops)
     return (f"MFU and HFU count the whole attention score matrix (Megatron's convention); this plan's causal "
             f"attention executes about half of it: the GPUs execute {share:.1%} of their peak",)
@@ -245,6 +244,19 @@ def _recompute_flops_mode(plan: ParallelPlan, stack: StackSpec) -> str:
     core = "core_attn" in parse_recompute_modules(plan.recompute_modules)
     fused_skipped = plan.flash_attention and not stack.recompute_fused_attention
     return "selective" if core and not fused_skipped else "none"
+
+
+def hardware_flops(w: Workload, causal_flash: bool = False) -> float:
+    """FLOPs the GPUs run per iteration, recompute included: the recompute mode's
+    (:meth:`ModelSpec.hardware_flops_per_iteration`) and the matmuls of Megatron-Core's recomputed modules;
+    ``causal_flash``: the causal fused attention's executed share instead of the MFU convention's."""
+    plan, model = w.plan, w.model
+    flops = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
+                                               _recompute_flops_mode(plan, w.stack), causal_flash)
+    if plan.recompute == Recompute.SELECTIVE:  # Megatron-Core's modules with matmuls (mlp, moe, ...)
+        flops += plan.global_batch_size * model.recomputed_module_flops(
+            plan.seq_len, parse_recompute_modules(plan.recompute_modules))
+    return flops
 
 
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
@@ -289,11 +301,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     # MFU against the bf16 peak also for low-precision runs (as torchtitan and Megatron report it)
     peak_flops = gpu.peak_flops_per_s(plan.precision.activation.value)
     model_flops = model.model_flops_per_iteration(plan.global_batch_size, plan.seq_len)
-    hw_flops = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
-                                                  _recompute_flops_mode(plan, stack))
-    if plan.recompute == Recompute.SELECTIVE:  # Megatron-Core's modules with matmuls (mlp, moe, ...)
-        hw_flops += plan.global_batch_size * model.recomputed_module_flops(
-            plan.seq_len, parse_recompute_modules(plan.recompute_modules))
+    hw_flops = hardware_flops(w)
     tokens_per_iter = plan.global_batch_size * plan.seq_len
     iterations = w.tokens_to_train / tokens_per_iter
     time_to_train = iterations * iteration
