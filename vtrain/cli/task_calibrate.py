@@ -42,7 +42,7 @@ from vtrain.validation.datasets import (
     weak_scaling_workloads,
 )
 from vtrain.validation.metrics import summarise
-from vtrain.validation.run import IMPLAUSIBLE_RATIO
+from vtrain.validation.run import IMPLAUSIBLE_RATIO, check_plausible
 from vtrain.validation.weak_scaling import weak_scaling_cluster
 from vtrain.workload.fields import Domain, check_value
 
@@ -118,12 +118,11 @@ def _plausible(single: List[Any], measured_s: np.ndarray, rows: List[Any], base:
     pred = predict_s(single, base)
     keep = []
     for i, (p, m) in enumerate(zip(pred, measured_s)):
-        ratio = m / p if p > 0 else float("inf")
-        if 1 / IMPLAUSIBLE_RATIO < ratio < IMPLAUSIBLE_RATIO:
+        try:
+            check_plausible(rows[i], m * 1e3, p * 1e3)
             keep.append(i)
-        else:
-            say(f"left out row {rows[i].index}: the measurement gives an iteration of {m * 1e3:g} ms, {ratio:.3g}x the "
-                f"predicted {p * 1e3:.4g} ms (more than {IMPLAUSIBLE_RATIO:g}x apart: check its value and unit)")
+        except ConfigError as err:
+            say(f"left out {err}")
     if not keep:
         raise ConfigError(f"calibrate.data: every row's measurement is more than {IMPLAUSIBLE_RATIO:g}x from its "
                           "prediction: check their values and units")

@@ -125,6 +125,16 @@ def check_measured_ms(row: MeasuredRow, measured: float) -> float:
     return measured
 
 
+def check_plausible(row: MeasuredRow, measured_ms: float, predicted_ms: float) -> None:
+    """A one-line error when the measurement is more than IMPLAUSIBLE_RATIO from the prediction (a unit or
+    transcription error, not a model error)."""
+    ratio = measured_ms / predicted_ms if predicted_ms > 0 else math.inf
+    if not 1 / IMPLAUSIBLE_RATIO < ratio < IMPLAUSIBLE_RATIO:
+        raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured_ms:g} ms, "
+                          f"{ratio:.3g}x the predicted {predicted_ms:.4g} ms (more than "
+                          f"{IMPLAUSIBLE_RATIO:g}x apart: check its value and unit)")
+
+
 def _measured_memory_gib(row: MeasuredRow) -> Optional[float]:
     """The row's measured peak memory per GPU in GiB: ``peak_memory_gib``, else ``peak_memory_gb`` (a header's
     "GB": 1e9 bytes, converted), else None."""
@@ -170,11 +180,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                                   "(a shape no run has: check its sizes)")
             measured, quantity = measured_ms(row, w)
             check_measured_ms(row, measured)
-            ratio = measured / (report.iteration_time_s * 1e3)
-            if not 1 / IMPLAUSIBLE_RATIO < ratio < IMPLAUSIBLE_RATIO:
-                raise ConfigError(f"row {row.index}: the measurement gives an iteration of {measured:g} ms, "
-                                  f"{ratio:.3g}x the predicted {report.iteration_time_s * 1e3:.4g} ms (more than "
-                                  f"{IMPLAUSIBLE_RATIO:g}x apart: check its value and unit)")
+            check_plausible(row, measured, report.iteration_time_s * 1e3)
             mem = _measured_memory_gib(row)
         except ConfigError as err:
             out.append(RowResult(row, float("nan"), None, str(err)))
