@@ -11,6 +11,7 @@ step times within 0.5%). Plans from the table and the launch command (README bes
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -91,8 +92,9 @@ def write(path: Path, rows: list) -> None:
 def blackwell_rows(src: str, model: object) -> list:
     """The GB200 / GB300 NVL72 rows (HybridEP: DeepEP-style NVLink kernels; TFLOP/s only, so the step time is
     Megatron's model FLOPs over them, as for the long-context rows). Left out: the MXFP8 row that needed
-    activation offloading (not modelled). Recompute is not stated: Megatron-Core's defaults pick the first mode
-    that fits; routing is not stated: DROPLESS_IMBALANCE, as for the H100 main table."""
+    activation offloading (not modelled). Routing, recompute and the dispatch/compute overlap come from the
+    launch command (`launch_flags`); a recompute it does not set is left to Megatron-Core's row defaults (the
+    first of none, selective, full that fits)."""
     rows = []
     for i, r in enumerate(csv.DictReader(open(src)), start=1):
         if r["gpu"] not in GPU_OF or r["model"] != "Qwen3-235B-A22B" or "offloading" in r["notes"]:
@@ -101,21 +103,38 @@ def blackwell_rows(src: str, model: object) -> list:
         tp, cp, pp, vpp = int(r["tp"]), int(r["cp"] or 1), int(r["pp"]), int(r["vpp"] or 1)
         gbs, seq, tflops = int(r["gbs"]), int(r["seq_len"]), float(r["tflops_per_gpu"])
         step_ms = megatron_flops_per_iteration(model, gbs, seq, tp) / (tflops * 1e12 * gpus) * 1e3
+        flags = launch_flags(r["launch_command"])
         rows.append({
             "name": f"qwen3_235b_{r['table'].lower()}_{r['precision'].lower()}_{i}", "model": "qwen3_235b_a22b",
             "gpu": GPU_OF[r["gpu"]], "num_gpus": gpus, "gpus_per_node": GPUS_PER_TRAY, "global_batch": gbs,
             "micro_batch": int(r["mbs"] or 1), "seq_len": seq, "tp": tp, "cp": cp, "pp": pp,
             "dp": gpus // (tp * cp * pp), "ep": int(r["ep"]), "etp": int(r["etp"] or 1), "zero_stage": 1,
             "schedule": "interleaved" if vpp > 1 else "1f1b", "virtual_stages": vpp, "moe_dispatcher": "deepep",
-            "overlap_moe_comm": "false", "recompute": "", "recompute_modules": "",
+            "overlap_moe_comm": flags["overlap_moe_comm"], "recompute": flags["recompute"],
+            "recompute_modules": flags["recompute_modules"],
             "sequence_parallel": "true" if tp > 1 else "false", "distributed_optimizer": "true",
             "overlap_grad_reduce": "true", "tp_comm_overlap": "false", "overlap_param_gather": "false",
             "precision": r["precision"].lower(), "flash_attention": "true",
-            "account_for_embedding": "true", "account_for_loss": "true", "moe_imbalance": DROPLESS_IMBALANCE,
+            "account_for_embedding": "true", "account_for_loss": "true", "moe_imbalance": flags["moe_imbalance"],
             "hidden_size": "", "num_heads": "", "num_layers": "",
             "iteration_time_ms": f"{step_ms:.1f}", "step_time_source": "megatron model FLOPs / reported TFLOP/s",
-            "routing": "not stated", "table": r["table"], "source_tflops_per_gpu": tflops})
+            "routing": flags["routing"], "table": r["table"], "source_tflops_per_gpu": tflops})
     return rows
+
+
+def launch_flags(command: str) -> dict:
+    """What a Blackwell row's launch command states: `--moe-router-force-load-balancing` (forced balance:
+    `moe_imbalance` 1.0; otherwise dropless, DROPLESS_IMBALANCE), `A2A_OVERLAP=1` (Megatron-Core's EP
+    all-to-all overlapped with the other micro-batch's compute: `overlap_moe_comm`), and
+    `--recompute-granularity` / `--recompute-modules` (empty when the command sets none)."""
+    balanced = "--moe-router-force-load-balancing" in command
+    granularity = re.search(r"--recompute-granularity\s+(\w+)", command)
+    modules = re.search(r"--recompute-modules((?:\s+(?!--)\S+)+)", command)
+    return {"moe_imbalance": 1.0 if balanced else DROPLESS_IMBALANCE,
+            "routing": "forced balance (launch command)" if balanced else "not stated",
+            "overlap_moe_comm": "true" if re.search(r"\bA2A_OVERLAP=1\b", command) else "false",
+            "recompute": granularity.group(1) if granularity else "",
+            "recompute_modules": ",".join(modules.group(1).split()) if modules else ""}
 
 
 if __name__ == "__main__":

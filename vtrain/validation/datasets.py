@@ -30,7 +30,7 @@ def shipped_defaults(name: str) -> Any:
 
     if name not in SHIPPED:
         return None
-    if name == "megatron_moe_qwen3_blackwell":  # recompute not stated: Megatron-Core's, the first mode that fits
+    if name == "megatron_moe_qwen3_blackwell":  # 4K rows set no recompute: Megatron-Core's, the first mode that fits
         return MEGATRON_CORE_DEFAULTS
     return MODERN_DEFAULTS if name in ("torchtitan", "megatron_moe_qwen3_h100") else RowDefaults()
 
