@@ -78,6 +78,23 @@ def test_separate_projections_are_gemms_of_their_own_with_a_summed_input_gradien
     assert quants["wq.quant"] == 4.0 * (tokens * h + h * (4096 // 8))
 
 
+def test_rowwise_float8_casts_each_operand_for_each_gemm():
+    """torchao's rowwise recipe (hand-computed, TP 8): forward casts the input along its rows (3 B) and the weight
+    (3 B); backward casts the saved bf16 input along its columns (5 B: column amax, then cast), the weight again
+    (3 B) and the output gradient both ways (3 + 5 B); the input is saved in bf16, not float8."""
+    from vtrain.sim.memory import saved_linear_input_bytes
+
+    w, layer = _layer("training.precision=fp8_rowwise")
+    tokens, h, n = 2 * 8192, 4096, 4096 // 8
+    fwd = {op.name: op for op in layer.forward.ops if op.name.endswith(".quant")}
+    bwd = {op.name: op for op in layer.backward.ops if op.name.endswith(".quant.bwd")}
+    assert fwd["wq.quant"].bytes == 3.0 * (tokens * h + h * n)
+    assert bwd["wq.quant.bwd"].bytes == 8.0 * tokens * n + 5.0 * tokens * h + 3.0 * h * n
+    assert bwd["wq.quant.bwd"].kernels == 6
+    assert bwd["wk.quant.bwd"].bytes == 8.0 * tokens * (1024 // 8) + 3.0 * h * (1024 // 8)  # input cast for wq
+    assert saved_linear_input_bytes(w.plan) == 2
+
+
 def test_torchtitans_selective_op_recompute_reruns_wk_wo_and_w3():
     _, layer = _layer("parallelism.recompute=selective_op")
     assert [op.name for op in layer.recompute.ops if isinstance(op, Gemm)] == ["wk", "proj", "w3"]

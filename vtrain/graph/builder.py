@@ -70,11 +70,18 @@ def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = 
 
 
 # Bytes per element of the fused quantization kernels of a low-precision linear layer (Transformer Engine's
-# cast_transpose, torchao's float8 casts): read the bf16 tensor (2 B), write it quantized in both layouts
+# cast_transpose, torchao's float8 casts), as (input in forward, input in backward, weight in backward, output
+# gradient). Per-tensor, MX and NVFP4 scales: read the bf16 tensor (2 B), write it quantized in both layouts
 # (the GEMMs need row- and column-major operands on Hopper/Blackwell: 2 x 1 B; 2 x 0.5 B for NVFP4, whose
-# random Hadamard transform adds about as much). Rowwise and blockwise scales cannot transpose a quantized
-# tensor: the transposed copy is quantized again from bf16 (one more 2-byte read).
-_QUANT_BYTES = {"fp8": 4.0, "mxfp8": 4.0, "nvfp4": 4.0, "fp8_rowwise": 6.0, "fp8_blockwise": 6.0}
+# random Hadamard transform adds about as much); the weight is cast with the input. Blockwise scales cannot
+# transpose a quantized tensor: the transposed copy is quantized again from bf16 (one more 2-byte read).
+# torchao's rowwise recipe (float8_linear.manual_float8_matmul_with_args_in_hp) saves the bf16 input and
+# weight and casts each operand for each GEMM: along its rows (amax fused with the cast: read 2, write 1) for
+# the output and the input gradient, along its columns for the weight gradient (a column amax over all tokens
+# first: read 2, then read 2, write 1): the input 3 B in forward and 5 B in backward, the weight 3 B in each,
+# the output gradient 3 + 5 B.
+_QUANT_BYTES = {"fp8": (4.0, 0.0, 0.0, 4.0), "mxfp8": (4.0, 0.0, 0.0, 4.0), "nvfp4": (4.0, 0.0, 0.0, 4.0),
+                "fp8_rowwise": (3.0, 5.0, 3.0, 8.0), "fp8_blockwise": (6.0, 0.0, 0.0, 6.0)}
 
 
 def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan, batch: int = 1,
@@ -90,10 +97,12 @@ def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan, batch: in
         fwd, (dgrad, wgrad) = gemm_fwd_bwd(name, tokens, n, k, plan.dtype_bytes, batch=batch, cls=cls)
         return (fwd,), (dgrad, wgrad)
     fwd, (dgrad, wgrad) = gemm_fwd_bwd(name, tokens, n, k, prec.gemm_operand_bytes, prec.value, batch, cls)
-    q = _QUANT_BYTES[prec.value]
-    quant_in = MemoryOp(f"{name}.quant", q * batch * ((tokens * k if quantize_input else 0) + k * n),
-                        2 if quantize_input else 1)  # input and weight
-    quant_grad = MemoryOp(f"{name}.quant.bwd", q * batch * tokens * n, 1)
+    q_in, q_in_bwd, q_w_bwd, q_grad = _QUANT_BYTES[prec.value]
+    inputs = tokens * k if quantize_input else 0
+    quant_in = MemoryOp(f"{name}.quant", q_in * batch * (inputs + k * n), 2 if quantize_input else 1)  # input, weight
+    recast = q_in_bwd > 0  # rowwise: the output gradient's row cast, column amax and cast; the input's and weight's
+    quant_grad = MemoryOp(f"{name}.quant.bwd", batch * (q_grad * tokens * n + q_in_bwd * inputs + q_w_bwd * k * n),
+                          (3 + (2 if inputs else 0) + 1) if recast else 1)
     return (quant_in, fwd), (quant_grad, dgrad, wgrad)
 
 

@@ -24,8 +24,10 @@ _TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV))
 
 def saved_linear_input_bytes(plan: ParallelPlan) -> float:
     """Bytes per element of a linear layer's saved input: 1 quantized in a low-precision run (Transformer
-    Engine and torchao keep the FP8 copy for the weight gradient), else the activation dtype."""
-    return 1 if plan.precision.low else plan.dtype_bytes
+    Engine and torchao keep the FP8 copy for the weight gradient), else the activation dtype; torchao's
+    rowwise recipe saves the high-precision input and casts it again in backward
+    (float8_linear.manual_float8_matmul_with_args_in_hp)."""
+    return 1 if plan.precision.low and plan.precision != Precision.FP8_ROWWISE else plan.dtype_bytes
 
 
 def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
