@@ -13,9 +13,10 @@ from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.enums import Schedule
 
 
-def uniform(schedule, p, m, f, b, w, v=1, fused=False):
-    """Makespan with F, B (input grad), W per chunk, fused pairs = F + B + W (no overlap), no p2p."""
-    cs = compile_schedule(schedule, p, v, m, fused)
+def uniform(schedule, p, m, f, b, w, v=1, fused=False, costs=(1, 1, 1)):
+    """Makespan with F, B (input grad), W per chunk, fused pairs = F + B + W (no overlap), no p2p; ``costs``:
+    the pass times ZB-V's order is built on."""
+    cs = compile_schedule(schedule, p, v, m, fused, costs)
     k, vv = cs.kinds, cs.v
     d = [0.0] * (fused_key(p, vv, k, p, 0, 0) + 1)
     for s in range(p):
@@ -63,6 +64,29 @@ def test_zbv_bubble_is_the_fill_of_the_last_stage(p, m):
     assert t == pytest.approx(2 * m * 3.0 + (p - 1) * 1.0)
     t_h1, _ = uniform(Schedule.ZERO_BUBBLE, p, m, 2.0, 2.0, 2.0)  # the same stage, one chunk
     assert t - 2 * m * 3.0 == pytest.approx((t_h1 - m * 6.0) / 2)
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_zbv_built_on_its_pass_times_keeps_a_recomputing_backward_below_1f1bs_bubble(p):
+    """A B that carries full recompute (B = 2F, W = F per chunk): the order built on those times
+    (zbv_costs, as the zero-bubble implementation's v_schedule builds its V from profiled costs) keeps a
+    bubble of (p-1)(F + B - W) chunk passes, half ZB-H1's on the same stage and a quarter of 1F1B's, whatever
+    the micro-batch count; the order of unit times stalls in the steady state, its bubble growing with m to
+    1F1B's and past it."""
+    from vtrain.sim.schedule_zb import zbv_costs
+
+    f, b, w = 1.0, 2.0, 1.0
+    assert zbv_costs(f, b, w) == (2, 4, 2)
+    for m in (2 * p, 4 * p, 8 * p):
+        work = 2 * m * (f + b + w)
+        t_unit, _ = uniform(Schedule.ZBV, p, m, f, b, w)
+        t_costs, _ = uniform(Schedule.ZBV, p, m, f, b, w, costs=zbv_costs(f, b, w))
+        t_1f1b, _ = uniform(Schedule.ONE_F_ONE_B, p, m, 2 * f, 2 * b, 2 * w)  # the same stage, one chunk
+        t_h1, _ = uniform(Schedule.ZERO_BUBBLE, p, m, 2 * f, 2 * b, 2 * w)
+        assert t_costs - work == pytest.approx((p - 1) * (f + b - w))
+        assert t_costs - work == pytest.approx((t_h1 - work) / 2) == pytest.approx((t_1f1b - work) / 4)
+        assert t_unit - work > t_costs - work
+    assert t_unit - work > t_1f1b - work  # m = 8p
 
 
 @pytest.mark.parametrize("schedule,p,m", [(Schedule.ZERO_BUBBLE, 4, 8), (Schedule.ZBV, 4, 8),

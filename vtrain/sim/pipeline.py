@@ -149,7 +149,7 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
         if hit is not None and (hit[1].end or not keep_tasks):
             _RUNS.move_to_end(hashed)  # the most recently used last
             return hit
-    cs = compile_schedule(schedule, p, chunks, ms, fused)
+    cs = compile_schedule(schedule, p, chunks, ms, fused, _zbv_costs(schedule, p, chunks, gpu_s))
     run = run_pipeline(cs, gpu_s, lags, latency_s, host_s, record_from=0 if keep_tasks else cs.window_start)
     sim = (cs, run, _periodic_window(cs, run), tuple(tuple(run.end[i] for i in row) for row in cs.last_bwd))
     kept = sim if keep_tasks else (cs, PipelineRun([], [], [], [], [], run.stage_end, run.stage_bubble,
@@ -165,6 +165,18 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
         while len(_RUNS) > 1 and _runs_tasks > _RUNS_MAX_TASKS:  # evict the least recently used
             _runs_tasks -= _units.pop(_RUNS.popitem(last=False)[0])
     return sim
+
+
+def _zbv_costs(schedule: Schedule, p: int, chunks: int, gpu_s: Sequence[float]) -> Tuple[int, int, int]:
+    """ZB-V's order is built on the pass times (:func:`vtrain.sim.schedule_zb.zbv_costs`): the stages' mean
+    F, B and W chunk passes (duration keys s * 3 * chunks + kind * chunks + chunk); other schedules: units."""
+    if schedule != Schedule.ZBV:
+        return (1, 1, 1)
+    from vtrain.sim.schedule_zb import zbv_costs
+
+    mean = [sum(gpu_s[s * 3 * chunks + k * chunks + c] for s in range(p) for c in range(chunks)) / (p * chunks)
+            for k in range(3)]
+    return zbv_costs(*mean)
 
 
 _runs_tasks = 0  # tasks held by _RUNS

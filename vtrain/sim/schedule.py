@@ -101,11 +101,13 @@ def _fuse(steady: Tuple[Tuple[Task, ...], ...]) -> Tuple[Tuple[Task, ...], ...]:
     return tuple(((FUSED, f[1], f[2], b[1], b[2]),) for f, b in steady)
 
 
-def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int, fused: bool = False) -> StageOrder:
+def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int, fused: bool = False,
+                costs: Tuple[int, int, int] = (1, 1, 1)) -> StageOrder:
+    """Stage ``s``'s task order; ``costs``: the F, B, W pass times ZB-V's greedy order is built on."""
     if schedule in SPLIT:
         from vtrain.sim.schedule_zb import zb_stage_order
 
-        return zb_stage_order(schedule, p, m, s, fused)
+        return zb_stage_order(schedule, p, m, s, fused, costs)
     if schedule == Schedule.GPIPE:
         return StageOrder(tuple((0, 0, i) for i in range(m)), (), tuple((1, 0, i) for i in range(m)))
     if schedule == Schedule.ONE_F_ONE_B or v == 1:
@@ -196,13 +198,14 @@ def _deps(kind: int, c: int, i: int, s: int, pos: Tuple[Tuple[int, ...], ...], c
 
 
 @lru_cache(maxsize=512)
-def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = False) -> CompiledSchedule:
+def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = False,
+                     costs: Tuple[int, int, int] = (1, 1, 1)) -> CompiledSchedule:
     chunks = chunks_of(schedule, v)
     pos, chain = layout(schedule, p, v)
     split = splits_backward(schedule)
     kinds = 3 if split else 2
     wait_key = fused_key(p, chunks, kinds, p, 0, 0)
-    orders = [stage_order(schedule, p, chunks, m, s, fused) for s in range(p)]
+    orders = [stage_order(schedule, p, chunks, m, s, fused, costs) for s in range(p)]
     seqs = [o.tasks() for o in orders]
     cool_start = [len(o.warmup) + sum(len(u) for u in o.steady) for o in orders]
     done: Dict[Task, int] = {}  # (kind, q, mb) -> topological index

@@ -34,11 +34,12 @@ def zb_period(schedule: Schedule) -> Optional[Tuple[int, int]]:
     return {Schedule.ZERO_BUBBLE: (1, 1), Schedule.DUALPIPE: (2, 1), Schedule.DUALPIPEV: (1, 1)}.get(schedule)
 
 
-def zb_stage_order(schedule: Schedule, p: int, m: int, s: int, fused: bool) -> StageOrder:
+def zb_stage_order(schedule: Schedule, p: int, m: int, s: int, fused: bool,
+                   costs: Tuple[int, int, int] = (1, 1, 1)) -> StageOrder:
     if schedule == Schedule.ZERO_BUBBLE:
         return _zb_h1(p, m, s)
     if schedule == Schedule.ZBV:
-        return StageOrder(_zb_v(p, m)[s], (), ())
+        return StageOrder(_zb_v(p, m, costs)[s], (), ())
     return _dualpipe(p, m, s, v_shape=schedule == Schedule.DUALPIPEV)
 
 
@@ -56,10 +57,22 @@ def _zb_h1(p: int, m: int, s: int) -> StageOrder:
     return StageOrder(tuple(warm), steady, tuple(cool))
 
 
+def zbv_costs(f_s: float, b_s: float, w_s: float) -> Tuple[int, int, int]:
+    """The pass times ZB-V's greedy order is built on: F, B and W in half-forward units (F = 2), as the
+    zero-bubble implementation builds its V schedule from profiled F/B/W costs (sail-sg/zero-bubble-pipeline-
+    parallelism, v_schedule.PipelineGraph(f_cost, b_cost, w_cost)): a B that carries full recompute is about
+    twice a forward, and an order built for F = B = W would stall on it. Rounded so that plans of similar
+    ratios share one compiled schedule."""
+    if f_s <= 0:
+        return (1, 1, 1)
+    return (2, max(1, min(16, round(2 * b_s / f_s))), max(1, min(16, round(2 * w_s / f_s))))
+
+
 @lru_cache(maxsize=64)
-def _zb_v(p: int, m: int) -> Tuple[Tuple[Task, ...], ...]:
-    """Greedy V schedule on unit pass times (see the module doc). Its bubble on uniform stages is the
-    pipeline fill of the last stage, (p-1) chunk forwards, the least any schedule of this layout has."""
+def _zb_v(p: int, m: int, costs: Tuple[int, int, int] = (1, 1, 1)) -> Tuple[Tuple[Task, ...], ...]:
+    """Greedy V schedule on the pass times ``costs`` (F, B, W in time units; see the module doc and
+    :func:`zbv_costs`). Its bubble on uniform stages with F = B = W is the pipeline fill of the last stage,
+    (p-1) chunk forwards, the least any schedule of this layout has."""
     from collections import deque
 
     pos = [(s, 2 * p - 1 - s) for s in range(p)]
@@ -95,9 +108,9 @@ def _zb_v(p: int, m: int) -> Tuple[Tuple[Task, ...], ...]:
                 continue
             k, c, i = pick
             q = pos[s][c]
-            done[(k, q, i)] = t + 1
+            done[(k, q, i)] = t + costs[k]
             orders[s].append(pick)
-            busy[s] = t + 1
+            busy[s] = t + costs[k]
             if k == F:
                 nxt_f[s][c] += 1
                 inflight[s] += 1
