@@ -77,16 +77,92 @@ def test_empty_tp_and_pp_cells_are_one_like_absent_cp_and_ep(tmp_path, cfg):
     ("Step time (s)", "step_time_s"), ("Step Time (ms)", "iteration_time_ms"), ("TPS/GPU", "tokens_per_s_per_gpu"),
     ("Throughput (tokens/s/GPU)", "tokens_per_s_per_gpu"), ("Throughput (Tok/s/GPU)", "tokens_per_s_per_gpu"),
     ("Tokens/sec", "tokens_per_s"), ("Samples/sec", "samples_per_s"), ("Tensor Parallel", "tp"),
-    ("Pipeline Parallel", "pp"), ("Local batch size", "micro_batch"), ("SeqLen (T)", "seq_len"),
+    ("Pipeline Parallel", "pp"), ("Local batch size", "local_batch"), ("SeqLen (T)", "seq_len"),
     ("MicroBatchSize", "micro_batch"), ("GlobalBatchSize", "global_batch"), ("Activation checkpointing", "recompute"),
     ("AC", "recompute"), ("torch.compile", "torch_compile"), ("Peak Memory (GB)", "peak_memory_gb"),
     ("Memory(GiB)", "peak_memory_gib"), ("VP", "virtual_stages"), ("VPP", "virtual_stages"),
     # the spellings read before stay as they were
     ("iteration time (ms)", "iteration_time_ms"), ("Tokens/sec/GPU", "tokens_per_s_per_gpu"),
-    ("Seq Length", "seq_len"), ("peak_mem_GiB", "peak_mem_gib"), ("step_time_sec", "step_time_s"),
+    ("Seq Length", "seq_len"), ("peak_mem_GiB", "peak_memory_gib"), ("step_time_sec", "step_time_s"),
+    # Megatron-LM's argument names, NeMo's spelled-out headers, llm-foundry's one-letter rates, batches in tokens
+    ("Tensor Parallel Size", "tp"), ("Tensor model-parallel size", "tp"), ("Pipeline Parallel Size", "pp"),
+    ("Data Parallel Size", "dp"), ("Context Parallel Size", "cp"), ("Context-parallel size", "cp"),
+    ("Expert Parallel Size", "ep"), ("Expert Tensor Parallel", "etp"), ("GPU Type", "gpu"), ("Hardware", "gpu"),
+    ("Accelerator", "gpu"), ("# of Accelerators", "num_gpus"), ("Dtype", "precision"), ("Data type", "precision"),
+    ("Mixed Precision", "precision"), ("Microbatch Size", "micro_batch"), ("Model Name", "model"),
+    ("Context Length", "seq_len"), ("SP", "sequence_parallel"), ("Time per step (ms)", "iteration_time_ms"),
+    ("Elapsed time per iteration (ms)", "iteration_time_ms"), ("Time/iter (ms)", "iteration_time_ms"),
+    ("Tokens/GPU/s", "tokens_per_s_per_gpu"), ("Peak mem (GiB)", "peak_memory_gib"),
+    ("Max Memory Allocated (GB)", "peak_memory_gb"), ("Throughput/GPU (tokens/s)", "tokens_per_s_per_gpu"),
+    ("Throughput (T/s/GPU)", "tokens_per_s_per_gpu"), ("Throughput (T/s)", "tokens_per_s"),
+    ("Throughput (S/s)", "samples_per_s"), ("GBS (tokens)", "global_batch_tokens"),
+    ("GlobalBatchSize (T)", "global_batch_tokens"), ("Global Batch Size (tokens)", "global_batch_tokens"),
+    ("Sharding Strategy", "sharding_strategy"), ("FSDP", "fsdp"), ("ZeRO Stage", "zero_stage"),
 ])
 def test_published_headers_name_the_schema_columns(header, column):
     assert normalise_header(header) == column
+
+
+def test_batches_in_tokens_and_torchtitans_local_batch(tmp_path, cfg):
+    """A global batch in tokens is divided by the sequence length; torchtitan's local batch is each rank's
+    batch, split into pp micro-batches under a pipeline (its default pipeline_parallel_microbatches)."""
+    w = _workload(cfg, tmp_path, global_batch="", global_batch_tokens="1048576")
+    assert w.plan.global_batch_size == 1048576 // 8192 == 128
+    with pytest.raises(ConfigError, match=r"^row 1: global_batch_tokens=1000 must be a positive multiple of "
+                                          r"seq_len=8192$"):
+        _workload(cfg, tmp_path, global_batch="", global_batch_tokens="1000")
+    w = _workload(cfg, tmp_path, num_gpus="512", model="llama3_405b", tp="8", pp="8", micro_batch="",
+                  global_batch="", local_batch="32")
+    assert (w.plan.micro_batch_size, w.plan.global_batch_size, w.plan.num_microbatches) == (4, 256, 8)
+
+
+def test_fsdp_and_sharding_strategy_columns_shard(tmp_path, cfg):
+    """torchtitan's FSDP degree (a shard group within the data-parallel ranks when smaller), NeMo's FSDP
+    on/off, llm-foundry's sharding strategy and a ZeRO cell as tables write it; a stated zero_stage wins;
+    an FSDP stack's row silent on it is fully sharded; "ZeRO 0" turns the distributed optimizer off too."""
+    def stage(**cells):
+        w = _workload(cfg, tmp_path, tp="1", **cells)
+        return w.plan.zero_stage, w.plan.fsdp_shard_size, w.plan.distributed_optimizer
+
+    assert stage(fsdp="64") == (3, 64, True) and stage(fsdp="8") == (3, 8, True)
+    assert stage(fsdp="1")[0] == 3 and stage(fsdp="0")[0] == 0
+    assert stage(sharding_strategy="FULL_SHARD")[0] == 3 and stage(sharding_strategy="SHARD_GRAD_OP")[0] == 2
+    assert stage(sharding_strategy="HYBRID_SHARD") == (3, 8, True)
+    assert stage(zero_stage="ZeRO-3", fsdp="0")[0] == 3 and stage(zero_stage="zero2")[0] == 2
+    assert stage(framework="torchtitan")[0] == 3 and stage(framework="torchtitan", zero_stage="1")[0] == 1
+    assert stage(zero_stage="0") == (0, 0, False)
+    with pytest.raises(ConfigError, match=r"^row 1: sharding_strategy=ZERO_SHARD is not supported"):
+        stage(sharding_strategy="ZERO_SHARD")
+
+
+def test_a_dense_rows_ep_1_and_etp_1_and_torchtitans_selective(tmp_path, cfg):
+    w = _workload(cfg, tmp_path, model="llama3_70b", tp="4", pp="4", ep="1", etp="1")
+    assert (w.plan.ep, w.plan.tp) == (1, 4)
+    w = _workload(cfg, tmp_path, framework="torchtitan", recompute="Selective")
+    assert w.plan.recompute.value == "selective_op"  # torchtitan's selective_ac_option = "op"
+
+
+def test_a_rows_gpu_brings_its_platform(tmp_path, cfg):
+    """A GB200 row of a table validated on an H100 cluster runs in an NVL72 rack (4 GPUs a tray, a 72-GPU
+    NVLink domain); a GPU of the chosen cluster keeps it; the row's own gpus_per_node still applies."""
+    w = _workload(cfg, tmp_path, gpu="GB200 NVL72")
+    assert (w.cluster.gpu.name, w.cluster.gpus_per_node, w.cluster.domain_size) == ("gb200", 4, 72)
+    w = _workload(cfg, tmp_path, gpu="H100")
+    assert (w.cluster.gpus_per_node, w.cluster.domain_size) == (8, 8)
+    w = _workload(cfg, tmp_path, gpu="B200", gpus_per_node="4")
+    assert (w.cluster.gpu.name, w.cluster.gpus_per_node) == ("b200", 4)
+
+
+@pytest.mark.parametrize("delimiter", ["\t", ";", "|"])
+def test_tab_semicolon_and_markdown_tables_are_read(tmp_path, delimiter):
+    header, row = list(BASE), list(BASE.values())
+    lines = [delimiter.join(header), delimiter.join(row)]
+    if delimiter == "|":
+        lines = [f"| {' | '.join(header)} |", "|" + "---|" * len(header), f"| {' | '.join(row)} |"]
+    p = tmp_path / "t.csv"
+    p.write_text("\n".join(lines) + "\n")
+    (r,) = read_measurements(p)
+    assert r.values["model"] == "llama3_8b" and r.values["step_time_s"] == "2.0"
 
 
 def test_vp_without_a_schedule_runs_the_interleaved_schedule(tmp_path, cfg):

@@ -120,14 +120,19 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             v = r.row.values
             shape = f"({v.get('tp', '')},{v.get('pp', '')},{v.get('dp', '?')})"
             say(f"{r.row.index:>5} {v.get('num_gpus', ''):>5} {shape:>10} "
-                  f"{v['micro_batch']:>3} {v['global_batch']:>5} {v.get('hidden_size', v.get('model', '')):>6} "
+                  f"{v.get('micro_batch') or v.get('local_batch', ''):>3} "
+                  f"{v.get('global_batch') or v.get('global_batch_tokens', ''):>5} "
+                  f"{v.get('hidden_size', v.get('model', '')):>6} "
                   f"{v.get('num_layers', ''):>6} "
                   f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
                   f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
-        reason = " ".join((r.skipped_reason or "").split())  # one line, whatever the cells held
-        say(f"skipped {reason}" if reason.startswith(f"row {r.row.index}:") else f"skipped row {r.row.index}: {reason}")
+        say(f"skipped {r.skipped_reason}")
+    oom = [r for r in ok if r.fits is False]
+    if oom:  # a run that ran fitted: each of these is an error of the memory model (or of the row's plan)
+        say(f"predicted out of memory: {len(oom)} of {len(ok)} simulated rows (row {oom[0].row.index} first), "
+            "though each ran: their predicted peak exceeds the GPU's memory")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(results, out_dir / "validation.csv")
     if ok:

@@ -11,6 +11,7 @@ columns are dropped with one warning per file.
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import re
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from vtrain.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-REQUIRED = ("global_batch", "micro_batch", "seq_len", "tp", "pp")
+REQUIRED = ("seq_len",)  # tp, pp: an absent column is 1, as an empty cell is
+MICRO = ("micro_batch", "local_batch")  # at least one: the micro-batch, or torchtitan's per-rank batch
+BATCH = ("global_batch", "global_batch_tokens")  # at least one: sequences, or tokens (divided by seq_len)
 GPUS = ("dp", "num_gpus", "num_nodes")  # at least one: dp, or the GPUs it follows from (tp*cp*pp*dp)
 SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
 # at least one: the iteration time (ms, or s as published tables often give it), the throughput (tokens per GPU
@@ -59,9 +62,9 @@ class MeasuredRow:
 # "/" as "_per_" with "sec" as "s", "# GPUs" as "num_gpus")
 HEADER_ALIASES = {
     "global_batch_size": "global_batch", "gbs": "global_batch", "micro_batch_size": "micro_batch", "mbs": "micro_batch",
-    # torchtitan's per-data-parallel-rank batch: vtrain has no notion of it apart from the micro-batch, which it
-    # is when (as in torchtitan's tables) there is no gradient accumulation
-    "local_batch_size": "micro_batch",
+    # torchtitan's per-data-parallel-rank batch: the micro-batch, split into pp of them under a pipeline
+    # (vtrain.validation.rows._batches)
+    "local_batch_size": "local_batch",
     "seq_length": "seq_len", "sequence_length": "seq_len", "seqlen": "seq_len", "tp_size": "tp", "pp_size": "pp",
     "dp_size": "dp", "cp_size": "cp", "ep_size": "ep", "etp_size": "etp", "vp": "virtual_stages",
     "vpp": "virtual_stages", "vp_size": "virtual_stages", "vpp_size": "virtual_stages",
@@ -77,14 +80,39 @@ HEADER_ALIASES = {
     "model_tflops_per_s_per_gpu": "model_tflops_per_gpu", "model_tflops_per_sec_per_gpu": "model_tflops_per_gpu",
     "tflops_per_s_per_gpu": "model_tflops_per_gpu", "tflops_per_gpu": "model_tflops_per_gpu",
     "activation_checkpointing": "recompute", "activation_checkpoint": "recompute", "ac": "recompute",
-    "memory_gib": "peak_memory_gib", "memory_gb": "peak_memory_gb"}
+    "memory_gib": "peak_memory_gib", "memory_gb": "peak_memory_gb",
+    # Megatron-LM's argument names and NeMo / Megatron-Bridge's spelled-out headers
+    "tensor_parallel_size": "tp", "tensor_model_parallel_size": "tp", "pipeline_parallel_size": "pp",
+    "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp", "context_parallel_size": "cp",
+    "expert_parallel_size": "ep", "expert_model_parallel_size": "ep", "expert_tensor_parallel": "etp",
+    "expert_tensor_parallel_size": "etp", "expert_tensor_parallelism": "etp",
+    "virtual_pipeline_parallel_size": "virtual_stages", "virtual_pipeline_model_parallel_size": "virtual_stages",
+    "sp": "sequence_parallel", "sequence_parallelism": "sequence_parallel",
+    "gpu_type": "gpu", "gpu_model": "gpu", "hardware": "gpu", "accelerator": "gpu", "accelerator_type": "gpu",
+    "num_accelerators": "num_gpus", "dtype": "precision", "data_type": "precision", "mixed_precision": "precision",
+    "microbatch_size": "micro_batch", "micro_bs": "micro_batch", "global_bs": "global_batch",
+    "model_name": "model", "context_length": "seq_len", "context_len": "seq_len",
+    "time_per_step_ms": "iteration_time_ms", "time_per_iteration_ms": "iteration_time_ms",
+    "time_per_iter_ms": "iteration_time_ms", "elapsed_time_per_iteration_ms": "iteration_time_ms",
+    "time_per_step_s": "iteration_time_s", "time_per_iteration_s": "iteration_time_s",
+    "tokens_per_gpu_per_s": "tokens_per_s_per_gpu", "peak_mem_gib": "peak_memory_gib", "peak_mem_gb": "peak_memory_gb",
+    "max_memory_allocated_gib": "peak_memory_gib", "max_memory_allocated_gb": "peak_memory_gb",
+    "max_memory_reserved_gib": "peak_memory_gib", "max_memory_reserved_gb": "peak_memory_gb",
+    "zero": "zero_stage", "zero_stage_": "zero_stage", "fsdp_size": "fsdp", "fsdp_degree": "fsdp",
+    "sharding": "sharding_strategy", "global_batch_size_tokens": "global_batch_tokens",
+    "global_batch_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}
+# llm-foundry's one-letter rates: "Throughput (T/s/GPU)" is tokens, "(S/s)" samples (the first word of the rate)
+RATE_COUNTS = {"t": "tokens", "s": "samples"}
+# a batch column's unit: "GBS (tokens)", "GlobalBatchSize (T)" count tokens, not sequences
+TOKEN_UNITS = ("tokens", "t", "tok")
 # the units a header gives in parentheses ("Step time (s)", "Peak Memory (GB)"): part of the column's name;
 # anything else in parentheses ("SeqLen (T)") is a label, dropped
 UNITS = {"ms": "ms", "msec": "ms", "s": "s", "sec": "s", "seconds": "s", "gb": "gb", "gib": "gib"}
-THROUGHPUT = ("throughput", "throughput_per_gpu", "speed")  # "Throughput (tokens/s/GPU)": the unit is the column
+THROUGHPUT = ("throughput", "speed")  # "Throughput (tokens/s/GPU)": the unit is the column
+THROUGHPUT_PER_GPU = ("throughput_per_gpu", "speed_per_gpu")  # "Throughput/GPU (tokens/s)": the unit per GPU
 
 
 def _words(text: str) -> str:
@@ -94,6 +122,7 @@ def _words(text: str) -> str:
     parts = [re.sub(r"[\s\-.#_]+", "_", part.strip()).strip("_") for part in text.split("/")]
     if len(parts) > 1:
         parts = ["_".join(RATE_WORDS.get(w, w) for w in part.split("_")) for part in parts]
+        parts[0] = RATE_COUNTS.get(parts[0], parts[0])
     return "_per_".join(parts)
 
 
@@ -105,11 +134,15 @@ def normalise_header(name: str) -> str:
     paren = re.fullmatch(r"(.*?)\s*\(([^()]*)\)\s*", key)
     if paren:
         bare, unit = paren.group(1), _words(paren.group(2))
-    norm = _words(bare)
+    norm = HEADER_ALIASES.get(_words(bare), _words(bare))
     if norm in THROUGHPUT and "_per_" in unit:
         norm = unit
+    elif norm in THROUGHPUT_PER_GPU and "_per_" in unit:  # "Throughput/GPU (tokens/s)": a rate per GPU
+        norm = unit if unit.endswith("_per_gpu") else f"{unit}_per_gpu"
+    elif norm in ("global_batch", "global_batch_tokens") and unit in TOKEN_UNITS:
+        norm = "global_batch_tokens"
     elif unit in UNITS:
-        norm = f"{norm}_{UNITS[unit]}"
+        norm = f"{_words(bare)}_{UNITS[unit]}"
     return HEADER_ALIASES.get(norm, norm)
 
 
@@ -125,13 +158,36 @@ def read_measurements(path: str | Path, field: str = "validate.data") -> List[Me
         raise ConfigError(f"{field}={path}: is not a regular file")
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
-            return _rows(csv.reader(fh), path, field)
+            text = fh.read()
+        return _rows(_records(text), path, field)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{field}={path}: is not UTF-8 text (byte {err.start}: {err.reason})") from None
     except csv.Error as err:
         raise ConfigError(f"{field}={path}: is not a readable CSV ({err})") from None
     except OSError as err:
         raise ConfigError(f"{field}={path}: cannot be read ({err.strerror or err})") from None
+
+
+# a Markdown table's rule line ("|---|:--:|"): no cells
+_RULE = re.compile(r"\s*\|?(\s*:?-{3,}:?\s*\|)*\s*:?-{3,}:?\s*\|?\s*")
+
+
+def _records(text: str) -> Iterator[List[str]]:
+    """The cells of a table: comma-separated, or (where the header line has more of them than commas) tab-,
+    semicolon- or pipe-separated as a table copied from a web page or a Markdown file is (a Markdown table's
+    outer pipes and rule line dropped). Quoted cells may hold the delimiter and line breaks."""
+    head = next((line for line in text.splitlines() if line.strip()), "")
+    delimiter = max((",", "\t", ";", "|"), key=lambda d: (head.count(d), d == ","))
+    if delimiter != "|":
+        yield from csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        return
+    for line in text.splitlines():
+        if _RULE.fullmatch(line):
+            continue
+        text = line.strip()
+        text = text[1:] if text.startswith("|") else text
+        text = text[:-1] if text.endswith("|") else text
+        yield [cell.strip() for cell in text.split("|")] if text else []
 
 
 def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[MeasuredRow]:
@@ -147,6 +203,9 @@ def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[Mea
         raise ConfigError(f"{field}={path}: column(s) {', '.join(repeated)} appear more than once "
                           "(each column must be named once)")
     missing = [c for c in REQUIRED if c not in header]
+    for group in (MICRO, BATCH):
+        if not any(c in header for c in group):
+            missing.append(" or ".join(group))
     if "model" not in header:
         missing += [c for c in SHAPE if c not in header]
     if not any(c in header for c in GPUS):

@@ -111,8 +111,11 @@ GPU_ALIASES = {"h100": "h100_sxm", "h100_80gb": "h100_sxm", "h100_sxm5": "h100_s
 # what gpu_key drops from a GPU name: the vendor or system before it ("NVIDIA H100", "DGX H100", "Tesla V100"),
 # the SXM form factor (the part of every gpu/ config) and the memory technology ("H100 80GB HBM3"); the memory
 # size stays, since it tells parts apart (A100 40GB and 80GB)
-GPU_PREFIXES = ("nvidia", "dgx", "hgx", "tesla")
+GPU_PREFIXES = ("nvidia", "dgx", "hgx", "tesla", "grace", "hopper", "blackwell", "ampere")
 GPU_NOISE = re.compile(r"^(sxm\d?|hbm\d?e?)$")
+# what a name may add to a GPU that has one config only ("B200 (HGX)", "GB200 NVL72 (186GB)"): the system and
+# the memory size, dropped where the name is no gpu/ config with them
+GPU_SYSTEM = re.compile(r"^(hgx|dgx|nvl\d*|superchip|\d+(gb|gib))$")
 
 
 def gpu_key(raw: str) -> str:
@@ -126,7 +129,18 @@ def gpu_key(raw: str) -> str:
     while len(words) > 1 and words[0] in GPU_PREFIXES:
         words = words[1:]
     key = "_".join(w for i, w in enumerate(words) if i == 0 or not GPU_NOISE.match(w))
-    return GPU_ALIASES.get(key, key)
+    key = GPU_ALIASES.get(key, key)
+    if key not in _gpu_configs():
+        bare = "_".join(w for i, w in enumerate(key.split("_")) if i == 0 or not GPU_SYSTEM.match(w))
+        key = GPU_ALIASES.get(bare, bare) if GPU_ALIASES.get(bare, bare) in _gpu_configs() else key
+    return key
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_configs() -> Tuple[str, ...]:
+    from vtrain.config.compose import group_options
+
+    return tuple(group_options("gpu"))
 
 
 # what published tables call the precisions, schedules and recompute modes (case, "-" and " " aside)
@@ -134,18 +148,23 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
     Precision: {"bf16_mixed": "bf16", "bfloat16": "bf16", "fp16_mixed": "fp16", "float16": "fp16",
                 "fp8_delayed": "fp8", "fp8_current": "fp8", "fp8_tensorwise": "fp8", "fp8_hybrid": "fp8",
                 "float8": "fp8", "fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8",
-                "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4"},
+                "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4",
+                "mx_fp8": "mxfp8", "nv_fp4": "nvfp4", "fp8_e4m3": "fp8", "fp8_hybrid_e4m3": "fp8"},
     Schedule: {"interleaved_1f1b": "interleaved", "1f1b_interleaved": "interleaved", "vpp": "interleaved",
                "zb_h1": "zero_bubble", "zb": "zero_bubble", "zb_v": "zbv", "dualpipe_v": "dualpipev"},
     # an "Activation checkpointing" column holding a yes or a no: whole layers checkpointed (torch.utils.checkpoint
     # around each block, torchtitan's mode=full) or none
-    Recompute: {"selective_recompute": "selective", "full_recompute": "full", "no": "none", "false": "none",
+    Recompute: {"selective_recompute": "selective", "full_recompute": "full", "selective_ac": "selective",
+                "full_ac": "full", "selective_core_attn": "selective",
+                # torchtitan's SAC is per-op by default (activation_checkpoint.selective_ac_option = "op")
+                "sac": "selective_op", "per_op_sac": "selective_op", "op_sac": "selective_op",
+                "0": "none", "1": "full", "no": "none", "false": "none",
                 "off": "none", "disabled": "none", "\u2717": "none", "\u2718": "none", "yes": "full", "true": "full",
                 "on": "full", "enabled": "full", "\u2713": "full", "\u2714": "full"},
 }
 # the words of a precision that name the same format or say nothing of it (llm-foundry's "amp_bf16", "BF16
 # (AMP)", TE's "FP8 (Delayed Scaling)", torchao's "float8 (rowwise)"), dropped or replaced before ENUM_ALIASES
-PRECISION_WORDS = {"amp": "", "mixed": "", "scaling": "", "recipe": "", "float8": "fp8", "bfloat16": "bf16",
+PRECISION_WORDS = {"amp": "", "mixed": "", "scaling": "", "recipe": "", "te": "", "float8": "fp8", "bfloat16": "bf16",
                    "float16": "fp16", "float32": "fp32"}
 
 
@@ -260,6 +279,40 @@ def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
     return gpu_key(raw)
 
 
+@functools.lru_cache(maxsize=1)
+def _home_clusters() -> Dict[str, str]:
+    """Each GPU's platform: the first cluster/ config (by name) built of it (the vTrain and CPU ones aside)."""
+    from vtrain.config.compose import group_options, load_group_config
+    from vtrain.config.schema import ClusterConfig
+
+    homes: Dict[str, str] = {}
+    for name in group_options("cluster"):
+        if name in ("vtrain_a100", "local_cpu"):
+            continue
+        homes.setdefault(str(load_group_config("cluster", name, ClusterConfig).gpu), name)
+    return homes
+
+
+@functools.lru_cache(maxsize=32)
+def _home_cluster(name: str) -> Any:
+    from vtrain.config.compose import load_group_config
+    from vtrain.config.schema import ClusterConfig
+
+    return load_group_config("cluster", name, ClusterConfig)
+
+
+def row_cluster(row: MeasuredRow, cluster_cfg: Any) -> Any:
+    """The cluster config a row ran on: ``cluster_cfg`` for a row of its GPU (or none stated), else the
+    platform of the row's GPU (its NVLink domain, GPUs per node and fabric: a GB200 row of a mixed table runs
+    in an NVL72 rack, not on the H100 nodes of the chosen cluster); a GPU without a cluster/ config of its own
+    keeps ``cluster_cfg``'s fabric. The row's ``gpus_per_node`` and ``nvlink_domain`` still apply on top."""
+    gpu = gpu_name(row, cluster_cfg)
+    if gpu == str(cluster_cfg.gpu):
+        return cluster_cfg
+    home = _home_clusters().get(gpu)
+    return _home_cluster(home) if home else cluster_cfg
+
+
 def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
                 defaults: Optional[RowDefaults]) -> RowDefaults:
     """The defaults that apply to ``row``: the dataset's, or (None) those of the GPU it ran on."""
@@ -303,10 +356,29 @@ def cell_number(column: str, raw: str) -> float:
     return value * given[1] / unit[1]
 
 
+# what tables write for a ZeRO stage ("ZeRO-3", "zero3", "Stage 2") and PyTorch FSDP's sharding strategies
+# (FULL_SHARD shards parameters, gradients and optimizer states: stage 3; SHARD_GRAD_OP keeps parameters
+# whole: stage 2; the hybrid strategies shard within a node, `sharding_strategy`); a bare number as it is
+SHARDING_STRATEGIES = {"full_shard": 3, "shard_grad_op": 2, "hybrid_shard": 3, "_hybrid_shard_zero2": 2,
+                       "hybrid_shard_zero2": 2, "no_shard": 0}
+_ZERO_WORDS = re.compile(r"(?:zero|stage|zero_stage)_?(\d)")
+
+
+def zero_stage_cell(raw: str) -> str:
+    """A ZeRO-stage cell as its number ("ZeRO-3", "zero3", "stage 2", "FULL_SHARD"); anything else as written."""
+    key = table_key(raw)
+    if key in SHARDING_STRATEGIES:
+        return str(SHARDING_STRATEGIES[key])
+    words = _ZERO_WORDS.fullmatch(key)
+    return words.group(1) if words else raw
+
+
 def parse_cell(row: MeasuredRow, column: str, raw: str, tp: Any) -> Any:
     """A CSV cell as a value of type ``tp`` (int, float, bool or an enum; ``none`` for an optional one), or a
     one-line error."""
     label = f"row {row.index}: {column}={raw}"
+    if column == "zero_stage":
+        raw = zero_stage_cell(raw)
     if typing.get_origin(tp) is typing.Union:  # Optional[X]
         if raw.lower() in ("none", "null", "dropless"):
             return None
@@ -382,6 +454,66 @@ def _row_gpus(row: MeasuredRow, cluster_cfg: Any) -> Optional[int]:
     return None
 
 
+def _sharding(row: MeasuredRow, p: Mapping[str, Any], given_stage: bool) -> Dict[str, Any]:
+    """ZeRO stage and shard group from an ``fsdp`` column (torchtitan's FSDP degree, or NeMo's FSDP on/off: a
+    degree > 1 shards within groups of that many ranks where it is less than the data-parallel ranks) and a
+    ``sharding_strategy`` column (PyTorch FSDP's: FULL_SHARD stage 3, SHARD_GRAD_OP 2, HYBRID_SHARD 3 within
+    a node, NO_SHARD 0); a stated ``zero_stage`` wins."""
+    out: Dict[str, Any] = {}
+    raw = row.get("fsdp")
+    if raw is not None:
+        on = raw.strip().lower()
+        if on in _FALSE:
+            pass
+        elif on in _TRUE:
+            out["zero_stage"] = 3
+        else:
+            degree = int(parse_cell(row, "fsdp", raw, int))
+            check_value(f"row {row.index}: fsdp", degree, POSITIVE_INT)
+            if degree > 1:
+                out["zero_stage"] = 3
+                out["fsdp_shard_size"] = degree
+    strategy = row.get("sharding_strategy")
+    if strategy is not None:
+        key = table_key(strategy)
+        if key not in SHARDING_STRATEGIES:
+            raise ConfigError(f"row {row.index}: sharding_strategy={strategy} is not supported (one of "
+                              f"{', '.join(k.upper() for k in SHARDING_STRATEGIES if not k.startswith('_'))})")
+        out["zero_stage"] = SHARDING_STRATEGIES[key]
+        if key.startswith(("hybrid", "_hybrid")):
+            out["fsdp_shard_size"] = _count(row, "gpus_per_node") or 8
+    if given_stage:
+        out.pop("zero_stage", None)
+    if "fsdp_shard_size" in p:
+        out.pop("fsdp_shard_size", None)
+    return out
+
+
+def _batches(row: MeasuredRow, plan_d: Mapping[str, Any], prefix: str) -> Dict[str, Any]:
+    """Batch sizes given in other units: ``global_batch_tokens`` (a global batch in tokens: over seq_len) and
+    torchtitan's ``local_batch`` (each data-parallel rank's batch: split into pp micro-batches under a
+    pipeline, torchtitan's default ``pipeline_parallel_microbatches``; the global batch is dp of them)."""
+    out: Dict[str, Any] = {}
+    seq, pp, dp = plan_d.get("seq_len"), int(plan_d.get("pp", 1)), plan_d.get("dp")
+    tokens = row.get("global_batch_tokens")
+    if tokens is not None and "global_batch_size" not in plan_d and seq:
+        n = int(parse_cell(row, "global_batch_tokens", tokens, int))
+        if n <= 0 or n % seq:
+            raise ConfigError(f"{prefix} global_batch_tokens={tokens} must be a positive multiple of seq_len={seq}")
+        out["global_batch_size"] = n // seq
+    local = row.get("local_batch")
+    if local is not None:
+        n = int(parse_cell(row, "local_batch", local, int))
+        check_value(f"{prefix} local_batch", n, POSITIVE_INT)
+        if "micro_batch_size" not in plan_d:
+            if n % pp:
+                raise ConfigError(f"{prefix} local_batch={n} must divide into pp={pp} micro-batches (torchtitan)")
+            out["micro_batch_size"] = n // pp
+        if "global_batch_size" not in plan_d and "global_batch_size" not in out and dp:
+            out["global_batch_size"] = n * int(dp)
+    return out
+
+
 def model_config_fields(name: str) -> Dict[str, Any]:
     """The fields of ``model/<name>.yaml`` (checked against the model schema), as a plain mapping."""
     from vtrain.config.build import as_mapping
@@ -402,6 +534,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     simulated as measured."""
     prefix = f"row {row.index}:"
     gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
+    cluster_cfg = row_cluster(row, cluster_cfg)
     defaults = defaults if defaults is not None else era_defaults(gpu)
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
@@ -431,6 +564,18 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
                        or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
+    if not model.is_moe and p.get("ep", 1) == 1:  # a dense row's "EP 1, ETP 1": no experts to place
+        p.pop("ep", None)
+        p.pop("etp", None)
+    p.update(_sharding(row, p, given_stage="zero_stage" in p))
+    stack_name_ = stack_name(row, stack, defaults)
+    stack_spec_ = stack_spec(load_stack(stack_name_))
+    if "zero_stage" not in p and stack_spec_.zero_stage is not None:  # FSDP stacks shard unless told otherwise
+        p["zero_stage"] = stack_spec_.zero_stage
+    if p.get("recompute") == Recompute.SELECTIVE and stack_spec_.selective_is_per_op:  # torchtitan's "selective"
+        p["recompute"] = Recompute.SELECTIVE_OP
+    if p.get("zero_stage") == 0 and "distributed_optimizer" not in p:  # "ZeRO 0": no sharded optimizer either
+        p["distributed_optimizer"] = False
     plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
     if defaults.sequence_parallel_with_tp and "sequence_parallel" not in p:
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
@@ -447,6 +592,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         if given_gpus % split:
             raise ConfigError(f"{prefix} dp is empty and tp*cp*pp={split} does not divide num_gpus={given_gpus}")
         plan_d["dp"] = given_gpus // split
+    plan_d.update(_batches(row, plan_d, prefix))
     # tp and pp: an empty cell is 1 (that parallelism unused), as for cp, ep and virtual_stages
     for required in ("dp", "micro_batch_size", "global_batch_size", "seq_len"):
         if required not in plan_d:
@@ -466,5 +612,4 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     if domain is not None:
         cluster = replace(cluster, nvlink_domain=domain)
     check_plan(model, plan, cluster)
-    stack_spec_ = stack_spec(load_stack(stack_name(row, stack, defaults)))
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack_spec_, usd_per_gpu_hour=0.0)

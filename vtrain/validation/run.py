@@ -183,7 +183,10 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
             check_plausible(row, measured, report.iteration_time_s * 1e3)
             mem = _measured_memory_gib(row)
         except ConfigError as err:
-            out.append(RowResult(row, float("nan"), None, str(err)))
+            reason = " ".join(str(err).split())  # one line, whatever the cells held, naming its row
+            prefix = f"row {row.index}:"
+            out.append(RowResult(row, float("nan"), None,
+                                 reason if reason.startswith(prefix) else f"{prefix} {reason}"))
             continue
         out.append(RowResult(row, measured, report.iteration_time_s * 1e3, None, quantity, report.fits,
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,

@@ -84,6 +84,13 @@ class StackSpec:
                    "input gradients summed; Megatron fuses them into one QKV and one FC1 GEMM. With TP overlap "
                    "that sum's reduce-scatter runs unfused: Inductor's micro-pipeline TP pass fuses a "
                    "reduce-scatter only with the single matmul producing its input")
+    selective_is_per_op: bool = spec(False, doc="a measured row's 'selective' recompute is the stack's per-op "
+                                                "selective checkpointing (torchtitan: activation_checkpoint.mode = "
+                                                "selective with selective_ac_option = op, its default)")
+    zero_stage: Optional[int] = spec(
+        None, domain=Domain(lo=0, hi=3, integer=True), none_means="the row defaults' (the plan's own)",
+        doc="the ZeRO stage a measured row on this stack ran with when it does not say (task=validate; FSDP2's "
+            "fully_shard is how torchtitan, and FULL_SHARD how llm-foundry, train: 3)")
     pipeline_max_zero_stage: Optional[int] = spec(
         None, domain=Domain(lo=0, hi=3, integer=True), none_means="any: the stack shards under a pipeline too",
         doc="the highest ZeRO stage the stack runs with pp > 1 (DeepSpeed's PipelineEngine: ZeRO-2 and ZeRO-3 are "
