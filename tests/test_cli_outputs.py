@@ -116,6 +116,22 @@ def test_gpt3_megatron_preset_is_the_published_plan():
     assert (p.tp, p.pp, p.dp, p.schedule, p.virtual_stages, p.recompute) == (8, 16, 8, "interleaved", 2, "full")
 
 
+@pytest.mark.parametrize("raised", [FileNotFoundError(2, "No such file or directory", "optuna.journal.lock.rename"),
+                                    UnboundLocalError("cannot access local variable 'trial'")])
+def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt(tmp_path, capfd, monkeypatch, raised):
+    """Ctrl-C inside Optuna's journal lock makes the lock's rename fail: that is the interrupt, not a write error."""
+    from vtrain.cli import logs, main
+
+    def interrupted_task(cfg, out_dir):
+        logs.mark_interrupted()  # what the CLI's SIGINT handler does first
+        raise raised
+
+    monkeypatch.setattr(main, "run_task", interrupted_task)
+    res = run_inprocess(["+model=gpt175b", "+cluster=a100x1024", "tracking=off", f"hydra.run.dir={tmp_path}/r"], capfd)
+    assert res.code == 130, res.err
+    assert res.err.strip().splitlines() == ["vtrain: interrupted (Ctrl-C); finished trials and written files are kept"]
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_search_is_one_line(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "vtrain", "+model=gpt175b", "+cluster=a100x1024", "tracking=off",

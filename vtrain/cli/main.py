@@ -81,7 +81,12 @@ def hydra_main(cfg: DictConfig) -> int:
     rundir.start(out_dir, owned=multirun)
     sweep.take_notes()
     try:
-        run_task(cfg, out_dir)
+        try:
+            run_task(cfg, out_dir)
+        except Exception:
+            if logs.interrupted():  # e.g. Optuna's journal lock losing its rename, or its UnboundLocalError,
+                raise KeyboardInterrupt from None  # when Ctrl-C lands inside its bookkeeping
+            raise
     except VtrainError as err:
         rundir.discard()
         print(f"vtrain: error: {one_line(err)}", file=sys.stderr, flush=True)
@@ -97,8 +102,6 @@ def hydra_main(cfg: DictConfig) -> int:
         _record("error", message)
         return 2
     except Exception as exc:
-        if logs.interrupted():  # e.g. Optuna's UnboundLocalError when Ctrl-C lands inside its trial bookkeeping
-            raise KeyboardInterrupt from None
         if not multirun:
             _crashed = True
             raise
