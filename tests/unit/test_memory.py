@@ -90,3 +90,43 @@ def test_layernorm_recompute_saves_the_norm_outputs_of_this_cp_rank():
     one = layernorm_recompute_saving_bytes(w.model, replace(w.plan, cp=1))
     assert layernorm_recompute_saving_bytes(w.model, w.plan) == one / 4
     assert simulate(compose(over)).memory.activations_bytes > 0
+
+
+def test_fp8_weight_cache_and_fp8_parameters():
+    """Transformer Engine keeps an FP8 weight and its transpose beside each bf16 weight (2 B per parameter; 1 B
+    with NVFP4); with FP8 parameters (fp8_param_gather) the FP8 weight and its transpose are the weight, so
+    nothing is held beside it; ZeRO-3 and bf16 runs hold no cache."""
+    from vtrain.sim.memory import fp8_weight_cache_bytes_per_param
+    from vtrain.workload.enums import Precision
+    from vtrain.workload.stack import StackSpec
+
+    te = StackSpec(name="te", fp8_weight_cache=True)
+    te_fp8_params = StackSpec(name="te8", fp8_weight_cache=True, fp8_params=True)
+    fp8 = plan(precision=Precision.FP8)
+    assert fp8_weight_cache_bytes_per_param(fp8, te) == 2.0
+    assert fp8_weight_cache_bytes_per_param(plan(precision=Precision.NVFP4), te) == 1.0
+    assert fp8_weight_cache_bytes_per_param(fp8, te_fp8_params) == 0.0
+    assert fp8_weight_cache_bytes_per_param(plan(precision=Precision.MXFP8), te_fp8_params) == 0.0
+    assert fp8_weight_cache_bytes_per_param(plan(precision=Precision.NVFP4), te_fp8_params) == 1.0  # no FP4 params
+    assert fp8_weight_cache_bytes_per_param(plan(), te) == 0.0
+    assert fp8_weight_cache_bytes_per_param(replace(fp8, dp=8, zero_stage=3), te) == 0.0
+    assert fp8_weight_cache_bytes_per_param(fp8, StackSpec(name="torchao")) == 0.0  # torchao casts per forward
+
+
+def test_fp8_parameters_let_llama3_8b_fp8_fit_where_it_runs():
+    """Llama 3 8B, FP8, TP1 CP2 on 8 H100 (Megatron-Core): 8.03 B parameters in bf16 or FP8-with-transpose
+    (2 B each, 15 GiB), fp32 main gradients (30 GiB), fp32 master + Adam sharded over 8 (11 GiB): with bf16
+    weights and TE's FP8 copies (2 B more per layer parameter, +13 GiB) the plan would not fit in 80 GiB."""
+    from vtrain import compose
+    from vtrain.api import simulate
+
+    over = ["+model=llama3_8b", "+cluster=h100x1024", "training.precision=fp8", "training.global_batch_size=128",
+            "training.seq_len=8192", "parallelism.tp=1", "parallelism.pp=1", "parallelism.cp=2", "parallelism.dp=4",
+            "parallelism.recompute=none", "parallelism.sequence_parallel=false"]
+    with_params, without = simulate(compose(over)), simulate(compose([*over, "stack.fp8_params=false"]))
+    gib = 1024 ** 3
+    assert with_params.fits and not without.fits
+    assert with_params.memory.weights_bytes / gib == pytest.approx(8.03e9 * 2 / gib, rel=0.01)
+    layer_params = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)
+    extra = without.memory.weights_bytes - with_params.memory.weights_bytes
+    assert extra == pytest.approx(2 * layer_params, rel=0.01)

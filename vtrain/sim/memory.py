@@ -17,6 +17,7 @@ from vtrain.workload.enums import Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.stack import StackSpec
 from vtrain.workload.workload import Workload
 
 _TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV))
@@ -104,6 +105,20 @@ def state_bytes_per_param(plan: ParallelPlan, shards: int = 0, masters_sharded: 
     if stage >= 3:
         weights = 0.0 if masters_sharded and plan.precision != Precision.FP32 else weights / n
     return weights, grads, opt
+
+
+def fp8_weight_cache_bytes_per_param(plan: ParallelPlan, stack: StackSpec) -> float:
+    """Bytes per linear-layer parameter held beside its weight for the low-precision GEMMs, per GPU.
+
+    Transformer Engine keeps the quantized weight and its transpose (Blackwell: row- and column-wise copies)
+    across micro-batches (``StackSpec.fp8_weight_cache``): two operands of ``gemm_operand_bytes`` each (block
+    scales, 1/32 of an MXFP8 copy, left out). With FP8 parameters (``StackSpec.fp8_params``) the FP8 weight
+    and its transpose are the weight itself, 1 + 1 B in place of the bf16 weight's 2: nothing beside it.
+    ZeRO-3 gathers each layer per use, and so keeps no cache."""
+    if not (plan.precision.low and stack.fp8_weight_cache and plan.sharding_stage < 3):
+        return 0.0
+    operand = plan.precision.gemm_operand_bytes
+    return 0.0 if stack.fp8_params and operand == 1.0 else 2.0 * operand
 
 
 def sharded_working_bytes(layer_params: float, stage_layers: int, plan: ParallelPlan,

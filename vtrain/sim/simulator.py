@@ -19,7 +19,13 @@ from vtrain.sim.energy import energy
 from vtrain.sim.engine import PipelineRun
 from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
-from vtrain.sim.memory import inflight_layers, layer_activation_bytes, sharded_working_bytes, state_bytes_per_param
+from vtrain.sim.memory import (
+    fp8_weight_cache_bytes_per_param,
+    inflight_layers,
+    layer_activation_bytes,
+    sharded_working_bytes,
+    state_bytes_per_param,
+)
 from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pass_memo import stage_costs
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
@@ -170,8 +176,7 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     last = part.stage_of(part.chain_len - 1)
     moe_like = model.is_moe or model.is_mla or model.mtp_layers
     moe = moe_memory(model, plan, part, stack.fsdp_fp32_shards) if moe_like else None
-    # Transformer Engine keeps an FP8 copy of each weight and its transpose across micro-batches
-    fp8_cache = 2.0 if plan.precision.low and stack.fp8_weight_cache and plan.sharding_stage < 3 else 0.0
+    fp8_cache = fp8_weight_cache_bytes_per_param(plan, stack)
     deferred = deferred_sync(plan, stack)
     out = []
     for s in range(plan.pp):

@@ -44,6 +44,10 @@ class StackSpec:
                                              "(torch.compile); see vtrain.graph.fusion")
     fp8_weight_cache: bool = spec(False, doc="keeps FP8 weights (and transposes) across micro-batches "
                                              "(Transformer Engine); torchao casts them per forward")
+    fp8_params: bool = spec(False, doc="with an FP8 format the linear layers' weights are stored in FP8, not "
+                                       "bf16 (Megatron's --fp8-param-gather, TE's fp8_model_init): the FP8 "
+                                       "weight and its cached transpose replace the bf16 weight and its FP8 "
+                                       "copies; the fp32 master weights stay in the optimizer")
     pipeline_defers_fsdp_sync: bool = spec(
         False, doc="under a pipeline schedule (pp > 1), ZeRO-3 gradients accumulate unsharded over the "
                    "micro-batches and reduce-scatter once after a stage's last backward, and parameters kept "
