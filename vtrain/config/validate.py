@@ -20,6 +20,7 @@ def require(cond: bool, message: str) -> None:
 
 
 OPTIMIZERS = ("adam", "adamw")
+MOMENT_DTYPES = ("fp32", "bf16")
 
 
 def check_choice(field: str, value: str, choices: Iterable[str]) -> None:
@@ -85,6 +86,7 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     # the memory and step models are mixed-precision Adam's (fp32 master weights, m and v); AdamW's decoupled
     # weight decay changes neither
     check_choice("training.optimizer", p.optimizer, OPTIMIZERS)
+    check_choice("training.optimizer_moments", p.optimizer_moments, MOMENT_DTYPES)
     if not (p.virtual_stages == 1 or p.schedule == Schedule.INTERLEAVED):
         raise ConfigError(f"parallelism.virtual_stages={p.virtual_stages} needs schedule=interleaved (schedule="
                           f"{p.schedule.value} runs {p.chunks} model chunk(s) per stage); set virtual_stages=1")
@@ -106,7 +108,7 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     if not (p.global_batch_size % (p.dp * p.micro_batch_size) == 0):  # before the rules on the micro-batch count
         raise ConfigError(f"dp*micro_batch_size={p.dp}*{p.micro_batch_size} must divide global_batch_size="
                           f"{p.global_batch_size}")
-    _check_pipeline_split(m, p)
+    check_pipeline_split(m, p)
     check_moe_plan(m, p)
     # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
     if not (p.cp == 1 or p.flash_attention):
@@ -153,7 +155,7 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
         raise ConfigError(f"parallelism.recompute_modules={p.recompute_modules}: {e}") from None
 
 
-def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
+def check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
     """Layers over p·v positions: evenly, with a remainder spread from the first, or with explicit first /
     last stage counts whose rest divides over the other stages (:func:`vtrain.workload.partition.layer_split`)."""
     n = p.pp * (1 if p.schedule == Schedule.DUALPIPE else p.chunks)  # DualPipe: each direction is pp deep
@@ -163,6 +165,10 @@ def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
             raise ConfigError("first_stage_layers / last_stage_layers need pp>1")
         if not (not (p.account_for_embedding or p.account_for_loss)):
             raise ConfigError("account_for_embedding / account_for_loss do not combine with first/last_stage_layers")
+        if p.schedule in (Schedule.ZBV, Schedule.DUALPIPEV):
+            raise ConfigError(f"first_stage_layers / last_stage_layers do not apply to schedule={p.schedule.value}: "
+                              "its V shape puts the first and the last layers on stage 0")
+        per_stage = 1 if p.schedule == Schedule.DUALPIPE else p.chunks  # DualPipe: per direction's chain
         fixed = [x for x in (first, last) if x]
         middle = p.pp - len(fixed)
         rest = m.num_layers - sum(fixed)
@@ -170,14 +176,15 @@ def _check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
             raise ConfigError(f"first_stage_layers={first} + last_stage_layers={last} exceed the model's "
                               f"num_layers={m.num_layers}")
         if middle:
-            if not (rest % (middle * p.chunks) == 0 and rest > 0):
+            if not (rest % (middle * per_stage) == 0 and rest > 0):
                 raise ConfigError(f"first_stage_layers={first} / last_stage_layers={last} leave {rest} layers, "
-                                  f"which must divide evenly over the other {middle} stage(s) x {p.chunks} chunk(s)")
+                                  f"which must divide evenly over the other {middle} stage(s) x {per_stage} "
+                                  "chunk(s)")
         else:
             if not (rest == 0):
                 raise ConfigError(f"first_stage_layers={first} + last_stage_layers={last} must equal "
                                   f"num_layers={m.num_layers} with pp=2")
-        if not (min(fixed) >= p.chunks):
+        if not (min(fixed) >= per_stage):
             raise ConfigError("each stage needs at least one layer per model chunk")
         return
     extra = int(p.account_for_embedding) + int(p.account_for_loss)

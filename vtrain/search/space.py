@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vtrain.comm.ep import expert_parallel_degrees
-from vtrain.config.validate import check_plan
+from vtrain.config.validate import check_pipeline_split, check_plan
 from vtrain.errors import ConfigError
 from vtrain.workload.enums import MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
@@ -213,12 +213,23 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
         changes["overlap_param_gather"] = False
     if plan.fsdp_shard_size and (stage == 0 or plan.fsdp_shard_size >= plan.dp):
         changes["fsdp_shard_size"] = 0
-    if plan.pp == 1 and (plan.first_stage_layers or plan.last_stage_layers):
-        changes["first_stage_layers"] = changes["last_stage_layers"] = 0
+    if (plan.first_stage_layers or plan.last_stage_layers) and (plan.pp == 1 or not _split_fits(model, plan)):
+        changes["first_stage_layers"] = changes["last_stage_layers"] = 0  # the config's split is for another pp
     if model is not None and not model.is_moe:
         dense = {"ep": 1, "etp": 0, "moe_dispatcher": MoeDispatcher.ALLTOALL}
         changes.update({k: v for k, v in dense.items() if getattr(plan, k) != v})
     return dataclasses.replace(plan, **changes) if changes else plan
+
+
+def _split_fits(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:
+    """The explicit first/last stage layer counts split this plan's pipeline (no model: assumed so)."""
+    if model is None:
+        return True
+    try:
+        check_pipeline_split(model, plan)
+    except ConfigError:
+        return False
+    return True
 
 
 # every field is a scalar or an enum: the same tuple as dataclasses.astuple, without its deep copies

@@ -135,7 +135,9 @@ def layer_split(num_layers: int, plan: ParallelPlan, chain: int = 0) -> Tuple[in
     ``chain`` positions for DualPipe's copies and the V shapes, where only the spread rule applies).
 
     - ``first_stage_layers`` / ``last_stage_layers`` (Megatron-Core's --decoder-first/last-pipeline-num-layers):
-      those stages hold that many, the other stages split the rest evenly (over their chunks);
+      those stages hold that many, the other stages split the rest evenly (over their chunks); with
+      DualPipe, the first and last position of each direction's chain (the rank holding the embedding and
+      the output head holds the first of one chain and the last of the other);
     - otherwise, layers that do not divide by p·v are spread one per position from the first (DeepSpeed's
       uniform partition); ``account_for_embedding`` / ``account_for_loss`` (Megatron's
       --account-for-embedding/loss-in-pipeline-split) count the embedding as one layer of the first
@@ -148,16 +150,17 @@ def layer_split(num_layers: int, plan: ParallelPlan, chain: int = 0) -> Tuple[in
     if n == 1:
         return (num_layers,)
     first, last = plan.first_stage_layers, plan.last_stage_layers
-    if (first or last) and n == p * v:
+    if first or last:
+        stages, per_stage = (p, v) if n == p * v else (n, 1)  # a chain's positions are its stages
         counts = [0] * n
-        fixed = {0: first, p - 1: last}
-        middle = [s for s in range(p) if not fixed.get(s)]
+        fixed = {0: first, stages - 1: last}
+        middle = [s for s in range(stages) if not fixed.get(s)]
         rest = num_layers - sum(fixed.values())
-        per = rest // (len(middle) * v) if middle else 0
-        for s in range(p):
-            for c in range(v):
-                stage_total = fixed.get(s) or per * v
-                counts[c * p + s] = stage_total // v + (1 if c < stage_total % v else 0)
+        per = rest // (len(middle) * per_stage) if middle else 0
+        for s in range(stages):
+            for c in range(per_stage):
+                stage_total = fixed.get(s) or per * per_stage
+                counts[c * stages + s] = stage_total // per_stage + (1 if c < stage_total % per_stage else 0)
         return tuple(counts)
     extra = int(plan.account_for_embedding) + int(plan.account_for_loss)
     total = num_layers + extra

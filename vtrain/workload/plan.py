@@ -75,6 +75,9 @@ class ParallelPlan:
     seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
     optimizer: str = spec("adam", group=TRAIN, doc="Adam with fp32 master weights")
+    optimizer_moments: str = spec("fp32", group=TRAIN, doc="dtype of Adam's m and v: fp32, or bf16 (DeepSeek-V3 "
+                                  "Sec. 3.3.4; Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype "
+                                  "bf16 --exp-avg-sq-dtype bf16)")
     flash_attention: bool = spec(True, group=TRAIN, doc="fused attention kernel (no s^2 score tensors in HBM)")
     fp8_attention: bool = spec(False, group=TRAIN, doc="attention in FP8 too (with a low precision)")
     # at most 1e18 tokens (~50,000x the largest published runs): beyond, days and dollars are no plan's
