@@ -128,7 +128,8 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
             raise ConfigError("schedule=interleaved needs pp>1")
         if not (p.num_microbatches % p.pp == 0):
             raise ConfigError(f"pp={p.pp} must divide the number of micro-batches={p.num_microbatches} "
-                              f"with schedule=interleaved")
+                              f"with schedule=interleaved (Megatron-Core runs them in groups of pp and refuses "
+                              f"a remainder group smaller than pp)")
     stage = p.sharding_stage
     if not (stage < 3 or p.dp * p.cp > 1):
         raise ConfigError("zero_stage=3 needs dp*cp>1 (nothing to shard the parameters over)")
