@@ -130,3 +130,24 @@ def test_fp8_parameters_let_llama3_8b_fp8_fit_where_it_runs():
     layer_params = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)
     extra = without.memory.weights_bytes - with_params.memory.weights_bytes
     assert extra == pytest.approx(2 * layer_params, rel=0.01)
+
+
+def test_bf16_gradients_halve_the_gradient_buffer_and_its_reduction():
+    """fp32_grads=false (NeMo's performance recipes: grad_reduce_in_fp32=False) keeps gradients in bf16: 2 B
+    per parameter in memory and in the DP reduction; fp16 is 2 B either way, fp32 training 4 B."""
+    from vtrain.workload.enums import Precision
+
+    bf16 = plan(precision=Precision.BF16)
+    assert bf16.grad_bytes == 4.0 and state_bytes_per_param(bf16)[1] == 4.0
+    assert replace(bf16, fp32_grads=False).grad_bytes == 2.0
+    assert state_bytes_per_param(replace(bf16, fp32_grads=False))[1] == 2.0
+    assert plan(precision=Precision.FP16).grad_bytes == 2.0
+    assert replace(plan(precision=Precision.FP32), fp32_grads=False).grad_bytes == 4.0
+
+
+def test_nvidia_recipe_rows_reduce_bf16_gradients_and_megatron_lm_rows_fp32():
+    from vtrain.validation.datasets import shipped_defaults
+    from vtrain.validation.rows import MEGATRON_CORE_DEFAULTS
+
+    assert MEGATRON_CORE_DEFAULTS.plan["fp32_grads"] is False
+    assert shipped_defaults("megatron_moe_qwen3_blackwell").plan["fp32_grads"] is True

@@ -31,7 +31,7 @@ from vtrain.comm.sharding import FsdpComms, deferred_sync, expert_fsdp_comms, fs
 from vtrain.comm.tp import TpComms, TpOperator, plan_tp_comms
 from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
-from vtrain.workload.enums import Precision, StrEnum
+from vtrain.workload.enums import StrEnum
 from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
@@ -66,18 +66,13 @@ class Comm:
     overlaps: str  # what it may overlap with
 
 
-def grad_bytes_per_param(precision: Precision) -> float:
-    """DP reduces fp32 main gradients with bf16 (Megatron-LM accumulates them in fp32), else the dtype."""
-    return 2.0 if precision == Precision.FP16 else 4.0
-
-
 def grad_bucket_bytes(plan: ParallelPlan) -> float:
     """Bytes of one DP gradient bucket: ``grad_bucket_mib``, else Megatron-Core's default of max(4e7,
     1e6 x dp x cp) parameters (larger DP groups get larger buckets, so that NCCL's ring chunks stay
     bandwidth-bound: megatron/core/distributed/distributed_data_parallel.py)."""
     if plan.grad_bucket_mib is not None:
         return plan.grad_bucket_mib * 2**20
-    return max(4.0e7, 1.0e6 * plan.dp * plan.cp) * grad_bytes_per_param(plan.precision)
+    return max(4.0e7, 1.0e6 * plan.dp * plan.cp) * plan.grad_bytes
 
 
 def tp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
@@ -318,7 +313,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         boundary.append(None if local else msg)
         boundary_stages.append((src, dst))
         boundary_where.append(near if (src * stride) // domain == (dst * stride) // domain else far)
-    gbytes = grad_bytes_per_param(plan.precision)
+    gbytes = plan.grad_bytes
     stage = plan.sharding_stage
     reducers = plan.dp * plan.cp
     kind = CollectiveKind.REDUCE_SCATTER if stage >= 1 else CollectiveKind.ALL_REDUCE

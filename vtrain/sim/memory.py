@@ -85,9 +85,9 @@ def state_bytes_per_param(plan: ParallelPlan, shards: int = 0, masters_sharded: 
                           ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter for mixed-precision Adam, per GPU.
 
-    bf16/fp16 weights (2), gradients (fp32 main grads except with fp16, as Megatron-LM and FSDP's fp32
-    reduce accumulate them; 2 with fp16), fp32 master weights + Adam m, v (12; 8 in pure fp32; m and v 2 B
-    each with ``optimizer_moments=bf16``). ZeRO
+    bf16/fp16 weights (2), gradients (:attr:`ParallelPlan.grad_bytes`: fp32 main grads with bf16, as
+    Megatron-LM and FSDP's fp32 reduce accumulate them; 2 with fp16 or ``fp32_grads=false``), fp32 master
+    weights + Adam m, v (12; 8 in pure fp32; m and v 2 B each with ``optimizer_moments=bf16``). ZeRO
     (Rajbhandari et al. 2020, Sec. 5) shards over the dp_shard x cp ranks: stage 1 (Megatron's distributed
     optimizer) the optimizer states, stage 2 also the gradients, stage 3 (FSDP) also the weights.
     ``masters_sharded`` (``StackSpec.fsdp_fp32_shards``): under stage 3 the sharded parameters are the fp32
@@ -95,10 +95,11 @@ def state_bytes_per_param(plan: ParallelPlan, shards: int = 0, masters_sharded: 
     shard is held beside them.
     """
     moments = 4.0 if plan.optimizer_moments == "bf16" else 8.0  # m + v
+    grads = plan.grad_bytes
     if plan.precision == Precision.FP32:
-        weights, grads, opt = 4.0, 4.0, moments
+        weights, opt = 4.0, moments
     else:
-        weights, grads, opt = 2.0, (2.0 if plan.precision == Precision.FP16 else 4.0), 4.0 + moments
+        weights, opt = 2.0, 4.0 + moments
     stage, n = plan.sharding_stage, shards or plan.dp_shard * plan.cp  # shards: the group (experts: edp)
     if stage >= 1:
         opt /= n

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from vtrain.comm.plan import CommPlan, Stream, grad_bytes_per_param
+from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
@@ -152,7 +152,7 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         # layer-by-layer gather of the parameters it keeps (a layer)
         exposed: Optional[float] = None  # bytes of that first piece (None: the whole gather is exposed)
         if plan.overlap_param_gather and reducers > 1:
-            exposed = min(params, comm.bucket_bytes / grad_bytes_per_param(plan.precision)) * plan.dtype_bytes
+            exposed = min(params, comm.bucket_bytes / plan.grad_bytes) * plan.dtype_bytes
         elif comm.prefetch_gather_bytes and gather is not None:
             exposed = min(gather.bytes, comm.prefetch_gather_bytes)
         if exposed is not None:

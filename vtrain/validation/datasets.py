@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, List, Tuple
@@ -31,7 +32,8 @@ def shipped_defaults(name: str) -> Any:
     if name not in SHIPPED:
         return None
     if name == "megatron_moe_qwen3_blackwell":  # 4K rows set no recompute: Megatron-Core's, the first mode that fits
-        return MEGATRON_CORE_DEFAULTS
+        # launched with Megatron-LM's own scripts, which accumulate and reduce bf16 gradients in fp32
+        return replace(MEGATRON_CORE_DEFAULTS, plan={**MEGATRON_CORE_DEFAULTS.plan, "fp32_grads": True})
     return MODERN_DEFAULTS if name in ("torchtitan", "megatron_moe_qwen3_h100") else RowDefaults()
 
 

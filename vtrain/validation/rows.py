@@ -78,11 +78,14 @@ MODERN_DEFAULTS = RowDefaults(
     stack="torchtitan_fsdp2")
 # A row of a CSV of one's own on a Hopper or Blackwell GPU: Megatron-Core with Transformer Engine, as NVIDIA's
 # published recipes run it (NeMo / Megatron-Bridge: bf16, fused attention, distributed optimizer with
-# overlapped gradient reduction, sequence parallelism whenever tp > 1, vocabulary padded to 128)
+# overlapped gradient reduction, sequence parallelism whenever tp > 1, vocabulary padded to 128, gradients
+# kept and reduced in bf16: NeMo's scripts/performance helpers set grad_reduce_in_fp32=False for every
+# compute dtype, set_precision_configs)
 MEGATRON_CORE_DEFAULTS = RowDefaults(
     model={"vocab_divisible_by": 128},
     plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
-          "flash_attention": True, "overlap_grad_reduce": True, "distributed_optimizer": True},
+          "flash_attention": True, "overlap_grad_reduce": True, "distributed_optimizer": True,
+          "fp32_grads": False},
     stack="megatron_core_te", sequence_parallel_with_tp=True, recipe_overlaps=True,
     recompute_to_fit=(Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
 

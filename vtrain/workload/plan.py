@@ -75,6 +75,9 @@ class ParallelPlan:
     seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
     optimizer: str = spec("adam", group=TRAIN, doc="Adam with fp32 master weights")
+    fp32_grads: bool = spec(True, group=TRAIN, doc="with bf16, gradients are accumulated and reduced in fp32 "
+                            "(Megatron-LM forces it for bf16; FSDP2's reduce_dtype); false: in bf16, 2 B per "
+                            "parameter (NeMo's and Megatron-Bridge's performance recipes: grad_reduce_in_fp32=False)")
     optimizer_moments: str = spec("fp32", group=TRAIN, doc="dtype of Adam's m and v: fp32, or bf16 (DeepSeek-V3 "
                                   "Sec. 3.3.4; Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype "
                                   "bf16 --exp-avg-sq-dtype bf16)")
@@ -109,6 +112,14 @@ class ParallelPlan:
     def expert_dp(self) -> int:
         """Expert data-parallel degree: the stage's tp*dp*cp ranks over etp*ep (Megatron-Core's EDP)."""
         return max(1, self.tp * self.dp * self.cp // (self.expert_tp * self.ep))
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element as DP reduces it: fp32 main gradients with bf16 (Megatron-LM accumulates
+        them in fp32) unless ``fp32_grads`` is off (NeMo's performance recipes), else the dtype."""
+        if self.precision == Precision.FP16:
+            return 2.0
+        return 4.0 if self.fp32_grads or self.precision == Precision.FP32 else 2.0
 
     @property
     def dtype_bytes(self) -> int:
