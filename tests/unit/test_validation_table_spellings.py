@@ -315,3 +315,15 @@ def test_a_nemo_style_table_validates_end_to_end(tmp_path, capfd):
     assert row["skipped_reason"] == "" and row["measured_quantity"] == "tokens_per_s_per_gpu"
     assert float(row["measured_ms"]) == pytest.approx(128 * 8192 / (13812 * 8) * 1e3, rel=1e-4)
     assert row["simulated_stack"] == "megatron_core_te"
+
+
+def test_gradient_and_moment_dtypes_as_megatron_names_them(tmp_path, cfg):
+    """A Hopper row silent on it reduces bf16 gradients (NVIDIA's recipes: grad_reduce_in_fp32=False); a
+    grad_reduce_in_fp32 / accumulate_allreduce_grads_in_fp32 cell says otherwise; exp_avg_dtype sets the moments."""
+    assert normalise_header("grad_reduce_in_fp32") == "fp32_grads"
+    assert normalise_header("exp_avg_dtype") == "optimizer_moments"
+    assert _workload(cfg, tmp_path).plan.fp32_grads is False
+    assert _workload(cfg, tmp_path, grad_reduce_in_fp32="true").plan.fp32_grads is True
+    assert _workload(cfg, tmp_path, accumulate_allreduce_grads_in_fp32="True").plan.fp32_grads is True
+    w = _workload(cfg, tmp_path, exp_avg_dtype="bf16")
+    assert (w.plan.optimizer_moments, w.plan.grad_bytes) == ("bf16", 2.0)

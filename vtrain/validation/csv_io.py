@@ -100,7 +100,10 @@ HEADER_ALIASES = {
     "max_memory_reserved_gib": "peak_memory_gib", "max_memory_reserved_gb": "peak_memory_gb",
     "zero": "zero_stage", "zero_stage_": "zero_stage", "fsdp_size": "fsdp", "fsdp_degree": "fsdp",
     "sharding": "sharding_strategy", "global_batch_size_tokens": "global_batch_tokens",
-    "global_batch_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens"}
+    "global_batch_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
+    # Megatron / NeMo gradient and optimizer dtypes (ParallelPlan.fp32_grads, optimizer_moments)
+    "grad_reduce_in_fp32": "fp32_grads", "accumulate_allreduce_grads_in_fp32": "fp32_grads",
+    "exp_avg_dtype": "optimizer_moments", "adam_moments_dtype": "optimizer_moments"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}
