@@ -1,7 +1,7 @@
 """Issue 13's acceptance case: the plan search for DeepSeek-V3 on 2,048 H800 (``+experiment=deepseek_v3_h800``)
 and where the published layout (PP16 x EP64, ZeRO-1, DualPipe, DeepEP, FP8; the preset's parallelism) ranks
-among the plans the search evaluated, by time to train and by cost. Also its nearest variant that fits
-vtrain's memory model (full recompute), since the published one does not (README, "DeepSeek-V3 on 2,048 H800").
+among the plans the search evaluated, by time to train and by cost. Also the same layout with full recompute,
+the memory-safe variant (README, "DeepSeek-V3 on 2,048 H800").
 
 Run:  python sweeps/deepseek_v3_h800.py [overrides ...]      e.g. search.seed=1 search.n_trials=500
 """

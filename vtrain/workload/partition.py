@@ -132,7 +132,7 @@ def _attention_params_per_gpu(model: ModelSpec, t: int) -> float:
 
 def layer_split(num_layers: int, plan: ParallelPlan, chain: int = 0) -> Tuple[int, ...]:
     """Transformer layers per pipeline position q = c·p + s (length p·v; or per position of one chain of
-    ``chain`` positions for DualPipe's copies and the V shapes, where only the spread rule applies).
+    ``chain`` positions for DualPipe's copies and the V shapes).
 
     - ``first_stage_layers`` / ``last_stage_layers`` (Megatron-Core's --decoder-first/last-pipeline-num-layers):
       those stages hold that many, the other stages split the rest evenly (over their chunks); with
