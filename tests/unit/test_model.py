@@ -39,3 +39,12 @@ def test_gqa_reduces_kv_projection():
     llama = spec("llama2_70b")
     assert llama.kv_size == 8 * 128
     assert llama.attention_params() == 8192 * (8192 + 2 * 1024) + 8192 * 8192
+
+
+@pytest.mark.parametrize("size,layers,hidden", [("125m", 12, 768), ("1b", 24, 2048), ("7b", 32, 4096),
+                                                ("30b", 48, 7168), ("70b", 80, 8192)])
+def test_mpt_configs_count_their_parameters(size, layers, hidden):
+    """llm-foundry's MPT benchmark shapes: per layer 12h^2 + 13h (QKV, projection and the 4h GELU MLP with
+    biases, two LayerNorms), the tied 50,368-word embedding, 2,048 learned positions and the final norm."""
+    expected = layers * (12 * hidden**2 + 13 * hidden) + (50368 + 2048) * hidden + 2 * hidden
+    assert spec(f"mpt_{size}").total_params() == pytest.approx(expected, rel=1e-6)

@@ -327,3 +327,14 @@ def test_gradient_and_moment_dtypes_as_megatron_names_them(tmp_path, cfg):
     assert _workload(cfg, tmp_path, accumulate_allreduce_grads_in_fp32="True").plan.fp32_grads is True
     w = _workload(cfg, tmp_path, exp_avg_dtype="bf16")
     assert (w.plan.optimizer_moments, w.plan.grad_bytes) == ("bf16", 2.0)
+
+
+def test_llm_foundry_mpt_rows_and_their_mp_mode(tmp_path, cfg):
+    """llm-foundry's table names MPT sizes and Composer's FSDP mixed-precision mode: PURE reduces bf16
+    gradients, DEFAULT fp32; another mode is the row's one-line skip reason."""
+    assert normalise_header("MP Mode") == "mp_mode"
+    w = _workload(cfg, tmp_path, model="MPT-30B", tp="1", mp_mode="PURE", sharding_strategy="FULL_SHARD")
+    assert (w.model.name, w.model.hidden_size, w.plan.zero_stage, w.plan.fp32_grads) == ("mpt_30b", 7168, 3, False)
+    assert _workload(cfg, tmp_path, model="mpt-7b", tp="1", mp_mode="DEFAULT").plan.fp32_grads is True
+    with pytest.raises(ConfigError, match=r"^row 1: mp_mode=HALF is not supported"):
+        _workload(cfg, tmp_path, model="mpt-7b", tp="1", mp_mode="HALF")

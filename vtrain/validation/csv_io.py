@@ -103,7 +103,8 @@ HEADER_ALIASES = {
     "global_batch_tokens": "global_batch_tokens", "gbs_tokens": "global_batch_tokens",
     # Megatron / NeMo gradient and optimizer dtypes (ParallelPlan.fp32_grads, optimizer_moments)
     "grad_reduce_in_fp32": "fp32_grads", "accumulate_allreduce_grads_in_fp32": "fp32_grads",
-    "exp_avg_dtype": "optimizer_moments", "adam_moments_dtype": "optimizer_moments"}
+    "exp_avg_dtype": "optimizer_moments", "adam_moments_dtype": "optimizer_moments",
+    "fsdp_mixed_precision": "mp_mode", "mixed_precision_mode": "mp_mode"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}

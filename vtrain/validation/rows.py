@@ -457,6 +457,22 @@ def _row_gpus(row: MeasuredRow, cluster_cfg: Any) -> Optional[int]:
     return None
 
 
+# Composer's FSDP mixed-precision modes (llm-foundry's "MP Mode"): PURE reduces gradients in bf16 too, DEFAULT
+# in fp32 (composer.distributed.mosaic_fsdp: get_mixed_precision), FULL trains in fp32 throughout
+FSDP_MP_MODES = {"pure": {"fp32_grads": False}, "default": {"fp32_grads": True}, "full": {"fp32_grads": True}}
+
+
+def _fsdp_mixed_precision(row: MeasuredRow, given: bool) -> Dict[str, Any]:
+    """The gradient dtype an ``mp_mode`` column (Composer FSDP's mixed_precision) sets, unless stated."""
+    raw = row.get("mp_mode")
+    if raw is None or given:
+        return {}
+    key = table_key(raw)
+    if key not in FSDP_MP_MODES:
+        raise ConfigError(f"row {row.index}: mp_mode={raw} is not supported (one of PURE, DEFAULT, FULL)")
+    return dict(FSDP_MP_MODES[key])
+
+
 def _sharding(row: MeasuredRow, p: Mapping[str, Any], given_stage: bool) -> Dict[str, Any]:
     """ZeRO stage and shard group from an ``fsdp`` column (torchtitan's FSDP degree, or NeMo's FSDP on/off: a
     degree > 1 shards within groups of that many ranks where it is less than the data-parallel ranks) and a
@@ -571,6 +587,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         p.pop("ep", None)
         p.pop("etp", None)
     p.update(_sharding(row, p, given_stage="zero_stage" in p))
+    p.update(_fsdp_mixed_precision(row, given="fp32_grads" in p))
     stack_name_ = stack_name(row, stack, defaults)
     stack_spec_ = stack_spec(load_stack(stack_name_))
     if "zero_stage" not in p and stack_spec_.zero_stage is not None:  # FSDP stacks shard unless told otherwise
