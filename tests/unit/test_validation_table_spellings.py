@@ -325,6 +325,7 @@ def test_gradient_and_moment_dtypes_as_megatron_names_them(tmp_path, cfg):
     assert _workload(cfg, tmp_path).plan.fp32_grads is False
     assert _workload(cfg, tmp_path, grad_reduce_in_fp32="true").plan.fp32_grads is True
     assert _workload(cfg, tmp_path, accumulate_allreduce_grads_in_fp32="True").plan.fp32_grads is True
+    assert _workload(cfg, tmp_path, tp="1", framework="torchtitan").plan.fp32_grads is True  # FSDP2's fp32 reduce
     w = _workload(cfg, tmp_path, exp_avg_dtype="bf16")
     assert (w.plan.optimizer_moments, w.plan.grad_bytes) == ("bf16", 2.0)
 

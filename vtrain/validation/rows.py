@@ -597,6 +597,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     if p.get("zero_stage") == 0 and "distributed_optimizer" not in p:  # "ZeRO 0": no sharded optimizer either
         p["distributed_optimizer"] = False
     plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
+    if "fp32_grads" not in p and stack_name_ != defaults.stack:  # NVIDIA's recipes' bf16 gradients are theirs:
+        plan_d.pop("fp32_grads", None)  # torchtitan (reduce_dtype fp32) and DeepSpeed accumulate in fp32
     if defaults.sequence_parallel_with_tp and "sequence_parallel" not in p:
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
     if defaults.recipe_overlaps and "tp_comm_overlap" not in p:
