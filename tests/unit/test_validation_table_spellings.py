@@ -226,7 +226,7 @@ def test_precision_spellings(tmp_path, cfg, raw, precision):
 
 @pytest.mark.parametrize("raw,stack", [
     ("NeMo 24.09", "megatron_core_te"), ("Megatron-Bridge 0.2", "megatron_core_te"), ("DeepSpeed 0.19.2", "deepspeed"),
-    ("MosaicML llm-foundry", "torchtitan_fsdp2"), ("torchtitan (torch.compile)", "torchtitan_fsdp2_compile"),
+    ("MosaicML llm-foundry", "llm_foundry_fsdp"), ("torchtitan (torch.compile)", "torchtitan_fsdp2_compile"),
     ("Megatron-DeepSpeed", "megatron_deepspeed_2022"),
 ])
 def test_framework_names_with_a_version_or_vendor(tmp_path, cfg, raw, stack):

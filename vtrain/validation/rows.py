@@ -186,8 +186,8 @@ STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_t
                  "megatron_bridge": "megatron_core_te", "transformer_engine": "megatron_core_te",
                  "megatron_deepspeed": "megatron_deepspeed_2022", "deepspeed_megatron": "megatron_deepspeed_2022",
                  "torchtitan": "torchtitan_fsdp2", "fsdp2": "torchtitan_fsdp2", "pytorch_fsdp": "torchtitan_fsdp2",
-                 "fsdp": "torchtitan_fsdp2", "llm_foundry": "torchtitan_fsdp2", "composer": "torchtitan_fsdp2",
-                 "mosaicml": "torchtitan_fsdp2", "torchtitan_compile": "torchtitan_fsdp2_compile",
+                 "fsdp": "torchtitan_fsdp2", "llm_foundry": "llm_foundry_fsdp", "composer": "llm_foundry_fsdp",
+                 "mosaicml": "llm_foundry_fsdp", "torchtitan_compile": "torchtitan_fsdp2_compile",
                  "torchtitan_torch_compile": "torchtitan_fsdp2_compile",  # "torchtitan (torch.compile)"
                  "torchtitan_compiled": "torchtitan_fsdp2_compile"}
 # what a framework's name carries besides the framework: a vendor before it ("MosaicML llm-foundry", "NVIDIA
