@@ -168,3 +168,16 @@ def test_schedule_rules_are_one_line_errors(extra, message):
     with pytest.raises(ConfigError) as err:
         build_workload(compose(MOE + extra))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("p,b,w", [(2, 3, 1), (3, 3, 5), (2, 3, 16)])
+def test_zbv_greedy_order_finishes_where_its_memory_limit_would_deadlock_it(p, b, w):
+    """(F, B, W) = (2, 3, 1) on 2 stages filled stage 0 with chunk-0 forwards up to the 2p limit, so the
+    chunk-1 forward its own next B needs could never run (a fuzz found simulate() hanging there); the
+    limit is lifted for one step when every stage is idle and none can start. Every pass is placed once."""
+    from vtrain.sim.schedule_zb import _zb_v
+
+    for m in (2 * p, 3 * p + 1):
+        orders = _zb_v.__wrapped__(p, m, (2, b, w))
+        for order in orders:
+            assert len(order) == 6 * m and len(set(order)) == 6 * m

@@ -9,7 +9,8 @@
   times (B first, deeper chunk first, then F within the memory limit, else a pending W). On uniform
   stages with F = B = W (per chunk) its bubble is (p-1)·F: the last stage's fill, half of ZB-H1's
   (p-1)(F_stage + B_stage - W_stage) at the same memory, as the paper's Fig. 8 shows; the tests check it.
-  It does not repeat in periods the extrapolation can use, so it runs in full (bounded by MAX_TASKS).
+  It does not repeat in periods the extrapolation can use, so it runs in full (bounded by MAX_TASKS). Where
+  the memory limit would deadlock it (some pass-time ratios on few stages), it is lifted for one step.
 - DualPipe (DeepSeek-V3 report, Sec. 3.2.1; deepseek-ai/DualPipe dualpipe.py, the 8 steps of ``step``):
   micro-batches enter from both ends; rank r holds stage r of direction 0 and stage p-1-r of direction 1
   (two model copies); the steady step overlaps a forward chunk of one direction with a whole backward chunk
@@ -83,8 +84,12 @@ def _zb_v(p: int, m: int, costs: Tuple[int, int, int] = (1, 1, 1)) -> Tuple[Tupl
     inflight = [0] * p
     orders: List[List[Task]] = [[] for _ in range(p)]
     busy = [0] * p
-    total, t = 6 * p * m, 0
-    while sum(len(o) for o in orders) < total:
+    total, t, placed, relax = 6 * p * m, 0, 0, False
+    limit = total * (sum(costs) + 1)  # every task placed one after another, with slack: past it, a bug
+    while placed < total:
+        if t > limit:
+            raise RuntimeError(f"ZB-V's greedy order did not finish for p={p} m={m} costs={costs}")
+        picked, lifted = False, relax
         for s in range(p):
             if busy[s] > t:
                 continue
@@ -95,7 +100,7 @@ def _zb_v(p: int, m: int, costs: Tuple[int, int, int] = (1, 1, 1)) -> Tuple[Tupl
                 if i < m and done.get((F, q, i), t + 1) <= t and done.get(need, t + 1) <= t:
                     pick = (B, c, i)
                     break
-            if pick is None and inflight[s] < 2 * p:
+            if pick is None and (inflight[s] < 2 * p or relax):
                 for c in (1, 0):
                     i, q = nxt_f[s][c], pos[s][c]
                     if i < m and (q == 0 or done.get((F, q - 1, i), t + 1) <= t):
@@ -111,6 +116,7 @@ def _zb_v(p: int, m: int, costs: Tuple[int, int, int] = (1, 1, 1)) -> Tuple[Tupl
             done[(k, q, i)] = t + costs[k]
             orders[s].append(pick)
             busy[s] = t + costs[k]
+            picked, placed, relax = True, placed + 1, False
             if k == F:
                 nxt_f[s][c] += 1
                 inflight[s] += 1
@@ -118,7 +124,12 @@ def _zb_v(p: int, m: int, costs: Tuple[int, int, int] = (1, 1, 1)) -> Tuple[Tupl
                 nxt_b[s][c] += 1
                 inflight[s] -= 1
                 pending[s].append((c, i))
-        t += 1
+        # every stage idle and none could start: the memory limit holds forwards a B needs (a stage full of
+        # chunk-0 forwards waits on its own chunk-1 forward). Lift it for one step, the only way on; an
+        # order that never stalls is unchanged, and 2p in flight is its memory (sim/memory.inflight_layers)
+        relax = not picked and not lifted and all(b <= t for b in busy)
+        if not relax:
+            t += 1
     return tuple(tuple(o) for o in orders)
 
 
