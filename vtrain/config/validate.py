@@ -169,7 +169,7 @@ def check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
         if p.schedule in (Schedule.ZBV, Schedule.DUALPIPEV):
             raise ConfigError(f"first_stage_layers / last_stage_layers do not apply to schedule={p.schedule.value}: "
                               "its V shape puts the first and the last layers on stage 0")
-        per_stage = 1 if p.schedule == Schedule.DUALPIPE else p.chunks  # DualPipe: per direction's chain
+        per_stage = n // p.pp  # positions per stage (DualPipe: per direction's chain)
         fixed = [x for x in (first, last) if x]
         middle = p.pp - len(fixed)
         rest = m.num_layers - sum(fixed)

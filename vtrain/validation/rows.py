@@ -459,7 +459,7 @@ def _row_gpus(row: MeasuredRow, cluster_cfg: Any) -> Optional[int]:
 
 # Composer's FSDP mixed-precision modes (llm-foundry's "MP Mode"): PURE reduces gradients in bf16 too, DEFAULT
 # in fp32 (composer.distributed.mosaic_fsdp: get_mixed_precision), FULL trains in fp32 throughout
-FSDP_MP_MODES = {"pure": {"fp32_grads": False}, "default": {"fp32_grads": True}, "full": {"fp32_grads": True}}
+FSDP_MP_MODES = {"pure": False, "default": True, "full": True}  # -> fp32_grads
 
 
 def _fsdp_mixed_precision(row: MeasuredRow, given: bool) -> Dict[str, Any]:
@@ -470,7 +470,7 @@ def _fsdp_mixed_precision(row: MeasuredRow, given: bool) -> Dict[str, Any]:
     key = table_key(raw)
     if key not in FSDP_MP_MODES:
         raise ConfigError(f"row {row.index}: mp_mode={raw} is not supported (one of PURE, DEFAULT, FULL)")
-    return dict(FSDP_MP_MODES[key])
+    return {"fp32_grads": FSDP_MP_MODES[key]}
 
 
 def _sharding(row: MeasuredRow, p: Mapping[str, Any], given_stage: bool) -> Dict[str, Any]:
