@@ -22,6 +22,10 @@ def fused_pass(f: PassCost, b: PassCost, sm_share: float) -> PassCost:
     groups = tuple(x + y for x, y in zip(f.comm_by_group, b.comm_by_group))
     ep = len(groups) - 1  # the expert-parallel group: exposed = what the pair does not hide
     groups = tuple(t - compute if i == ep else g for i, g in enumerate(groups))
+    latency = t + host_excess
+    # the host resynchronises with the GPU at each layer boundary (launch.price_chunk), so a pass's host_s holds
+    # its own GPU time: summed over the pair, that counts the time the two passes overlap twice. The pair's host
+    # is done when its last layer is (latency), or when its own issuing is, if that is sooner
     return PassCost(gpu_compute_s=f.gpu_compute_s + b.gpu_compute_s, comm_s=t - (f.gpu_compute_s + b.gpu_compute_s),
-                    latency_s=t + host_excess, host_s=f.host_s + b.host_s, flops=f.flops + b.flops,
+                    latency_s=latency, host_s=min(f.host_s + b.host_s, latency), flops=f.flops + b.flops,
                     comm_by_group=groups, side_comm_s=f.side_comm_s + b.side_comm_s, side_tail_s=b.side_tail_s)
