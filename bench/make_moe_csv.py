@@ -28,8 +28,9 @@ GPUS_PER_TRAY = 4  # a GB200/GB300 NVL72 compute tray (node) holds 4 GPUs; the s
 SOURCE = ROOT.parent / "shared" / "data" / "modern_gpus" / "megatron_moe_modelzoo_qwen3.csv"
 COLUMNS = ["name", "model", "gpu", "num_gpus", "gpus_per_node", "global_batch", "micro_batch", "seq_len", "tp", "cp",
            "pp", "dp", "ep", "etp", "zero_stage", "schedule", "virtual_stages", "moe_dispatcher", "overlap_moe_comm",
-           "recompute", "recompute_modules", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
-           "tp_comm_overlap", "overlap_param_gather", "precision", "flash_attention", "account_for_embedding",
+           "recompute", "recompute_modules", "cuda_graph_scope", "sequence_parallel", "distributed_optimizer",
+           "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "precision", "flash_attention",
+           "account_for_embedding",
            "account_for_loss", "moe_imbalance", "hidden_size", "num_heads", "num_layers",
            "iteration_time_ms", "step_time_source", "routing", "table", "source_tflops_per_gpu"]
 RECOMPUTE = {"norm, act": ("selective", "layernorm,moe_act"), "full": ("full", "core_attn"), "": ("none", "core_attn"),
@@ -66,7 +67,8 @@ def main(src: str) -> None:
             "zero_stage": 3 if r["fsdp"] == "On" else 1, "schedule": "interleaved" if vpp > 1 else "1f1b",
             "virtual_stages": vpp, "moe_dispatcher": "deepep" if r["dispatcher"] == "DeepEP" else "alltoall",
             "overlap_moe_comm": "true" if "1f1b overlap" in r["notes"] else "false", "recompute": recompute,
-            "recompute_modules": modules, "sequence_parallel": "true", "distributed_optimizer": "true",
+            "recompute_modules": modules, "cuda_graph_scope": "", "sequence_parallel": "true",
+            "distributed_optimizer": "true",
             # the benchmark yaml sets --overlap-grad-reduce but neither --tp-comm-overlap nor --overlap-param-gather
             "overlap_grad_reduce": "true", "tp_comm_overlap": "false", "overlap_param_gather": "false",
             "precision": "bf16", "flash_attention": "true",
@@ -111,7 +113,7 @@ def blackwell_rows(src: str, model: object) -> list:
             "dp": gpus // (tp * cp * pp), "ep": int(r["ep"]), "etp": int(r["etp"] or 1), "zero_stage": 1,
             "schedule": "interleaved" if vpp > 1 else "1f1b", "virtual_stages": vpp, "moe_dispatcher": "deepep",
             "overlap_moe_comm": flags["overlap_moe_comm"], "recompute": flags["recompute"],
-            "recompute_modules": flags["recompute_modules"],
+            "recompute_modules": flags["recompute_modules"], "cuda_graph_scope": flags["cuda_graph_scope"],
             "sequence_parallel": "true" if tp > 1 else "false", "distributed_optimizer": "true",
             "overlap_grad_reduce": "true", "tp_comm_overlap": "false", "overlap_param_gather": "false",
             "precision": r["precision"].lower(), "flash_attention": "true",
@@ -126,15 +128,20 @@ def launch_flags(command: str) -> dict:
     """What a Blackwell row's launch command states: `--moe-router-force-load-balancing` (forced balance:
     `moe_imbalance` 1.0; otherwise dropless, DROPLESS_IMBALANCE), `A2A_OVERLAP=1` (Megatron-Core's EP
     all-to-all overlapped with the other micro-batch's compute: `overlap_moe_comm`), and
-    `--recompute-granularity` / `--recompute-modules` (empty when the command sets none)."""
+    `--recompute-granularity` / `--recompute-modules` (empty when the command sets none), and
+    `--cuda-graph-scope` with `--cuda-graph-impl transformer_engine` (the parts replayed from CUDA graphs)."""
     balanced = "--moe-router-force-load-balancing" in command
     granularity = re.search(r"--recompute-granularity\s+(\w+)", command)
     modules = re.search(r"--recompute-modules((?:\s+(?!--)\S+)+)", command)
+    graphs = re.search(r"--cuda-graph-scope((?:\s+(?!--)\S+)+)", command)
+    if graphs and not re.search(r"--cuda-graph-impl\s+transformer_engine", command):
+        raise ValueError(f"--cuda-graph-scope without --cuda-graph-impl transformer_engine: {command[:80]}")
     return {"moe_imbalance": 1.0 if balanced else DROPLESS_IMBALANCE,
             "routing": "forced balance (launch command)" if balanced else "not stated",
             "overlap_moe_comm": "true" if re.search(r"\bA2A_OVERLAP=1\b", command) else "false",
             "recompute": granularity.group(1) if granularity else "",
-            "recompute_modules": ",".join(modules.group(1).split()) if modules else ""}
+            "recompute_modules": ",".join(modules.group(1).split()) if modules else "",
+            "cuda_graph_scope": ",".join(graphs.group(1).split()) if graphs else ""}
 
 
 if __name__ == "__main__":

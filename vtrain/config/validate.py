@@ -8,7 +8,14 @@ import functools
 from typing import Iterable
 
 from vtrain.errors import ConfigError
-from vtrain.workload.enums import AttentionKind, Precision, Recompute, Schedule, parse_recompute_modules
+from vtrain.workload.enums import (
+    AttentionKind,
+    Precision,
+    Recompute,
+    Schedule,
+    parse_cuda_graph_scope,
+    parse_recompute_modules,
+)
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import ClusterSpec
@@ -154,6 +161,14 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
         parse_recompute_modules(p.recompute_modules)
     except ValueError as e:
         raise ConfigError(f"parallelism.recompute_modules={p.recompute_modules}: {e}") from None
+    try:
+        scopes = parse_cuda_graph_scope(p.cuda_graph_scope)
+    except ValueError as e:
+        raise ConfigError(f"training.cuda_graph_scope={p.cuda_graph_scope}: {e}") from None
+    whole = [x for x in scopes if x in ("moe", "full_iteration")]
+    if whole and m.is_moe and m.capacity_factor is None:  # Megatron-Core: these scopes need drop-and-pad routing
+        raise ConfigError(f"training.cuda_graph_scope={whole[0]} needs model.capacity_factor with a mixture of "
+                          "experts: dropless routing syncs the host on each dispatch, which a CUDA graph cannot hold")
 
 
 def check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:

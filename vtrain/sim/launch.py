@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cost.base import CostModel
+from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.builder import PassOps
+from vtrain.graph.cuda_graphs import Captured
 from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, MemoryOp, Op, is_weight_grad
 
 # (time on the compute stream, host issue time, exposed-communication part of that time, FLOPs, group index);
@@ -196,9 +198,12 @@ def _same_input_gemms(items: Sequence[Op], j: int) -> List[int]:
     return out
 
 
-def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowdown: float) -> List[Timed]:
+def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowdown: float,
+              captured: Optional[Captured] = None) -> List[Timed]:
     """Price each op of a pass; ``where(group)`` places a collective's group (:meth:`CommPlan.where`). A
-    collective marked ``overlap`` merges with the GEMM or attention it is pipelined with."""
+    collective marked ``overlap`` merges with the GEMM or attention it is pipelined with. ``captured``: the
+    ops replayed from a CUDA graph (:mod:`vtrain.graph.cuda_graphs`): each run of them costs the host one
+    launch (``cudaGraphLaunch``, priced as one kernel's), their own launches none."""
     items = list(ops.ops if isinstance(ops, PassOps) else ops)
     place = where.where  # type: ignore[attr-defined]
     paired: Dict[int, int] = {}  # compute op index -> collective index overlapped with it
@@ -215,36 +220,59 @@ def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowd
                     group[j] = _same_input_gemms(items, j)
     merged = set(paired.values()) | {k for ks in group.values() for k in ks}
     out: List[Timed] = []
+    replayed = False  # the previous op was replayed from a graph: this one, if captured too, is in its launch
     for i, op in enumerate(items):
         if i in merged:
             continue
-        if isinstance(op, Collective):
-            g = _OF_GROUP.get(op.group, 1)
-            if op.host_sync:  # dropless dispatch: the host waits for the GPU before issuing it
-                out.append((0.0, 0.0, 0.0, 0.0, SYNC))
-            t_c = cost.collective_time_s(op, place(op.group))
-            out.append((t_c, cost.collective_host_time_s(op), t_c, 0.0, g))
-            continue
-        t = cost.compute_time_s(op)
-        h = cost.host_time_s(cost.kernels_of(op))
-        if i in paired:
-            coll = items[paired[i]]
-            assert isinstance(coll, Collective)
-            t_c = cost.collective_time_s(coll, place(coll.group))
-            flops = op.flops
-            if isinstance(op, Gemm) and coll.chunks > 1:
-                t = chunked_gemm_s(op, coll.chunks, cost)
-            for k in group.get(i, ()):  # the fused all-gather-matmul runs every GEMM of the gathered input per chunk
-                other = items[k]
-                assert isinstance(other, Gemm)
-                t += chunked_gemm_s(other, coll.chunks, cost) if coll.chunks > 1 else cost.compute_time_s(other)
-                h += cost.host_time_s(cost.kernels_of(other))
-                flops += other.flops
-            total = overlapped_s(t, t_c, coll.chunks, slowdown)
-            exposed = max(0.0, total - t - slowdown * min(t, t_c))
-            out.append((total, h + cost.collective_host_time_s(coll), exposed, flops, _OF_GROUP.get(coll.group, 1)))
-        else:
-            out.append((t, h, 0.0, op.flops, 0))
+        if captured is not None:
+            if captured(op):
+                out.append(_replayed(_timed_op(i, op, items, paired, group, cost, place, slowdown), replayed,
+                                     cost))
+                replayed = True
+                continue
+            replayed = False
+        out.extend(_timed_op(i, op, items, paired, group, cost, place, slowdown))
+    return out
+
+
+def _replayed(timed: List[Timed], in_launch: bool, cost: CostModel) -> Timed:
+    """An op replayed from a CUDA graph: no host time of its own (one graph launch where a replay starts);
+    a replayed collective cannot make the host wait (a graph holds no host sync)."""
+    t, _, c, f, g = timed[-1]  # a host-sync marker before it dropped
+    return (t, 0.0 if in_launch else cost.host_time_s(1), c, f, g)
+
+
+def _timed_op(i: int, op: Op, items: Sequence[Op], paired: Dict[int, int], group: Dict[int, List[int]],
+              cost: CostModel, place: Callable[[Group], GroupPlacement], slowdown: float) -> List[Timed]:
+    """The timed entries of one op (a collective after a host sync: the SYNC marker, then the op)."""
+    out: List[Timed] = []
+    if isinstance(op, Collective):
+        g = _OF_GROUP.get(op.group, 1)
+        if op.host_sync:  # dropless dispatch: the host waits for the GPU before issuing it
+            out.append((0.0, 0.0, 0.0, 0.0, SYNC))
+        t_c = cost.collective_time_s(op, place(op.group))
+        out.append((t_c, cost.collective_host_time_s(op), t_c, 0.0, g))
+        return out
+    t = cost.compute_time_s(op)
+    h = cost.host_time_s(cost.kernels_of(op))
+    if i in paired:
+        coll = items[paired[i]]
+        assert isinstance(coll, Collective)
+        t_c = cost.collective_time_s(coll, place(coll.group))
+        flops = op.flops
+        if isinstance(op, Gemm) and coll.chunks > 1:
+            t = chunked_gemm_s(op, coll.chunks, cost)
+        for k in group.get(i, ()):  # the fused all-gather-matmul runs every GEMM of the gathered input per chunk
+            other = items[k]
+            assert isinstance(other, Gemm)
+            t += chunked_gemm_s(other, coll.chunks, cost) if coll.chunks > 1 else cost.compute_time_s(other)
+            h += cost.host_time_s(cost.kernels_of(other))
+            flops += other.flops
+        total = overlapped_s(t, t_c, coll.chunks, slowdown)
+        exposed = max(0.0, total - t - slowdown * min(t, t_c))
+        out.append((total, h + cost.collective_host_time_s(coll), exposed, flops, _OF_GROUP.get(coll.group, 1)))
+    else:
+        out.append((t, h, 0.0, op.flops, 0))
     return out
 
 

@@ -280,7 +280,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
-                     split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown)
+                     split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown,
+                     graph_scopes=plan.cuda_graph_scopes)
     m = plan.num_microbatches
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS

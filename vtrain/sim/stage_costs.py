@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
 from vtrain.graph.builder import ModelGraph, PassOps
+from vtrain.graph.cuda_graphs import captured_ops
 from vtrain.graph.ops import Op, is_weight_grad
 from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
 from vtrain.workload.partition import StagePartition
@@ -143,12 +144,13 @@ def side_streams(comm: CommPlan, cost: CostModel) -> Tuple[SideStream, ...]:
 
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                       microbatch_overhead_s: float, split: bool = False,
-                      fuse: Optional[Tuple[float]] = None, overlap_slowdown: float = 0.0) -> StageCosts:
+                      fuse: Optional[Tuple[float]] = None, overlap_slowdown: float = 0.0,
+                      graph_scopes: Tuple[str, ...] = ()) -> StageCosts:
     """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share
     of the dispatcher,) to price fused forward/backward pairs (:func:`vtrain.sim.overlap.fused_pass`);
     ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it."""
     passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown,
-                           side_streams(comm, cost))
+                           side_streams(comm, cost), graph_scopes)
     return with_p2p(passes, part, comm, cost)
 
 
@@ -160,24 +162,25 @@ def with_p2p(passes: StageCosts, part: StagePartition, comm: CommPlan, cost: Cos
 
 def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                   microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float]],
-                  overlap_slowdown: float, sides: Tuple[SideStream, ...]) -> StageCosts:
+                  overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = ()
+                  ) -> StageCosts:
     """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
-    placement of the in-pass collectives' groups (``comm.where``) and the side streams ``sides``
-    (:func:`side_streams`) only."""
+    placement of the in-pass collectives' groups (``comm.where``), the side streams ``sides``
+    (:func:`side_streams`) and the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) only."""
     p, v = part.p, part.v
 
-    def _timed(ops: PassOps | Sequence[Op]) -> List[Timed]:
-        return timed_ops(ops, cost, comm, overlap_slowdown)
+    def _timed(ops: PassOps | Sequence[Op], component: str) -> List[Timed]:
+        return timed_ops(ops, cost, comm, overlap_slowdown, captured_ops(graph_scopes, component))
 
-    def _split(ops: PassOps) -> Tuple[List[Timed], List[Timed]]:
+    def _split(ops: PassOps, component: str) -> Tuple[List[Timed], List[Timed]]:
         """(B, W) of a backward pass: the input-gradient ops and the weight-gradient ops."""
-        return (_timed([op for op in ops.ops if not is_weight_grad(op)]),
-                _timed([op for op in ops.ops if is_weight_grad(op)]))
+        return (_timed([op for op in ops.ops if not is_weight_grad(op)], component),
+                _timed([op for op in ops.ops if is_weight_grad(op)], component))
 
-    layer_f = _timed(graph.layer.forward)
-    layer_b = _timed(graph.layer.recompute) + _timed(graph.layer.backward)
-    emb_f, emb_b = _timed(graph.embedding.forward), _timed(graph.embedding.backward)
-    head_f, head_b = _timed(graph.head.forward), _timed(graph.head.backward)
+    layer_f = _timed(graph.layer.forward, "layer")
+    layer_b = _timed(graph.layer.recompute, "layer") + _timed(graph.layer.backward, "layer")
+    emb_f, emb_b = _timed(graph.embedding.forward, "emb"), _timed(graph.embedding.backward, "emb")
+    head_f, head_b = _timed(graph.head.forward, "head"), _timed(graph.head.backward, "head")
     side_f, side_b, moe_side_f, moe_side_b = sides
     if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
         return _dense_stage_costs(part, microbatch_overhead_s, layer_f, layer_b, emb_f, emb_b, head_f,
@@ -187,12 +190,13 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
     bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
     for name, g in comps.items():
         if g is not None and split:
-            b_ops, w_ops = _split(g.backward)
-            bw[name] = (_timed(g.recompute) + b_ops, w_ops)
-    moe_f = _timed(graph.moe_layer.forward) if graph.moe_layer else []
-    moe_b = (_timed(graph.moe_layer.recompute) + _timed(graph.moe_layer.backward) if graph.moe_layer else [])
-    mtp_f = _timed(graph.mtp.forward) if graph.mtp else []
-    mtp_b = _timed(graph.mtp.backward) if graph.mtp else []
+            b_ops, w_ops = _split(g.backward, name)
+            bw[name] = (_timed(g.recompute, name) + b_ops, w_ops)
+    moe_f = _timed(graph.moe_layer.forward, "moe") if graph.moe_layer else []
+    moe_b = (_timed(graph.moe_layer.recompute, "moe") + _timed(graph.moe_layer.backward, "moe")
+             if graph.moe_layer else [])
+    mtp_f = _timed(graph.mtp.forward, "mtp") if graph.mtp else []
+    mtp_b = _timed(graph.mtp.backward, "mtp") if graph.mtp else []
     mtp_moe = graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0
     priced: Dict[Tuple[bool, bool, int, int], Tuple[PassCost, PassCost, Optional[PassCost]]] = {}
     memo: PrefixMemo = {}

@@ -113,3 +113,16 @@ def parse_recompute_modules(spec: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"{', '.join(unknown)} is not one of {', '.join(RECOMPUTE_MODULES)}")
     return names
+
+
+# Megatron-Core's --cuda-graph-scope names (graph/cuda_graphs.py says what each captures)
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+
+
+def parse_cuda_graph_scope(spec: str) -> tuple[str, ...]:
+    """The scopes of a comma-separated ``cuda_graph_scope`` (unknown names: ValueError naming them)."""
+    names = tuple(x.strip() for x in spec.split(",") if x.strip())
+    unknown = [n for n in names if n not in CUDA_GRAPH_SCOPES]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} is not one of {', '.join(CUDA_GRAPH_SCOPES)}")
+    return names

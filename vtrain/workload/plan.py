@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Dict, Optional
 
-from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
+from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule, parse_cuda_graph_scope
 from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
@@ -71,6 +71,9 @@ class ParallelPlan:
                                   "the other's EP all-to-alls (Megatron-Core --overlap-moe-expert-parallel-comm)")
     recompute_modules: str = spec("core_attn", group=PAR, doc="with recompute=selective: comma-separated "
                                   "core_attn, layernorm, moe_act, moe, mlp, shared_experts, mla_up_proj")
+    cuda_graph_scope: str = spec("", group=TRAIN, doc="parts replayed from CUDA graphs (one host launch each, "
+                                 "no per-kernel launches), comma-separated: attn, mlp, moe, moe_router, "
+                                 "moe_preprocess, full_iteration (Megatron-Core --cuda-graph-scope; empty: none)")
     global_batch_size: int = spec(1536, group=TRAIN, domain=POSITIVE_INT, doc="sequences per iteration")
     seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
@@ -86,6 +89,11 @@ class ParallelPlan:
     # at most 1e18 tokens (~50,000x the largest published runs): beyond, days and dollars are no plan's
     tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=Domain(lo=0.0, hi=1e18, lo_open=True),
                                   doc="tokens of the whole training run (time and cost to train)")
+
+    @property
+    def cuda_graph_scopes(self) -> tuple[str, ...]:
+        """The scopes of ``cuda_graph_scope`` (checked by the config's validation)."""
+        return parse_cuda_graph_scope(self.cuda_graph_scope)
 
     @property
     def num_gpus(self) -> int:
