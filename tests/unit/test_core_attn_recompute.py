@@ -11,6 +11,7 @@ from vtrain.comm.plan import build_comm_plan
 from vtrain.config.build import build_workload
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import Collective, FlashAttention
+from vtrain.graph.options import GraphOptions
 from vtrain.workload.partition import partition
 
 LLAMA = ["+model=llama3_70b", "+cluster=h100x1024", "parallelism.tp=8", "parallelism.pp=4", "parallelism.dp=16",
@@ -25,7 +26,7 @@ DEEPSEEK = ["+model=deepseek_v3", "+cluster=h800x2048", "parallelism.tp=1", "par
 def layers(overrides, rerun):
     w = build_workload(compose(overrides))
     comm = build_comm_plan(w, partition(w.model, w.plan))
-    g = build_model_graph(w.model, w.plan, comm.tp, comm.cp, rerun_fused_attention=rerun)
+    g = build_model_graph(w.model, w.plan, comm.tp, comm.cp, opts=GraphOptions(rerun_fused_attention=rerun))
     return w, g
 
 

@@ -8,6 +8,7 @@ from vtrain.api import simulate
 from vtrain.comm.plan import build_comm_plan
 from vtrain.config.build import build_workload
 from vtrain.graph.ops import Collective, CollectiveKind, Gemm
+from vtrain.graph.options import graph_options
 from vtrain.workload.partition import partition
 
 PLAN = ["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=8",
@@ -58,7 +59,7 @@ def _layer(*extra):
 
     w = build_workload(compose([*PLAN, *extra]))
     comm = build_comm_plan(w, partition(w.model, w.plan))
-    return w, build_model_graph(w.model, w.plan, comm.tp, comm.cp, separate=w.stack.separate_projections).layer
+    return w, build_model_graph(w.model, w.plan, comm.tp, comm.cp, opts=graph_options(w.stack)).layer
 
 
 def test_separate_projections_are_gemms_of_their_own_with_a_summed_input_gradient():

@@ -14,6 +14,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Type
 from vtrain.comm.cp import CpComms, cp_comms
 from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, FlashAttention, Gemm, Group, MemoryOp, Op
+from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -132,13 +133,13 @@ class Block:
 
 
 def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
-                    rerun_fused_attention: bool = False, separate: bool = False) -> Block:
+                    opts: GraphOptions = GraphOptions()) -> Block:
     """QKV (column-parallel), RoPE, the attention core (flash, or unfused QK^T / softmax / dropout / AV),
     projection (row-parallel), with the TP collectives of the f/g pair around them. With context
     parallelism the s/cp local queries attend to all s keys, their KV exchange beside the core (``cp``).
     Selective recompute runs the unfused core again; the fused kernel (and its KV exchange) only when
-    ``rerun_fused_attention`` (``StackSpec.recompute_fused_attention``); ``separate``: q, k and v as three
-    GEMMs (:func:`projections`, ``StackSpec.separate_projections``)."""
+    ``opts.rerun_fused_attention`` (``StackSpec.recompute_fused_attention``); ``opts.separate_projections``:
+    q, k and v as three GEMMs (:func:`projections`)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h = model.hidden_size
     tokens = plan.tokens_per_rank  # b * s / cp
@@ -146,7 +147,8 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     has_dropout = model.dropout > 0
     att = tp.attention
     qkv, qkv_b = projections(("qkv", "wq", "wk", "wv"), tokens,
-                             (model.q_size // t, model.kv_size // t, model.kv_size // t), h, plan, separate)
+                             (model.q_size // t, model.kv_size // t, model.kv_size // t), h, plan,
+                             opts.separate_projections)
     proj, proj_b = linear("proj", tokens, h, model.q_size // t, plan)
     attn_prec = plan.precision.value if plan.fp8_attention else ""
     attn_fwd: List[Op]
@@ -185,7 +187,7 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
             Gemm("attn.qk.dgrad_k", m=s, n=d, k=s, batch=b * heads, dtype_bytes=dt, attention=True),
         ]
     if plan.flash_attention:
-        selective: Tuple[Op, ...] = tuple(attn_fwd) if rerun_fused_attention else ()
+        selective: Tuple[Op, ...] = tuple(attn_fwd) if opts.rerun_fused_attention else ()
     else:
         selective = tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
     forward = (*att.enter, *qkv, *rope, *attn_fwd, *proj, *att.exit)
@@ -194,15 +196,15 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     return Block(forward, backward, selective)
 
 
-def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, separate: bool = False) -> Block:
-    """FC1 (column-parallel; gate and up together with SwiGLU, or as two GEMMs with ``separate``), the
-    activation, FC2 (row-parallel)."""
+def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, opts: GraphOptions = GraphOptions()) -> Block:
+    """FC1 (column-parallel; gate and up together with SwiGLU, or as two GEMMs with
+    ``opts.separate_projections``), the activation, FC2 (row-parallel)."""
     t, dt = plan.tp, plan.dtype_bytes
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = plan.tokens_per_rank  # b * s / cp
     mlp = tp.mlp
     widths = (f // t, f // t) if model.gated_mlp else (f // t,)
-    fc1, fc1_b = projections(("fc1", "w1", "w3"), tokens, widths, h, plan, separate)
+    fc1, fc1_b = projections(("fc1", "w1", "w3"), tokens, widths, h, plan, opts.separate_projections)
     fc2, fc2_b = linear("fc2", tokens, h, f // t, plan)
     act_name = "swiglu" if model.gated_mlp else "gelu"
     mlp_act_elems = float(tokens * (f // t) * dt)
@@ -214,11 +216,10 @@ def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, separate: bool 
 
 
 def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
-                mlp: Optional[Block] = None, rerun_fused_attention: bool = False,
-                separate: bool = False) -> ComponentGraph:
+                mlp: Optional[Block] = None, opts: GraphOptions = GraphOptions()) -> ComponentGraph:
     """One transformer layer: norm, attention block, residual, norm, MLP block (``mlp``: another MLP
     branch, e.g. a mixture of experts), residual; backward in reverse; recompute per ``plan.recompute``
-    (``rerun_fused_attention``, ``separate``: see :func:`attention_block`)."""
+    (``opts``: see :func:`attention_block`)."""
     t, dt = plan.tp, plan.dtype_bytes
     tokens = plan.tokens_per_rank
     local_tokens = tokens // t if plan.sequence_parallel else tokens  # tokens in norms/residuals
@@ -235,10 +236,10 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
     if model.is_mla:
         from vtrain.graph.mla import mla_block
 
-        att = mla_block(model, plan, tp, cp, rerun_fused_attention)
+        att = mla_block(model, plan, tp, cp, opts)
     else:
-        att = attention_block(model, plan, tp, cp, rerun_fused_attention, separate)
-    ffn = mlp if mlp is not None else mlp_block(model, plan, tp, separate)
+        att = attention_block(model, plan, tp, cp, opts)
+    ffn = mlp if mlp is not None else mlp_block(model, plan, tp, opts)
     forward: List[Op] = [norm("norm1"), *att.forward, residual("residual1"), norm("norm2"), *ffn.forward,
                          residual("residual2")]
     backward: List[Op] = [MemoryOp("residual2.bwd", 2 * act), *ffn.backward, MemoryOp("norm2.bwd", 3 * act),
@@ -252,7 +253,7 @@ def build_layer(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
 
             recompute = selective_ops(plan.recompute_modules, att, ffn, (forward[0], forward[len(att.forward) + 2]))
     elif plan.recompute == Recompute.SELECTIVE_OP:
-        recompute = _selective_op_recompute(forward, model, plan, separate)
+        recompute = _selective_op_recompute(forward, model, plan, opts.separate_projections)
     else:
         recompute = ()
     return ComponentGraph(PassOps(tuple(forward)), PassOps(tuple(backward)), PassOps(recompute))
@@ -333,19 +334,18 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
 
 
 def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None,
-                      ep: Optional[TpOperator] = None, rerun_fused_attention: bool = False,
-                      separate: bool = False) -> ModelGraph:
+                      ep: Optional[TpOperator] = None, opts: GraphOptions = GraphOptions()) -> ModelGraph:
     """The graphs with the TP, CP and EP collectives of the communication plan in place (``comm.tp``,
     ``comm.cp``, ``comm.ep``; by default CP's of ``plan``, no EP); an MoE model adds its MoE layer
-    (:mod:`vtrain.graph.moe`) and MTP module graphs. ``rerun_fused_attention``: see :func:`attention_block`."""
+    (:mod:`vtrain.graph.moe`) and MTP module graphs. ``opts``: the stack's switches (:func:`attention_block`);
+    its fusion and layout copies are graph rewrites that :func:`vtrain.sim.structure.model_graph` applies."""
     cp = cp if cp is not None else cp_comms(model, plan)
-    dense = build_layer(model, plan, tp, cp, rerun_fused_attention=rerun_fused_attention, separate=separate)
+    dense = build_layer(model, plan, tp, cp, opts=opts)
     moe_layer = mtp = None
     if model.is_moe:
         from vtrain.graph.moe import moe_block
 
-        moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()),
-                                rerun_fused_attention=rerun_fused_attention, separate=separate)
+        moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()), opts=opts)
     if model.mtp_layers:
         from vtrain.graph.mtp import build_mtp
 

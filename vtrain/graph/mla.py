@@ -17,13 +17,14 @@ from vtrain.comm.cp import CpComms
 from vtrain.comm.tp import TpComms
 from vtrain.graph.builder import Block, linear
 from vtrain.graph.ops import FlashAttention, MemoryOp, Op
+from vtrain.graph.options import GraphOptions
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
 
 def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
-              rerun_fused_attention: bool = False) -> Block:
-    """``rerun_fused_attention``: selective recompute runs the fused core (and its KV exchange) again
+              opts: GraphOptions = GraphOptions()) -> Block:
+    """``opts.rerun_fused_attention``: selective recompute runs the fused core (and its KV exchange) again
     (:func:`vtrain.graph.builder.attention_block`)."""
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h, n = model.hidden_size, model.num_heads // t
@@ -59,5 +60,5 @@ def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
            MemoryOp("mla.rope.bwd", rope_op.bytes, 2), *kv_up_b,
            MemoryOp("mla.kv_norm.bwd", 3.0 * tokens * model.kv_lora_rank * dt), *kv_down_b, *bwd_q,
            *att.enter_backward]
-    selective: Tuple[Op, ...] = (*cp.forward, core) if rerun_fused_attention else ()
+    selective: Tuple[Op, ...] = (*cp.forward, core) if opts.rerun_fused_attention else ()
     return Block(tuple(fwd), tuple(bwd), selective, (("mla_up_proj", tuple(up)),))

@@ -13,6 +13,7 @@ from vtrain.comm.plan import CommPlan, Stream
 from vtrain.comm.sharding import deferred_sync
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
+from vtrain.graph.options import graph_options
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
@@ -275,8 +276,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     shape = shape_key(model, plan)
     part = stage_partition(model, plan, shape)
     comm: CommPlan = comm_plan(w, part)
-    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, stack.fuse_elementwise, shape,
-                        stack.recompute_fused_attention, stack.tp_layout_copies, stack.separate_projections)
+    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, graph_options(stack), shape)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,

@@ -21,6 +21,7 @@ from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.builder import ModelGraph, build_model_graph
 from vtrain.graph.fusion import fuse_elementwise
 from vtrain.graph.layout import with_tp_layout_copies
+from vtrain.graph.options import GraphOptions
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import StagePartition, partition
 from vtrain.workload.plan import ParallelPlan
@@ -57,20 +58,20 @@ def stage_partition(model: ModelSpec, plan: ParallelPlan, key: Optional[Tuple[An
 
 
 def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms], ep: Optional[TpOperator],
-                fuse: bool, key: Optional[Tuple[Any, ...]] = None, rerun_fused_attention: bool = False,
-                layout_copies: bool = False, separate_projections: bool = False) -> ModelGraph:
+                opts: GraphOptions = GraphOptions(), key: Optional[Tuple[Any, ...]] = None) -> ModelGraph:
     """:func:`vtrain.graph.builder.build_model_graph` with the communication plan's TP, CP and EP collectives
-    (and Inductor-style fusion when ``fuse``; the batch-first copies around TP collectives when
-    ``layout_copies``, :mod:`vtrain.graph.layout`), built once per shape, collectives and stack switches."""
-    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, fuse, rerun_fused_attention, layout_copies,
-         separate_projections)
+    and the stack's switches ``opts`` (Inductor-style fusion when ``opts.fuse_elementwise``; the batch-first
+    copies around TP collectives when ``opts.layout_copies``, :mod:`vtrain.graph.layout`), built once per shape,
+    collectives and switches."""
+    k = (key if key is not None else shape_key(model, plan), tp, cp, ep, opts)
     hit = _GRAPHS.get(k)
     if hit is None:
         if len(_GRAPHS) >= _MAX_ENTRIES:
             _GRAPHS.clear()
-        graph = build_model_graph(model, plan, tp, cp, ep, rerun_fused_attention, separate_projections)
-        graph = fuse_elementwise(graph) if fuse else graph  # a cat beside a collective does not fuse into it
-        hit = _GRAPHS[k] = with_tp_layout_copies(graph) if layout_copies and plan.tp > 1 else graph
+        graph = build_model_graph(model, plan, tp, cp, ep, opts)
+        # a cat beside a collective does not fuse into it
+        graph = fuse_elementwise(graph) if opts.fuse_elementwise else graph
+        hit = _GRAPHS[k] = with_tp_layout_copies(graph) if opts.layout_copies and plan.tp > 1 else graph
     return hit
 
 

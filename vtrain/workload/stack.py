@@ -66,6 +66,12 @@ class StackSpec:
                                                  "so context parallelism exchanges the repeated heads")
     cp_grads_fp32: bool = spec(False, doc="context parallelism reduces the K/V gradients in fp32 (PyTorch's "
                                           "_cp_options.convert_to_f32)")
+    cp_ring_merge: bool = spec(
+        False, doc="context parallelism runs one attention kernel per ring step and merges the steps in eager "
+                   "element-wise kernels: the running output is rescaled by each step's log-sum-exp, and the "
+                   "query and K/V gradients are accumulated and passed on, in fp32 with cp_grads_fp32 "
+                   "(PyTorch's _templated_ring_attention, _SDPAMerger); Megatron-Core/TE fuse the correction "
+                   "(vtrain.graph.cp_ring)")
     recompute_fused_attention: bool = spec(
         False, doc="selective recompute of the attention core (core_attn) runs the fused attention kernel's "
                    "forward again before its backward, context-parallel KV exchange included (Megatron-Core: "

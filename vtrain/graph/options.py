@@ -1,0 +1,31 @@
+"""What a framework does to the graph that the model and the plan describe: one frozen value, read off the stack.
+
+The graph builders take it whole (:func:`vtrain.graph.builder.build_model_graph`), so a new framework switch
+adds a field here and the code that reads it, not a parameter threaded through every builder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vtrain.workload.stack import StackSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GraphOptions:
+    """The stack's graph switches (each documented on its :class:`StackSpec` field)."""
+
+    rerun_fused_attention: bool = False  # StackSpec.recompute_fused_attention
+    separate_projections: bool = False  # StackSpec.separate_projections
+    cp_ring_merge: bool = False  # StackSpec.cp_ring_merge: vtrain.graph.cp_ring
+    cp_accumulate_fp32: bool = False  # StackSpec.cp_grads_fp32: the ring's running output and gradients in fp32
+    expands_kv: bool = False  # StackSpec.attention_expands_kv: K/V heads repeated to every query head
+    fuse_elementwise: bool = False  # StackSpec.fuse_elementwise: vtrain.graph.fusion
+    layout_copies: bool = False  # StackSpec.tp_layout_copies: vtrain.graph.layout
+
+
+def graph_options(stack: StackSpec) -> GraphOptions:
+    """The graph switches of ``stack``."""
+    return GraphOptions(rerun_fused_attention=stack.recompute_fused_attention,
+                        separate_projections=stack.separate_projections, cp_ring_merge=stack.cp_ring_merge,
+                        cp_accumulate_fp32=stack.cp_grads_fp32, expands_kv=stack.attention_expands_kv,
+                        fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies)
