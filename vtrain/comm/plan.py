@@ -36,6 +36,10 @@ from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
+# What a context-parallel exchange overlaps, by its Collective.overlap (the timeline and the plan's listing)
+_CP_OVERLAPS = {"next": "the attention blocks (ring)", "first": "the first ring step's attention (all-gather)"}
+_CP_OVERLAPS_BWD = {"next": "the attention backward (ring)"}
+
 
 class Stream(StrEnum):
     COMPUTE = "compute"  # in order with the kernels of the compute stream (the GPU waits for it)
@@ -180,12 +184,12 @@ class CommPlan:
             for s in range(p):
                 out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
                                 count=self.stage_layers[s] * m * self.layer_forwards,
-                                overlaps="the attention blocks (ring)" if op.overlap else "nothing"))
+                                overlaps=_CP_OVERLAPS.get(op.overlap, "nothing")))
         for op in self.cp.backward + self.cp.backward_after:
             for s in range(p):
                 out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
                                 count=self.stage_layers[s] * m,
-                                overlaps="the attention backward (ring)" if op.overlap else "nothing"))
+                                overlaps=_CP_OVERLAPS_BWD.get(op.overlap, "nothing")))
         if self.fsdp is not None:
             for s in range(p):
                 n_moe = self.stage_moe_layers[s] if self.stage_moe_layers else 0
@@ -370,7 +374,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                          Group.EMBEDDING, 2)
         emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, last_stage) else 1)
     moe_layers = tuple(sum(part.moe_at(part.position(s, c)) for c in range(v)) for s in range(p)) if moe else ()
-    cp = cp_comms(model, plan, w.stack.attention_expands_kv, w.stack.cp_grads_fp32)
+    cp = cp_comms(model, plan, w.stack.attention_expands_kv, w.stack.cp_grads_fp32, w.stack.cp_ring_merge)
     return CommPlan(tp=plan_tp_comms(model, plan, w.stack), tp_where=tp_placement(plan, domain),
                     cp=cp, cp_where=cp_placement(plan, domain), fsdp=fsdp,
                     fsdp_where=shard_placement(plan, domain), replica_where=replica_placement(plan, domain),

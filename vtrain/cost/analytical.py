@@ -80,15 +80,18 @@ class AnalyticalCostModel:
             rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
-            t = max(op.flops / self.peak, op.bytes * self.elementwise / self.mem_bw)
-            return max(t, op.kernels * self.elementwise * self.kernel_s)
+            traffic = 1.0 if op.eager else self.elementwise
+            t = max(op.flops / self.peak, op.bytes * traffic / self.mem_bw)
+            return max(t, op.kernels * traffic * self.kernel_s)
         return max(t, op.kernels * self.kernel_s)
 
     def host_time_s(self, kernels: float) -> float:
         return kernels * self.host_s
 
     def kernels_of(self, op: ComputeOp) -> float:
-        return op.kernels * self.elementwise if isinstance(op, MemoryOp) else float(op.kernels)
+        if isinstance(op, MemoryOp) and not op.eager:
+            return op.kernels * self.elementwise
+        return float(op.kernels)
 
     def collective_host_time_s(self, op: Collective) -> float:
         return op.kernels * self.host_s + self.host_coll_s

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Tuple, Type
 
-from vtrain.comm.cp import CpComms, cp_comms
+from vtrain.comm.cp import CpComms, cp_comms, kv_features
 from vtrain.comm.tp import TpComms, TpOperator
+from vtrain.graph.cp_ring import RING_PREFIX, ring_merge_ops
 from vtrain.graph.ops import Collective, CollectiveKind, FlashAttention, Gemm, Group, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import PositionEmbedding, Recompute
@@ -160,11 +161,14 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
         rope.insert(0, MemoryOp("qk_norm", 2.0 * tokens * (model.q_size + model.kv_size) // t * dt, 2))
     if plan.flash_attention:
         q_len = s // plan.cp
+        calls = plan.cp if opts.cp_ring_merge else 1
         fa = FlashAttention("flash_attn", b * heads, q_len, model.head_dim, dtype_bytes=dt, precision=attn_prec,
-                            kv_len=s)
+                            kv_len=s, calls=calls)
         fab = FlashAttention("flash_attn.bwd", b * heads, q_len, model.head_dim, backward=True, dtype_bytes=dt,
-                             precision=attn_prec, kv_len=s)
-        attn_fwd, attn_bwd = [*cp.forward, fa], [*cp.backward, fab, *cp.backward_after]
+                             precision=attn_prec, kv_len=s, calls=calls)
+        q_elems = float(tokens * heads * model.head_dim)
+        merge, merge_b = ring_merges(plan, opts, q_elems, q_elems, tokens * kv_features(model, opts.expands_kv) / t)
+        attn_fwd, attn_bwd = [*cp.forward, fa, *merge], [*cp.backward, fab, *merge_b, *cp.backward_after]
     else:
         d = model.head_dim
         scores = float(b * heads * s * s * dt)
@@ -194,6 +198,16 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     backward = (*att.exit_backward, *proj_b, *attn_bwd, *(MemoryOp(f"{op.name}.bwd", op.bytes, 2) for op in rope),
                 *qkv_b, *att.enter_backward)
     return Block(forward, backward, selective)
+
+
+def ring_merges(plan: ParallelPlan, opts: GraphOptions, q_elems: float, out_elems: float,
+                kv_elems: float) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
+    """The element-wise merges of a framework whose context parallelism runs one attention kernel per ring
+    step (``opts.cp_ring_merge``: :mod:`vtrain.graph.cp_ring`), (forward, backward); none otherwise."""
+    if plan.cp == 1 or not opts.cp_ring_merge:
+        return (), ()
+    fwd, bwd = ring_merge_ops(plan.cp, q_elems, out_elems, kv_elems, plan.dtype_bytes, opts.cp_accumulate_fp32)
+    return (fwd,), (bwd,)
 
 
 def mlp_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, opts: GraphOptions = GraphOptions()) -> Block:
@@ -268,6 +282,7 @@ def _selective_op_recompute(forward: Sequence[Op], model: ModelSpec, plan: Paral
     gradients). Each recomputed matmul follows the forward GEMM it is part of; one the layer lacks (an MoE
     layer's expert MLP) goes last. With ``separate`` projections the layer's own matmuls are the ones counted
     (wq, wk, wv, wo, w1, w3, w2: it runs wk, wo and w3 again)."""
+    forward = [op for op in forward if not op.name.startswith(RING_PREFIX)]  # inside the saved attention op
     if separate:
         mms = [op for op in forward if isinstance(op, Gemm) and not op.attention]
         again_ids = set(map(id, mms[1::2]))

@@ -29,7 +29,7 @@ def fuse_pass(ops: PassOps) -> PassOps:
         run.clear()
 
     for op in ops.ops:
-        if isinstance(op, MemoryOp):
+        if isinstance(op, MemoryOp) and not op.eager:
             run.append(op)
         else:
             flush()

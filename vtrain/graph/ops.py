@@ -62,6 +62,9 @@ class MemoryOp:
     bytes: float
     kernels: int = 1
     flops: float = 0.0
+    # bytes and kernels are those of the eager kernels that run it outside any compiled region: neither fused
+    # (vtrain.graph.fusion) nor scaled by the stack's elementwise_traffic
+    eager: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class FlashAttention:
     def keys(self) -> int:
         return self.kv_len or self.seq_len
 
+    calls: int = 1  # kernels it runs as (PyTorch's ring attention: one per context-parallel step)
+
     @property
     def flops(self) -> float:
         full = 4.0 * self.batch_heads * self.seq_len * self.keys * self.head_dim
@@ -98,7 +103,7 @@ class FlashAttention:
 
     @property
     def kernels(self) -> int:
-        return 1
+        return self.calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +111,9 @@ class Collective:
     """A collective or transfer. ``overlap`` pairs it with the compute op it is pipelined with on the
     compute stream: "next" (an all-gather or KV exchange feeding the next op) or "previous" (a
     reduce-scatter of the previous op's output), split into ``chunks`` pieces (TE userbuffers / async TP:
-    tp chunks; ring attention: cp steps); "" runs it alone in stream order."""
+    tp chunks; ring attention: cp steps); "first": issued whole before the next op, which runs its first of
+    ``chunks`` pieces beside it and needs it for the rest (PyTorch's context-parallel K/V all-gather, waited
+    for at the second ring step); "" runs it alone in stream order."""
 
     name: str
     kind: CollectiveKind

@@ -170,6 +170,14 @@ def overlapped_s(compute_s: float, comm_s: float, chunks: int, slowdown: float) 
     return max(compute_s + slowdown * both, comm_s) + both / max(1, chunks)
 
 
+def gated_s(compute_s: float, comm_s: float, chunks: int, slowdown: float) -> float:
+    """A compute op whose first of ``chunks`` pieces runs beside a collective and whose rest waits for it
+    (PyTorch's context parallelism all-gathers K/V while the first ring step attends to the local block):
+    the longer of the first piece (slowed while both run) and the collective, then the rest."""
+    first = compute_s / max(1, chunks)
+    return max(first + slowdown * min(first, comm_s), comm_s) + compute_s - first
+
+
 def chunked_gemm_s(op: Gemm, chunks: int, cost: CostModel) -> float:
     """A GEMM split along its token dimension into ``chunks`` GEMMs, one per piece of the collective it is
     pipelined with (TE userbuffers' split GEMMs; torchtitan's micro-pipelined async TP): each runs on 1/chunks
@@ -210,7 +218,7 @@ def timed_ops(ops: PassOps | Sequence[Op], cost: CostModel, where: object, slowd
     group: Dict[int, List[int]] = {}  # an all-gather's first GEMM -> the GEMMs of the same input after it
     for i, op in enumerate(items):
         if isinstance(op, Collective) and op.overlap:
-            step = 1 if op.overlap == "next" else -1
+            step = -1 if op.overlap == "previous" else 1
             j = i + step
             while 0 <= j < len(items) and not isinstance(items[j], (Gemm, FlashAttention)):
                 j += step
@@ -268,8 +276,12 @@ def _timed_op(i: int, op: Op, items: Sequence[Op], paired: Dict[int, int], group
             t += chunked_gemm_s(other, coll.chunks, cost) if coll.chunks > 1 else cost.compute_time_s(other)
             h += cost.host_time_s(cost.kernels_of(other))
             flops += other.flops
-        total = overlapped_s(t, t_c, coll.chunks, slowdown)
-        exposed = max(0.0, total - t - slowdown * min(t, t_c))
+        if coll.overlap == "first":
+            total = gated_s(t, t_c, coll.chunks, slowdown)
+            exposed = max(0.0, total - t - slowdown * min(t / max(1, coll.chunks), t_c))
+        else:
+            total = overlapped_s(t, t_c, coll.chunks, slowdown)
+            exposed = max(0.0, total - t - slowdown * min(t, t_c))
         out.append((total, h + cost.collective_host_time_s(coll), exposed, flops, _OF_GROUP.get(coll.group, 1)))
     else:
         out.append((t, h, 0.0, op.flops, 0))

@@ -13,7 +13,8 @@ depth of model chunks (Narayanan et al. SC'21, Sec. 2.2.2).
 """
 from __future__ import annotations
 
-from vtrain.workload.enums import Precision, Recompute, Schedule
+from vtrain.comm.cp import kv_features
+from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
@@ -62,6 +63,16 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Reco
     elif plan.flash_attention:
         scores = float(a * s * b) * 4.0  # log-sum-exp statistics (fp32)
     return replicated / sp_div + (sharded + scores) / t
+
+
+def cp_gathered_kv_bytes(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False) -> float:
+    """The other CP ranks' K/V that an all-gather context parallelism holds beside its own while a layer's
+    attention runs ((cp - 1) / cp of the sequence's K/V on this TP rank; freed after the attention, so one
+    layer's at a time); a ring (p2p) holds one block in flight, left out."""
+    if plan.cp == 1 or plan.cp_comm != CpComm.ALLGATHER:
+        return 0.0
+    full = plan.micro_batch_size * plan.seq_len * kv_features(model, expands_kv) / plan.tp * plan.dtype_bytes
+    return full * (plan.cp - 1) / plan.cp
 
 
 def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> float:

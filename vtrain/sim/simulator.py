@@ -21,6 +21,7 @@ from vtrain.sim.engine import PipelineRun
 from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
 from vtrain.sim.memory import (
+    cp_gathered_kv_bytes,
     fp8_weight_cache_bytes_per_param,
     inflight_layers,
     layer_activation_bytes,
@@ -174,6 +175,7 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     per_logit = stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4
     logits_bytes = tokens * model.vocab_shard(plan.tp) * per_logit
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
+    working += cp_gathered_kv_bytes(model, plan, stack.attention_expands_kv)
     last = part.stage_of(part.chain_len - 1)
     moe_like = model.is_moe or model.is_mla or model.mtp_layers
     moe = moe_memory(model, plan, part, stack.fsdp_fp32_shards) if moe_like else None
