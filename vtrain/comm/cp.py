@@ -12,8 +12,8 @@ attends to the whole sequence's keys and values.
   block beside it, and waited for at the second; the backward gathers K/V the same way and passes the K/V
   gradients around the ring (``dkv_rotater``, always point-to-point), each step's transfer beside the next
   step's attention backward. Those are taken as hidden (a step's transfer is shorter than a step's attention
-  backward: 4.5 vs 85 ms for Llama 3 8B at 256K tokens on 8 H100, 12 vs 14 ms for 405B with its CP ranks on
-  8 nodes); the last one, which brings each rank's own gradients home, is waited for.
+  backward: 4.5 vs 84 ms for Llama 3 8B at 256K tokens on 8 H100, 11 vs 42 ms for 405B at 256K with its CP
+  ranks on 8 nodes); the last one, which brings each rank's own gradients home, is waited for.
 
 A stack whose attention repeats grouped K/V heads to every query head before the kernel
 (``StackSpec.attention_expands_kv``: torchtitan's Llama, ``repeat_kv`` before SDPA) exchanges the repeated
