@@ -7,6 +7,11 @@ attends to the whole sequence's keys and values.
   KV per rank) spread over cp steps; backward sends KV again plus the KV gradients back (twice the volume).
 - ``allgather`` (Llama 3's CP): K and V are all-gathered before attention (blocking) and their gradients
   reduce-scattered after the attention backward.
+- ``a2a`` (DeepSpeed-Ulysses, Jacobs et al. 2023; Megatron-Core's ``--cp-comm-type a2a``, Transformer Engine's
+  ``AttnFuncWithCPAndQKVOA2A``): an all-to-all turns each rank's s/cp tokens of all heads into all s tokens of
+  heads/cp for Q, K and V before the attention, and one turns the output back after it; the backward runs the
+  same two in reverse (the output gradient before the attention backward, the Q/K/V gradients after it). On
+  the compute stream: the attention needs all of its input and the next layer all of its output.
 - ``allgather`` in PyTorch's context parallelism (``pytorch_ring``: ``StackSpec.cp_ring_merge``,
   ``_AllGatherRotater``): the all-gather is issued before the first ring step, which attends to the local
   block beside it, and waited for at the second; the backward gathers K/V the same way and passes the K/V
@@ -35,7 +40,8 @@ from vtrain.workload.plan import ParallelPlan
 class CpComms:
     forward: Tuple[Collective, ...]  # before the attention core
     backward: Tuple[Collective, ...]  # before (ring: with) the attention backward
-    backward_after: Tuple[Collective, ...]  # after the attention backward (all-gather variant)
+    backward_after: Tuple[Collective, ...]  # after the attention backward (all-gather and all-to-all variants)
+    forward_after: Tuple[Collective, ...] = ()  # after the attention core (all-to-all variant: the output)
 
 
 def kv_features(model: ModelSpec, expands_kv: bool = False) -> int:
@@ -60,6 +66,17 @@ def cp_comms(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False, gra
         fwd = Collective("cp.kv_ring", ag, kv_bytes, Group.CP, cp, overlap="next", chunks=cp)
         bwd = Collective("cp.kv_ring.bwd", ag, kv_bytes + grad_bytes, Group.CP, cp, overlap="next", chunks=cp)
         return CpComms((fwd,), (bwd,), ())
+    if plan.cp_comm == CpComm.A2A:  # per rank: its s/cp tokens of every head on this TP rank, out and back
+        per_feature = plan.micro_batch_size * plan.seq_len / cp / plan.tp * plan.dtype_bytes
+        mla = model.is_mla
+        q_features = model.num_heads * (model.qk_head_dim + model.qk_rope_head_dim) if mla else model.q_size
+        out_bytes = (model.num_heads * model.v_head_dim if mla else model.q_size) * per_feature
+        qkv_bytes = (q_features + kv_features(model, expands_kv)) * per_feature
+        a2a = CollectiveKind.ALL_TO_ALL
+        return CpComms((Collective("cp.qkv_a2a", a2a, qkv_bytes, Group.CP, cp),),
+                       (Collective("cp.dout_a2a.bwd", a2a, out_bytes, Group.CP, cp),),
+                       (Collective("cp.dqkv_a2a.bwd", a2a, qkv_bytes, Group.CP, cp),),
+                       (Collective("cp.out_a2a", a2a, out_bytes, Group.CP, cp),))
     if pytorch_ring:
         return CpComms((Collective("cp.kv_gather", ag, kv_bytes, Group.CP, cp, overlap="first", chunks=cp),),
                        (Collective("cp.kv_gather.bwd", ag, kv_bytes, Group.CP, cp, overlap="first", chunks=cp),),

@@ -180,7 +180,7 @@ class CommPlan:
                 out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER,
                                 stages=(s,), count=self.stage_layers[s] * m * passes,
                                 overlaps="nothing: the next GEMM waits for it"))
-        for op in self.cp.forward:
+        for op in self.cp.forward + self.cp.forward_after:
             for s in range(p):
                 out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
                                 count=self.stage_layers[s] * m * self.layer_forwards,

@@ -10,6 +10,7 @@ from typing import Iterable
 from vtrain.errors import ConfigError
 from vtrain.workload.enums import (
     AttentionKind,
+    CpComm,
     Precision,
     Recompute,
     Schedule,
@@ -121,6 +122,10 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     if not (p.cp == 1 or p.flash_attention):
         raise ConfigError("cp>1 needs flash_attention=true (context parallelism runs fused "
                           "attention on KV blocks)")
+    if p.cp > 1 and p.cp_comm == CpComm.A2A and not (m.num_kv_heads // p.tp) % p.cp == 0:  # TE: heads split over cp
+        raise ConfigError(f"cp_comm=a2a needs cp={p.cp} to divide the kv heads per TP rank="
+                          f"{m.num_kv_heads // p.tp} (kv heads={m.num_kv_heads}, tp={p.tp}): the all-to-all splits "
+                          "every rank's heads over the CP ranks")
     if not (p.cp == 1 or p.seq_len % (2 * p.cp) == 0):
         raise ConfigError(f"2*cp=2*{p.cp} must divide seq_len={p.seq_len} (causal load balancing: 2*cp chunks)")
     if not (not p.sequence_parallel or p.tp > 1):

@@ -16,7 +16,7 @@ from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.cp_ring import RING_PREFIX, ring_merge_ops
 from vtrain.graph.ops import Collective, CollectiveKind, FlashAttention, Gemm, Group, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
-from vtrain.workload.enums import PositionEmbedding, Recompute
+from vtrain.workload.enums import CpComm, PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
@@ -161,14 +161,15 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
         rope.insert(0, MemoryOp("qk_norm", 2.0 * tokens * (model.q_size + model.kv_size) // t * dt, 2))
     if plan.flash_attention:
         q_len = s // plan.cp
-        calls = plan.cp if opts.cp_ring_merge else 1
+        calls = ring_steps(plan, opts)
         fa = FlashAttention("flash_attn", b * heads, q_len, model.head_dim, dtype_bytes=dt, precision=attn_prec,
                             kv_len=s, calls=calls)
         fab = FlashAttention("flash_attn.bwd", b * heads, q_len, model.head_dim, backward=True, dtype_bytes=dt,
                              precision=attn_prec, kv_len=s, calls=calls)
         q_elems = float(tokens * heads * model.head_dim)
         merge, merge_b = ring_merges(plan, opts, q_elems, q_elems, tokens * kv_features(model, opts.expands_kv) / t)
-        attn_fwd, attn_bwd = [*cp.forward, fa, *merge], [*cp.backward, fab, *merge_b, *cp.backward_after]
+        attn_fwd = [*cp.forward, fa, *merge, *cp.forward_after]
+        attn_bwd = [*cp.backward, fab, *merge_b, *cp.backward_after]
     else:
         d = model.head_dim
         scores = float(b * heads * s * s * dt)
@@ -200,11 +201,17 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     return Block(forward, backward, selective)
 
 
+def ring_steps(plan: ParallelPlan, opts: GraphOptions) -> int:
+    """Attention kernels per layer and pass: one per ring step where the framework's context parallelism runs
+    its ring in Python (``opts.cp_ring_merge``; an all-to-all CP attends once), else one."""
+    return plan.cp if opts.cp_ring_merge and plan.cp_comm != CpComm.A2A else 1
+
+
 def ring_merges(plan: ParallelPlan, opts: GraphOptions, q_elems: float, out_elems: float,
                 kv_elems: float) -> Tuple[Tuple[Op, ...], Tuple[Op, ...]]:
     """The element-wise merges of a framework whose context parallelism runs one attention kernel per ring
     step (``opts.cp_ring_merge``: :mod:`vtrain.graph.cp_ring`), (forward, backward); none otherwise."""
-    if plan.cp == 1 or not opts.cp_ring_merge:
+    if ring_steps(plan, opts) == 1:
         return (), ()
     fwd, bwd = ring_merge_ops(plan.cp, q_elems, out_elems, kv_elems, plan.dtype_bytes, opts.cp_accumulate_fp32)
     return (fwd,), (bwd,)

@@ -15,7 +15,7 @@ from typing import List, Tuple
 
 from vtrain.comm.cp import CpComms, kv_features
 from vtrain.comm.tp import TpComms
-from vtrain.graph.builder import Block, linear, ring_merges
+from vtrain.graph.builder import Block, linear, ring_merges, ring_steps
 from vtrain.graph.ops import FlashAttention, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.model import ModelSpec
@@ -50,18 +50,18 @@ def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
     kv_norm = MemoryOp("mla.kv_norm", 2.0 * tokens * model.kv_lora_rank * dt)
     rope_op = MemoryOp("mla.rope", 2.0 * tokens * (n + 1) * rope * dt, 2)
     q_len = s // plan.cp
-    calls = plan.cp if opts.cp_ring_merge else 1
+    calls = ring_steps(plan, opts)
     core = FlashAttention("flash_attn", b * n, q_len, (qk + vd) // 2, dtype_bytes=dt, kv_len=s, calls=calls)
     core_b = FlashAttention("flash_attn.bwd", b * n, q_len, (qk + vd) // 2, backward=True, dtype_bytes=dt,
                             kv_len=s, calls=calls)
     merge, merge_b = ring_merges(plan, opts, float(tokens * n * qk), float(tokens * n * vd),
                                  tokens * kv_features(model) / t)
     proj, proj_b = linear("proj", tokens, h, n * vd, plan)
-    fwd += [*kv_down, kv_norm, *kv_up, rope_op, *cp.forward, core, *merge, *proj, *att.exit]
+    fwd += [*kv_down, kv_norm, *kv_up, rope_op, *cp.forward, core, *merge, *cp.forward_after, *proj, *att.exit]
     up += [*kv_up, rope_op]
     bwd = [*att.exit_backward, *proj_b, *cp.backward, core_b, *merge_b, *cp.backward_after,
            MemoryOp("mla.rope.bwd", rope_op.bytes, 2), *kv_up_b,
            MemoryOp("mla.kv_norm.bwd", 3.0 * tokens * model.kv_lora_rank * dt), *kv_down_b, *bwd_q,
            *att.enter_backward]
-    selective: Tuple[Op, ...] = (*cp.forward, core, *merge) if opts.rerun_fused_attention else ()
+    selective: Tuple[Op, ...] = (*cp.forward, core, *merge, *cp.forward_after) if opts.rerun_fused_attention else ()
     return Block(tuple(fwd), tuple(bwd), selective, (("mla_up_proj", tuple(up)),))

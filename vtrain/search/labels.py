@@ -31,7 +31,8 @@ def plan_parts(plan: Mapping[str, Any]) -> List[str]:
     elif plan.get("distributed_optimizer") or stage == 1:
         parts.append("dist-opt")
     if int(plan.get("cp", 1) or 1) > 1:
-        parts.append(f"cp={plan['cp']}")
+        comm = str(_raw(plan.get("cp_comm", "p2p")))
+        parts.append(f"cp={plan['cp']}" + ("" if comm == "p2p" else f" ({comm})"))
     if int(plan.get("ep", 1) or 1) > 1:  # MoE: expert parallelism and its dispatcher
         parts.append(f"ep={plan['ep']}")
         if plan.get("moe_dispatcher"):

@@ -31,7 +31,7 @@ from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_model, check_plan
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow
-from vtrain.workload.enums import NormType, PositionEmbedding, Precision, Recompute, Schedule
+from vtrain.workload.enums import CpComm, NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.workload.fields import POSITIVE_INT, Domain, check_value, domain_of
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -153,6 +153,9 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
                 "float8": "fp8", "fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8",
                 "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4",
                 "mx_fp8": "mxfp8", "nv_fp4": "nvfp4", "fp8_e4m3": "fp8", "fp8_hybrid_e4m3": "fp8"},
+    # Megatron-Core's --cp-comm-type spellings, and what papers call the schemes
+    CpComm: {"all_gather": "allgather", "ring": "p2p", "ring_attention": "p2p", "ulysses": "a2a",
+             "all_to_all": "a2a", "alltoall": "a2a"},
     Schedule: {"interleaved_1f1b": "interleaved", "1f1b_interleaved": "interleaved", "vpp": "interleaved",
                "zb_h1": "zero_bubble", "zb": "zero_bubble", "zb_v": "zbv", "dualpipe_v": "dualpipev"},
     # an "Activation checkpointing" column holding a yes or a no: whole layers checkpointed (torch.utils.checkpoint

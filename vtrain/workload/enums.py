@@ -67,6 +67,8 @@ class Precision(StrEnum):
 class CpComm(StrEnum):
     P2P = "p2p"  # ring attention: KV blocks passed around the CP ring, overlapped with attention (Megatron-Core)
     ALLGATHER = "allgather"  # KV all-gathered before attention (Llama 3's CP)
+    A2A = "a2a"  # all-to-all of Q, K, V and the output: each rank attends over the whole sequence for cp-th of the
+    # heads (DeepSpeed-Ulysses; Megatron-Core's --cp-comm-type a2a)
 
 
 class NormType(StrEnum):

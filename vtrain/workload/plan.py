@@ -44,7 +44,8 @@ class ParallelPlan:
                                           "(Megatron --overlap-param-gather)")
     cp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="context-parallel degree (sequence split)")
     cp_comm: CpComm = spec(CpComm.P2P, group=PAR, doc="context-parallel attention: p2p (ring, KV exchange "
-                                                      "overlapped) | allgather (KV gathered before attention)")
+                                                      "overlapped) | allgather (KV gathered before attention) | "
+                                                      "a2a (all-to-all of Q, K, V and the output, heads split)")
     first_stage_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
                                    doc="layers of the first pipeline stage (0: even split)")
     last_stage_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
