@@ -119,6 +119,9 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     check_pipeline_split(m, p)
     check_moe_plan(m, p)
     # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
+    if not (p.recompute_num_layers == 0 or p.recompute == Recompute.FULL):
+        raise ConfigError(f"parallelism.recompute_num_layers={p.recompute_num_layers} needs recompute=full (the "
+                          f"block method recomputes whole layers; got recompute={p.recompute.value})")
     if not (p.cp == 1 or p.flash_attention):
         raise ConfigError("cp>1 needs flash_attention=true (context parallelism runs fused "
                           "attention on KV blocks)")

@@ -47,17 +47,18 @@ def _groups(graph: ModelGraph) -> Tuple[Group, ...]:
 
 def stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                 microbatch_overhead_s: float, split: bool = False, fuse: Optional[Tuple[float]] = None,
-                overlap_slowdown: float = 0.0, graph_scopes: Tuple[str, ...] = ()) -> StageCosts:
+                overlap_slowdown: float = 0.0, graph_scopes: Tuple[str, ...] = (),
+                recompute_layers: int = 0) -> StageCosts:
     """:func:`vtrain.sim.stage_costs.build_stage_costs`, with the priced passes shared by plans whose passes
     see the same inputs."""
     sides = side_streams(comm, cost)
     key = (id(graph), id(part), id(cost), tuple(comm.where(g) for g in _groups(graph)), sides,
-           microbatch_overhead_s, split, fuse, overlap_slowdown, graph_scopes)
+           microbatch_overhead_s, split, fuse, overlap_slowdown, graph_scopes, recompute_layers)
     hit = _PASSES.get(key)
     if hit is not None and hit[0] is graph and hit[1] is part and hit[2] is cost:
         return with_p2p(hit[3], part, comm, cost)
     passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown, sides,
-                           graph_scopes)
+                           graph_scopes, recompute_layers)
     if len(_PASSES) >= _MAX_ENTRIES:
         _PASSES.clear()
     _PASSES[key] = (graph, part, cost, passes)

@@ -5,7 +5,7 @@ memos of priced passes (vtrain/sim/pass_memo.py) and recent pipeline runs (vtrai
 exact."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.ep import DISPATCH_SMS
@@ -32,7 +32,7 @@ from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pass_memo import stage_costs
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule, splits_backward
-from vtrain.sim.stage_costs import StageCosts
+from vtrain.sim.stage_costs import StageCosts, recomputed_layers
 from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
 from vtrain.workload.enums import Recompute, Schedule, parse_recompute_modules
@@ -195,6 +195,30 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     return out
 
 
+def recomputed_share(part: StagePartition, plan: ParallelPlan, stage: Optional[int] = None) -> float:
+    """The share of the layers (of ``stage``, else of the model) that run their recompute under block
+    recompute (``plan.recompute_num_layers``: the first ones of each model chunk)."""
+    chunks = [part.position(s, c) for s in (range(part.p) if stage is None else (stage,)) for c in range(part.v)]
+    n = sum(part.layers[q] for q in chunks)
+    r = sum(recomputed_layers(plan.recompute_num_layers, part.layers[q]) for q in chunks)
+    return r / n if n else 1.0
+
+
+def _partial_recompute_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
+    """Block recompute: per stage, the recomputed layers' activations as under full recompute and the others'
+    as without recompute, plus one recomputed layer's working set (what full recompute adds besides the layer
+    inputs, held while a layer runs again)."""
+    full = _memory(w, part)
+    kept = _memory(replace(w, plan=replace(w.plan, recompute=Recompute.NONE, recompute_num_layers=0)), part)
+    working = layer_activation_bytes(w.model, w.plan, Recompute.NONE)
+    out = []
+    for s, (f, k) in enumerate(zip(full, kept)):
+        share = recomputed_share(part, w.plan, s)
+        act = share * f.activations_bytes + (1.0 - share) * (k.activations_bytes + working)
+        out.append(replace(f, activations_bytes=act))
+    return out
+
+
 def _provenance(w: Workload) -> Dict[str, str]:
     out = {f"gpu.{k}": v for k, v in w.cluster.gpu.provenance.items()}
     out.update({f"stack.{k}": v for k, v in w.stack.provenance.items()})
@@ -261,6 +285,9 @@ def hardware_flops(w: Workload, causal_flash: bool = False) -> float:
     plan, model = w.plan, w.model
     flops = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len,
                                                _recompute_flops_mode(plan, w.stack), causal_flash)
+    if plan.recompute_num_layers:  # block recompute: the recomputed layers' share of full recompute's extra
+        kept = model.hardware_flops_per_iteration(plan.global_batch_size, plan.seq_len, "none", causal_flash)
+        flops = kept + recomputed_share(stage_partition(model, plan), plan) * (flops - kept)
     if plan.recompute == Recompute.SELECTIVE:  # Megatron-Core's modules with matmuls (mlp, moe, ...)
         flops += plan.global_batch_size * model.recomputed_module_flops(
             plan.seq_len, parse_recompute_modules(plan.recompute_modules))
@@ -283,7 +310,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
                      split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown,
-                     graph_scopes=plan.cuda_graph_scopes)
+                     graph_scopes=plan.cuda_graph_scopes, recompute_layers=plan.recompute_num_layers)
     m = plan.num_microbatches
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
@@ -297,7 +324,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
     iteration = end + stack.iteration_overhead_s
 
-    mems = _memory(w, part)
+    mems = _partial_recompute_memory(w, part) if plan.recompute_num_layers else _memory(w, part)
     pp_busy = _p2p_busy(part, sc, m)
     shared: Streams = {}
     stages = tuple(_stage_breakdown(s, w, part, sc, pipe, tails[s], iteration, mems[s].total_bytes, pp_busy[s],

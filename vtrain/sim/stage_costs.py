@@ -87,11 +87,19 @@ def _p2p(part: StagePartition, comm: CommPlan, cost: CostModel) -> Tuple[List[fl
     return p2p_f, p2p_b
 
 
+def recomputed_layers(recompute_layers: int, n: int) -> int:
+    """How many of a chunk's ``n`` layers run their recompute: all (``recompute_layers`` 0), or the first
+    ``recompute_layers`` of them (Megatron's block method)."""
+    return n if recompute_layers == 0 else min(recompute_layers, n)
+
+
 def _dense_stage_costs(part: StagePartition, microbatch_overhead_s: float,
                        layer_f: List[Timed], layer_b: List[Timed], emb_f: List[Timed], emb_b: List[Timed],
-                       head_f: List[Timed], head_b: List[Timed], side_f: SideStream, side_b: SideStream
-                       ) -> StageCosts:
-    """A dense model on a schedule without B/W split or fused pairs: embedding, layers, head per chunk."""
+                       head_f: List[Timed], head_b: List[Timed], side_f: SideStream, side_b: SideStream,
+                       layer_b_kept: List[Timed], recompute_layers: int) -> StageCosts:
+    """A dense model on a schedule without B/W split or fused pairs: embedding, layers, head per chunk
+    (``layer_b_kept``: the backward of a layer that kept its activations, the last n - r of a chunk's layers
+    under block recompute; :func:`recomputed_layers`)."""
     priced: Dict[Tuple[bool, bool, int], Tuple[PassCost, PassCost]] = {}
     memo: PrefixMemo = {}
     forward, backward = [], []
@@ -102,9 +110,11 @@ def _dense_stage_costs(part: StagePartition, microbatch_overhead_s: float,
             key = (part.is_first(q), part.is_last(q), part.layers[q])
             if key not in priced:
                 first, is_last, n = key
+                r = recomputed_layers(recompute_layers, n)
                 fparts: List[Part] = ([(emb_f, 1, NO_SIDE)] if first else []) + [(layer_f, n, side_f)] + \
                     ([(head_f, 1, NO_SIDE)] if is_last else [])
-                bparts: List[Part] = ([(head_b, 1, NO_SIDE)] if is_last else []) + [(layer_b, n, side_b)] + \
+                bparts: List[Part] = ([(head_b, 1, NO_SIDE)] if is_last else []) + \
+                    [x for x in ((layer_b_kept, n - r, side_b), (layer_b, r, side_b)) if x[1] > 0] + \
                     ([(emb_b, 1, NO_SIDE)] if first else [])
                 priced[key] = (price_chunk(fparts, microbatch_overhead_s, memo), price_chunk(bparts, 0.0, memo))
             f, b = priced[key]
@@ -145,12 +155,13 @@ def side_streams(comm: CommPlan, cost: CostModel) -> Tuple[SideStream, ...]:
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                       microbatch_overhead_s: float, split: bool = False,
                       fuse: Optional[Tuple[float]] = None, overlap_slowdown: float = 0.0,
-                      graph_scopes: Tuple[str, ...] = ()) -> StageCosts:
+                      graph_scopes: Tuple[str, ...] = (), recompute_layers: int = 0) -> StageCosts:
     """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share
     of the dispatcher,) to price fused forward/backward pairs (:func:`vtrain.sim.overlap.fused_pass`);
-    ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it."""
+    ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it;
+    ``recompute_layers``: :func:`recomputed_layers`."""
     passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown,
-                           side_streams(comm, cost), graph_scopes)
+                           side_streams(comm, cost), graph_scopes, recompute_layers)
     return with_p2p(passes, part, comm, cost)
 
 
@@ -162,11 +173,12 @@ def with_p2p(passes: StageCosts, part: StagePartition, comm: CommPlan, cost: Cos
 
 def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                   microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float]],
-                  overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = ()
-                  ) -> StageCosts:
+                  overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = (),
+                  recompute_layers: int = 0) -> StageCosts:
     """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
     placement of the in-pass collectives' groups (``comm.where``), the side streams ``sides``
-    (:func:`side_streams`) and the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) only."""
+    (:func:`side_streams`), the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) and the
+    layers that run their recompute (``recompute_layers``: :func:`recomputed_layers`) only."""
     p, v = part.p, part.v
 
     def _timed(ops: PassOps | Sequence[Op], component: str) -> List[Timed]:
@@ -178,13 +190,14 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
                 _timed([op for op in ops.ops if is_weight_grad(op)], component))
 
     layer_f = _timed(graph.layer.forward, "layer")
-    layer_b = _timed(graph.layer.recompute, "layer") + _timed(graph.layer.backward, "layer")
+    layer_b_kept = _timed(graph.layer.backward, "layer")
+    layer_b = _timed(graph.layer.recompute, "layer") + layer_b_kept
     emb_f, emb_b = _timed(graph.embedding.forward, "emb"), _timed(graph.embedding.backward, "emb")
     head_f, head_b = _timed(graph.head.forward, "head"), _timed(graph.head.backward, "head")
     side_f, side_b, moe_side_f, moe_side_b = sides
     if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
         return _dense_stage_costs(part, microbatch_overhead_s, layer_f, layer_b, emb_f, emb_b, head_f,
-                                  head_b, side_f, side_b)
+                                  head_b, side_f, side_b, layer_b_kept, recompute_layers)
     comps = {"layer": graph.layer, "emb": graph.embedding, "head": graph.head, "moe": graph.moe_layer,
              "mtp": graph.mtp}
     bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
@@ -192,9 +205,11 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
         if g is not None and split:
             b_ops, w_ops = _split(g.backward, name)
             bw[name] = (_timed(g.recompute, name) + b_ops, w_ops)
+            if name in ("layer", "moe"):  # a layer that kept its activations (block recompute)
+                bw[name + "_kept"] = (b_ops, w_ops)
     moe_f = _timed(graph.moe_layer.forward, "moe") if graph.moe_layer else []
-    moe_b = (_timed(graph.moe_layer.recompute, "moe") + _timed(graph.moe_layer.backward, "moe")
-             if graph.moe_layer else [])
+    moe_b_kept = _timed(graph.moe_layer.backward, "moe") if graph.moe_layer else []
+    moe_b = _timed(graph.moe_layer.recompute, "moe") + moe_b_kept if graph.moe_layer else []
     mtp_f = _timed(graph.mtp.forward, "mtp") if graph.mtp else []
     mtp_b = _timed(graph.mtp.backward, "mtp") if graph.mtp else []
     mtp_moe = graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0
@@ -209,6 +224,8 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
             if key not in priced:
                 first, is_last, n, nm = key
                 k = part.mtp_layers if is_last else 0
+                r = recomputed_layers(recompute_layers, n)  # the first r: dense layers first, then MoE ones
+                r_dense, r_moe = min(r, n - nm), max(0, r - (n - nm))
                 mtp_layer = (moe_f, moe_b, "moe") if mtp_moe else (layer_f, layer_b, "layer")
 
                 def parts(which: int) -> Tuple[List[Part], List[Part]]:
@@ -221,8 +238,9 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
                           (mtp_f, k, NO_SIDE), (mtp_layer[0], k, NO_SIDE), (head_f, int(is_last) * (1 + k), NO_SIDE)]
                     bp = [(b_of("head", head_b), int(is_last) * (1 + k), NO_SIDE),
                           (b_of(mtp_layer[2], mtp_layer[1]), k, NO_SIDE), (b_of("mtp", mtp_b), k, NO_SIDE),
-                          (b_of("moe", moe_b), nm, msb), (b_of("layer", layer_b), n - nm, sb),
-                          (b_of("emb", emb_b), int(first), NO_SIDE)]
+                          (b_of("moe_kept", moe_b_kept), nm - r_moe, msb), (b_of("moe", moe_b), r_moe, msb),
+                          (b_of("layer_kept", layer_b_kept), n - nm - r_dense, sb),
+                          (b_of("layer", layer_b), r_dense, sb), (b_of("emb", emb_b), int(first), NO_SIDE)]
                     return [x for x in fp if x[1] > 0], [x for x in bp if x[1] > 0]
                 fparts, bparts = parts(0)
                 if split:

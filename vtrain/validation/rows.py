@@ -591,6 +591,9 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         p.pop("etp", None)
     p.update(_sharding(row, p, given_stage="zero_stage" in p))
     p.update(_fsdp_mixed_precision(row, given="fp32_grads" in p))
+    method = row.get("recompute_method")  # Megatron's --recompute-method: block keeps the count's meaning
+    if method is not None and table_key(str(method)) == "uniform":  # groups of N layers, every layer run again
+        p.pop("recompute_num_layers", None)
     stack_name_ = stack_name(row, stack, defaults)
     stack_spec_ = stack_spec(load_stack(stack_name_))
     if "zero_stage" not in p and stack_spec_.zero_stage is not None:  # FSDP stacks shard unless told otherwise

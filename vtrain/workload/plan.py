@@ -72,6 +72,11 @@ class ParallelPlan:
                                   "the other's EP all-to-alls (Megatron-Core --overlap-moe-expert-parallel-comm)")
     recompute_modules: str = spec("core_attn", group=PAR, doc="with recompute=selective: comma-separated "
                                   "core_attn, layernorm, moe_act, moe, mlp, shared_experts, mla_up_proj")
+    recompute_num_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+                                     doc="with recompute=full: the first layers of each model chunk that keep only "
+                                         "their input and run again before their backward, the rest keeping all "
+                                         "of their activations (Megatron's --recompute-method block "
+                                         "--recompute-num-layers); 0: every layer")
     cuda_graph_scope: str = spec("", group=TRAIN, doc="parts replayed from CUDA graphs (one host launch each, "
                                  "no per-kernel launches), comma-separated: attn, mlp, moe, moe_router, "
                                  "moe_preprocess, full_iteration (Megatron-Core --cuda-graph-scope; empty: none)")
