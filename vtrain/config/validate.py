@@ -118,7 +118,6 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
                           f"{p.global_batch_size}")
     check_pipeline_split(m, p)
     check_moe_plan(m, p)
-    # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
     if not (p.recompute_num_layers == 0 or p.recompute == Recompute.FULL):
         raise ConfigError(f"parallelism.recompute_num_layers={p.recompute_num_layers} needs recompute=full (the "
                           f"block method recomputes whole layers; got recompute={p.recompute.value})")
@@ -129,6 +128,7 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
         raise ConfigError(f"cp_comm=a2a needs cp={p.cp} to divide the kv heads per TP rank="
                           f"{m.num_kv_heads // p.tp} (kv heads={m.num_kv_heads}, tp={p.tp}): the all-to-all splits "
                           "every rank's heads over the CP ranks")
+    # causal load balancing splits the sequence into 2*cp chunks (Megatron-Core's context parallelism)
     if not (p.cp == 1 or p.seq_len % (2 * p.cp) == 0):
         raise ConfigError(f"2*cp=2*{p.cp} must divide seq_len={p.seq_len} (causal load balancing: 2*cp chunks)")
     if not (not p.sequence_parallel or p.tp > 1):
