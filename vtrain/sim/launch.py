@@ -276,12 +276,10 @@ def _timed_op(i: int, op: Op, items: Sequence[Op], paired: Dict[int, int], group
             t += chunked_gemm_s(other, coll.chunks, cost) if coll.chunks > 1 else cost.compute_time_s(other)
             h += cost.host_time_s(cost.kernels_of(other))
             flops += other.flops
-        if coll.overlap == "first":
-            total = gated_s(t, t_c, coll.chunks, slowdown)
-            exposed = max(0.0, total - t - slowdown * min(t / max(1, coll.chunks), t_c))
-        else:
-            total = overlapped_s(t, t_c, coll.chunks, slowdown)
-            exposed = max(0.0, total - t - slowdown * min(t, t_c))
+        first = coll.overlap == "first"  # only the first piece runs beside it (gated_s)
+        total = (gated_s if first else overlapped_s)(t, t_c, coll.chunks, slowdown)
+        beside = t / max(1, coll.chunks) if first else t  # the compute that runs (slowed) beside the collective
+        exposed = max(0.0, total - t - slowdown * min(beside, t_c))
         out.append((total, h + cost.collective_host_time_s(coll), exposed, flops, _OF_GROUP.get(coll.group, 1)))
     else:
         out.append((t, h, 0.0, op.flops, 0))
