@@ -2,11 +2,12 @@
 case) or as a real subprocess, and look at what it printed."""
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 
 @dataclass
@@ -40,6 +41,18 @@ def run_inprocess(args: Sequence[str], capfd) -> CliResult:
         code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
     captured = capfd.readouterr()
     return CliResult(code, captured.out, captured.err)
+
+
+def validate_table(text: str, tmp_path: Path, capfd, cluster: str = "h100x1024"
+                   ) -> Tuple[CliResult, List[Dict[str, str]]]:
+    """``task=validate`` in this process on a measured table written from ``text``: what it printed and the
+    rows of its validation.csv (none when it failed)."""
+    data, run = tmp_path / "measured.csv", tmp_path / "run"
+    data.write_text(text)
+    res = run_inprocess(["task=validate", f"+cluster={cluster}", f"validate.data={data}", "validate.show_rows=0",
+                         f"hydra.run.dir={run}"], capfd)
+    out = run / "validation.csv"
+    return res, list(csv.DictReader(out.open())) if res.code == 0 and out.exists() else []
 
 
 def run_subprocess(args: Sequence[str], cwd: Path, timeout: float = 120) -> CliResult:

@@ -86,19 +86,13 @@ def test_moe_layers_recompute_after_the_dense_ones():
 
 def test_validate_reads_the_count_and_the_method(tmp_path, capfd):
     """A block row recomputes 5 layers per stage; a uniform row (groups of 5, every layer again) runs full."""
-    import csv
+    from tests.clirun import validate_table
 
-    from tests.clirun import run_inprocess
-
-    data = tmp_path / "rc.csv"
-    data.write_text("model,gpu,num_gpus,tp,pp,micro_batch,global_batch,seq_len,recompute,recompute_num_layers,"
-                    "recompute_method,tokens_per_s_per_gpu\n"
-                    "llama3_70b,H100,64,8,4,1,64,8192,full,5,block,800\n"
-                    "llama3_70b,H100,64,8,4,1,64,8192,full,5,uniform,800\n"
-                    "llama3_70b,H100,64,8,4,1,64,8192,full,,,800\n")
-    run = tmp_path / "run"
-    res = run_inprocess(["task=validate", "+cluster=h100x1024", f"validate.data={data}", "validate.show_rows=0",
-                         f"hydra.run.dir={run}"], capfd)
+    res, rows = validate_table("model,gpu,num_gpus,tp,pp,micro_batch,global_batch,seq_len,recompute,"
+                               "recompute_num_layers,recompute_method,tokens_per_s_per_gpu\n"
+                               "llama3_70b,H100,64,8,4,1,64,8192,full,5,block,800\n"
+                               "llama3_70b,H100,64,8,4,1,64,8192,full,5,uniform,800\n"
+                               "llama3_70b,H100,64,8,4,1,64,8192,full,,,800\n", tmp_path, capfd)
     assert res.code == 0, res.err
-    block, uniform, full = (float(r["predicted_ms"]) for r in csv.DictReader((run / "validation.csv").open()))
+    block, uniform, full = (float(r["predicted_ms"]) for r in rows)
     assert uniform == full and block < full

@@ -299,19 +299,15 @@ def test_cells_beyond_the_header_are_warned_about_once(tmp_path, caplog):
 # --- end to end: a NeMo performance-summary table
 
 def test_a_nemo_style_table_validates_end_to_end(tmp_path, capfd):
-    from tests.clirun import run_inprocess
+    from tests.clirun import validate_table
 
-    data = tmp_path / "nemo.csv"
-    data.write_text('Model,GPU,#-GPUs,GBS,MBS,Sequence Length,TP,PP,CP,VP,Tokens / sec / GPU,'
-                    'Model TFLOP / sec / GPU,"Est. time to train in days (10T tokens, 1K GPUs)"\n'
-                    'LLAMA3-8B,H100 80GB HBM3,8,128,1,8K,1,1,2,-,"13,812",800,11\n')
-    run = tmp_path / "run"
-    res = run_inprocess(["task=validate", "+cluster=h100x1024", f"validate.data={data}", "validate.show_rows=0",
-                         f"hydra.run.dir={run}"], capfd)
+    res, rows = validate_table('Model,GPU,#-GPUs,GBS,MBS,Sequence Length,TP,PP,CP,VP,Tokens / sec / GPU,'
+                               'Model TFLOP / sec / GPU,"Est. time to train in days (10T tokens, 1K GPUs)"\n'
+                               'LLAMA3-8B,H100 80GB HBM3,8,128,1,8K,1,1,2,-,"13,812",800,11\n', tmp_path, capfd)
     assert res.code == 0, res.err
     assert "Traceback" not in res.err and "skipped row" not in res.out
     assert "| n=1 | skipped=0" in res.out
-    (row,) = csv.DictReader((run / "validation.csv").open())
+    (row,) = rows
     assert row["skipped_reason"] == "" and row["measured_quantity"] == "tokens_per_s_per_gpu"
     assert float(row["measured_ms"]) == pytest.approx(128 * 8192 / (13812 * 8) * 1e3, rel=1e-4)
     assert row["simulated_stack"] == "megatron_core_te"
