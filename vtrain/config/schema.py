@@ -83,6 +83,8 @@ class SearchConfig:
     ep: Optional[List[int]] = None  # MoE: None = every degree dividing num_experts (and dp*cp per plan)
     etp: List[int] = field(default_factory=lambda: [0])  # MoE expert TP degrees; 0 = tp (Megatron-Core default)
     moe_dispatchers: Optional[List[str]] = None  # MoE: None = parallelism.moe_dispatcher
+    cp_comms: Optional[List[str]] = None  # plans with cp > 1: None = parallelism.cp_comm; e.g. [p2p, allgather, a2a]
+    recompute_num_layers: List[int] = field(default_factory=lambda: [0])  # recompute=full: block depths, 0 = all
     max_grid_plans: int = 200_000  # sampler=grid: more is an error (GPT-3 x 1,024 A100: 47,022 plans in 8-10 s)
     # constraints: GPU counts bound the plan space; the others are Optuna constraints (near-misses guide NSGA-II)
     gpus: int = 0  # exactly this many GPUs (0: any)

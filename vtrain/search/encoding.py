@@ -3,10 +3,11 @@
 Each parameter holds the plan's own value (``dp`` is the data-parallel degree, not a share), with a
 fixed list of choices per name, as Optuna's samplers need. Every parameter is drawn in every trial and
 the plan ignores those that do not apply (``virtual_stages`` without the interleaved schedule,
-``sequence_parallel`` at tp=1, ``zero_stage`` at dp*cp=1, ``etp`` equal to tp; see :func:`canonical`). The
-ZeRO stage is one parameter, ``zero_stage`` (``distributed_optimizer`` follows from it); ``cp``,
-``precision``, ``ep``, ``etp`` and ``moe_dispatcher`` are parameters only when their search list has more
-than one choice (MoE fields only for a model with experts). NSGA-II
+``sequence_parallel`` at tp=1, ``zero_stage`` at dp*cp=1, ``etp`` equal to tp, ``cp_comm`` at cp=1,
+``recompute_num_layers`` without full recompute; see :func:`canonical`). The ZeRO stage is one parameter,
+``zero_stage`` (``distributed_optimizer`` follows from it); ``cp``, ``precision``, ``ep``, ``etp``,
+``moe_dispatcher``, ``cp_comm`` and ``recompute_num_layers`` are parameters only when their search list has
+more than one choice (MoE fields only for a model with experts). NSGA-II
 varies only the parameters all finished trials share (Optuna's intersection search space) and samples
 the others at random, which would scramble a good parent's schedule. A (tp, pp, dp) whose GPU count
 is outside the searched range is :class:`Infeasible` (NSGA-II children are re-drawn before that,
@@ -34,7 +35,8 @@ def choices(space: PlanSpace) -> Dict[str, Sequence[Any]]:
         "recompute": [_raw(r) for r in space.recompute], "sequence_parallel": space.sequence_parallel,
         "zero_stage": space.zero_stages, "cp": space.cp, "precision": [_raw(x) for x in space.precision_choices],
         "ep": space.ep_choices, "etp": space.etp_choices,
-        "moe_dispatcher": [_raw(x) for x in space.dispatcher_choices]}
+        "moe_dispatcher": [_raw(x) for x in space.dispatcher_choices],
+        "cp_comm": [_raw(x) for x in space.cp_comm_choices], "recompute_num_layers": space.recompute_num_layers}
     return {k: list(v) for k, v in every.items() if len(v) > 1}
 
 
@@ -64,6 +66,8 @@ def suggest_plan(trial: Any, space: PlanSpace) -> ParallelPlan:
     ep = _pick(trial, "ep", space.ep_choices)
     etp = _pick(trial, "etp", space.etp_choices)
     disp = _pick(trial, "moe_dispatcher", space.dispatcher_choices)
+    cpc = _pick(trial, "cp_comm", space.cp_comm_choices)
+    nl = _pick(trial, "recompute_num_layers", space.recompute_num_layers)
     if sched == Schedule.INTERLEAVED and not space.virtual_stages:
         raise Infeasible("schedule=interleaved needs search.virtual_stages with a value > 1")
     if sched != Schedule.INTERLEAVED:
@@ -73,7 +77,7 @@ def suggest_plan(trial: Any, space: PlanSpace) -> ParallelPlan:
     plan = canonical(dataclasses.replace(space.base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
                                          virtual_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=zs,
                                          distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp,
-                                         moe_dispatcher=disp), space.model)
+                                         moe_dispatcher=disp, cp_comm=cpc, recompute_num_layers=nl), space.model)
     reason = check(space, plan)
     if reason is not None:
         raise Infeasible(reason)
@@ -88,11 +92,13 @@ def trial_params(space: PlanSpace, plan: ParallelPlan) -> Dict[str, Any]:
               else (space.virtual_stages[0] if space.virtual_stages else 1),
               "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.sharding_stage, "cp": plan.cp,
               "precision": _raw(plan.precision), "ep": plan.ep, "etp": plan.etp,
-              "moe_dispatcher": _raw(plan.moe_dispatcher)}
+              "moe_dispatcher": _raw(plan.moe_dispatcher), "cp_comm": _raw(plan.cp_comm),
+              "recompute_num_layers": plan.recompute_num_layers}
     options = choices(space)
     if "etp" in options and plan.etp not in options["etp"] and plan.tp in options["etp"]:
         values["etp"] = plan.tp  # canonical etp=0 means tp: draw it as tp
-    # a value canonical collapsed (zero_stage at dp*cp=1, sequence_parallel at tp=1): any choice decodes alike
+    # a value canonical collapsed (zero_stage at dp*cp=1, sequence_parallel at tp=1, cp_comm at cp=1, a block
+    # depth covering every chunk): any choice decodes alike
     return {name: values[name] if values[name] in opts else opts[0] for name, opts in options.items()}
 
 

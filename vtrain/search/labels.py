@@ -3,6 +3,7 @@
     (4, 8, 32) mb=1 interleaved x4 rc=selective sp dist-opt      # under the header "(tp, pp, dp) ..."
     (1, 16, 128) mb=1 dualpipe rc=full dist-opt ep=64 deepep fp8_blockwise   # cp, ep, etp, ZeRO-2/3, precision
                                                                              # appear when they are set
+    (8, 8, 4) mb=1 1f1b rc=full(2) sp dist-opt cp=2 (allgather)    # block recompute of 2 layers per chunk
     (tp, pp, dp) = (4, 8, 32), mb=1, interleaved x4, rc=selective, sp, dist-opt      # in a sentence
 """
 from __future__ import annotations
@@ -22,7 +23,10 @@ def plan_parts(plan: Mapping[str, Any]) -> List[str]:
     sched = str(_raw(plan["schedule"]))
     if int(plan.get("virtual_stages", 1)) > 1:
         sched += f" x{plan['virtual_stages']}"
-    parts = [f"mb={plan['micro_batch_size']}", sched, f"rc={_raw(plan['recompute'])}"]
+    rc = f"rc={_raw(plan['recompute'])}"
+    if int(plan.get("recompute_num_layers", 0) or 0):  # block recompute: the first N layers of each chunk
+        rc += f"({plan['recompute_num_layers']})"
+    parts = [f"mb={plan['micro_batch_size']}", sched, rc]
     if plan.get("sequence_parallel"):
         parts.append("sp")
     stage = int(plan.get("zero_stage", 0) or 0)

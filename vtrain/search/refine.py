@@ -21,7 +21,7 @@ from vtrain.search.objective import Evaluator
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.space import PlanSpace, canonical, check, plan_key
 from vtrain.sim.memory import memory_lower_bound_bytes
-from vtrain.workload.enums import Schedule
+from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.plan import ParallelPlan
 
 
@@ -86,6 +86,13 @@ def neighbours(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
     for rc in space.recompute:
         if rc != plan.recompute:
             yield r(plan, recompute=rc)
+    if plan.recompute == Recompute.FULL:
+        for nl in _adjacent(space.recompute_num_layers, plan.recompute_num_layers):
+            yield r(plan, recompute_num_layers=nl)
+    if plan.cp > 1:
+        for cpc in space.cp_comm_choices:
+            if cpc != plan.cp_comm:
+                yield r(plan, cp_comm=cpc)
     if plan.tp > 1 and len(space.sequence_parallel) > 1:
         yield r(plan, sequence_parallel=not plan.sequence_parallel)
     if plan.dp * plan.cp > 1:

@@ -18,6 +18,7 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved", "zero_bubble", "zbv", "dualpipe", "
 RECOMPUTE = ("none", "selective", "selective_op", "full")  # workload.enums.Recompute
 PRECISIONS = ("fp16", "bf16", "fp32", "fp8", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4")  # enums.Precision
 DISPATCHERS = ("alltoall", "allgather", "deepep")  # workload.enums.MoeDispatcher
+CP_COMMS = ("p2p", "allgather", "a2a")  # workload.enums.CpComm
 
 Rule = Tuple[str, Callable[[Any], bool], str]
 
@@ -76,6 +77,10 @@ SEARCH_RULES: List[Rule] = [
     ("etp", _list(_int(0, 65536)), "must be a non-empty list of integers >= 0 (0: tp)"),
     ("moe_dispatchers", _opt(_list(_one_of(DISPATCHERS))), f"must be null (parallelism.moe_dispatcher) or a "
      f"list of {', '.join(DISPATCHERS)}"),
+    ("cp_comms", _opt(_list(_one_of(CP_COMMS))), f"must be null (parallelism.cp_comm) or a list of "
+     f"{', '.join(CP_COMMS)}"),
+    ("recompute_num_layers", _list(_int(0, 65536)), "must be a non-empty list of integers >= 0 (with recompute="
+     "full: the first layers of each model chunk that run again; 0: every layer)"),
     ("max_grid_plans", _int(0), "must be an integer >= 0 (0: no cap)"),
     ("gpus", _int(0), "must be an integer >= 0 (0: any GPU count)"),
     ("min_gpus", _int(1), "must be an integer >= 1"),

@@ -1,5 +1,5 @@
 """The plan space of a search: which (tp, cp, pp, dp, micro-batch, schedule, recompute, ZeRO stage,
-precision, ep, etp, dispatcher) to try.
+precision, ep, etp, dispatcher, CP communication, block-recompute depth) to try.
 
 Two views of one space:
 - :func:`enumerate_plans` lists every structurally valid plan (the ``grid`` sampler), and
@@ -21,8 +21,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from vtrain.comm.ep import expert_parallel_degrees
 from vtrain.config.validate import check_pipeline_split, check_plan
 from vtrain.errors import ConfigError
-from vtrain.workload.enums import MoeDispatcher, Precision, Recompute, Schedule
+from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.partition import partition
 from vtrain.workload.plan import PAR, ParallelPlan
 from vtrain.workload.system import ClusterSpec
 
@@ -31,11 +32,12 @@ PlanKey = Tuple[Any, ...]
 # distributed_optimizer came with issue 12 and keep their base value unless their search.* list names more
 SEARCHED_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "virtual_stages", "recompute",
                    "sequence_parallel", "distributed_optimizer", "zero_stage", "cp", "precision", "ep", "etp",
-                   "moe_dispatcher")
+                   "moe_dispatcher", "cp_comm", "recompute_num_layers")
 # the config group of each searched field (``training.precision``, ``parallelism.<the rest>``)
 FIELD_GROUP = {f.name: f.metadata.get("group") or PAR for f in dataclasses.fields(ParallelPlan)
                if f.name in SEARCHED_FIELDS}
-_ENUMS = {"schedule": Schedule, "recompute": Recompute, "precision": Precision, "moe_dispatcher": MoeDispatcher}
+_ENUMS = {"schedule": Schedule, "recompute": Recompute, "precision": Precision, "moe_dispatcher": MoeDispatcher,
+          "cp_comm": CpComm}
 
 
 class Infeasible(Exception):
@@ -67,6 +69,8 @@ class PlanSpace:
     ep: Tuple[int, ...] = (1,)  # candidates; a plan's ep must also divide num_experts and dp*cp (check_plan)
     etp: Tuple[int, ...] = (0,)  # 0: the plan's tp (Megatron-Core's default)
     moe_dispatchers: Tuple[MoeDispatcher, ...] = ()  # empty: the base plan's dispatcher
+    cp_comms: Tuple[CpComm, ...] = ()  # empty: the base plan's; plans with cp > 1 only
+    recompute_num_layers: Tuple[int, ...] = (0,)  # recompute=full only (0: every layer of a chunk)
     min_gpus: int = 1
     max_gpus: int = 0  # 0: the cluster's GPUs
 
@@ -82,6 +86,15 @@ class PlanSpace:
     @property
     def dispatcher_choices(self) -> Tuple[MoeDispatcher, ...]:
         return self.moe_dispatchers if self.model.is_moe and self.moe_dispatchers else (self.base.moe_dispatcher,)
+
+    @property
+    def cp_comm_choices(self) -> Tuple[CpComm, ...]:
+        return self.cp_comms or (self.base.cp_comm,)
+
+    def recompute_options(self) -> Tuple[Tuple[Recompute, int], ...]:
+        """(recompute, recompute_num_layers) pairs: a block depth only with full recompute."""
+        return tuple((rc, n) for rc in self.recompute
+                     for n in (self.recompute_num_layers if rc == Recompute.FULL else (0,)))
 
     @property
     def ep_choices(self) -> Tuple[int, ...]:
@@ -132,6 +145,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
                 distributed_optimizer: Sequence[bool] = (False, True), zero_stages: Optional[Sequence[int]] = None,
                 cp: Sequence[int] = (1,), precisions: Sequence[Precision] = (), ep: Optional[Sequence[int]] = None,
                 etp: Sequence[int] = (0,), moe_dispatchers: Sequence[MoeDispatcher] = (),
+                cp_comms: Sequence[CpComm] = (), recompute_num_layers: Sequence[int] = (0,),
                 gpus: int = 0, min_gpus: int = 1, max_gpus: int = 0) -> PlanSpace:
     """A plan space from plain values (the search's config and the case studies both build theirs here).
 
@@ -157,6 +171,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
         cp=tuple(sorted(set(cp))), precisions=tuple(dict.fromkeys(precisions)),
         ep=tuple(sorted(set(ep))) if model.is_moe else (1,), etp=tuple(sorted(set(etp))) if model.is_moe else (0,),
         moe_dispatchers=tuple(dict.fromkeys(moe_dispatchers)) if model.is_moe else (),
+        cp_comms=tuple(dict.fromkeys(cp_comms)), recompute_num_layers=tuple(sorted(set(recompute_num_layers))),
         min_gpus=lo, max_gpus=hi)
 
 
@@ -173,6 +188,7 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
         recompute = tuple(Recompute(str(r)) for r in search.recompute)
         precisions = tuple(Precision(str(x)) for x in get("precisions") or ())
         dispatchers = tuple(MoeDispatcher(str(x)) for x in get("moe_dispatchers") or ())
+        cp_comms = tuple(CpComm(str(x)) for x in get("cp_comms") or ())
     except ValueError as exc:
         raise ConfigError(f"search: {exc}") from None
     return build_space(
@@ -182,7 +198,8 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
         sequence_parallel=[bool(x) for x in search.sequence_parallel],
         distributed_optimizer=[bool(x) for x in search.distributed_optimizer], zero_stages=_ints(search, "zero_stages"),
         cp=_ints(search, "cp") or [1], precisions=precisions, ep=_ints(search, "ep"), etp=_ints(search, "etp") or [0],
-        moe_dispatchers=dispatchers,
+        moe_dispatchers=dispatchers, cp_comms=cp_comms,
+        recompute_num_layers=_ints(search, "recompute_num_layers") or [0],
         gpus=int(get("gpus", 0)), min_gpus=int(search.min_gpus), max_gpus=int(get("max_gpus", 0)))
 
 
@@ -195,7 +212,9 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
     """Collapse plans that are the same run: no sequence parallelism at tp=1; one ZeRO stage field (the
     stage in effect, :attr:`ParallelPlan.sharding_stage`, with ``distributed_optimizer`` = stage >= 1), and
     stage 0 when dp*cp=1 (nothing to shard); virtual_stages=1 unless interleaved; etp=0 when it equals tp
-    (0 means tp). With ``model`` and a dense one: ep=1, etp=0 and the default dispatcher (no experts)."""
+    (0 means tp); the default ``cp_comm`` at cp=1 (no attention to split); ``recompute_num_layers`` 0 unless
+    recompute=full, and 0 when it covers every layer of the largest chunk (the same as 0; needs ``model``).
+    With ``model`` and a dense one: ep=1, etp=0 and the default dispatcher (no experts)."""
     changes: dict = {}
     if plan.tp == 1 and plan.sequence_parallel:
         changes["sequence_parallel"] = False
@@ -206,6 +225,10 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
         changes["virtual_stages"] = 1
     if plan.etp and plan.etp == plan.tp:
         changes["etp"] = 0
+    if plan.cp == 1 and plan.cp_comm != CpComm.P2P:
+        changes["cp_comm"] = CpComm.P2P
+    if plan.recompute_num_layers and (plan.recompute != Recompute.FULL or _covers_every_chunk(model, plan)):
+        changes["recompute_num_layers"] = 0
     # settings the config asks for where they apply (APPLIED_FIELDS): elsewhere they change nothing
     if plan.tp_comm_overlap and (plan.tp == 1 or not changes.get("sequence_parallel", plan.sequence_parallel)):
         changes["tp_comm_overlap"] = False
@@ -219,6 +242,17 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
         dense = {"ep": 1, "etp": 0, "moe_dispatcher": MoeDispatcher.ALLTOALL}
         changes.update({k: v for k, v in dense.items() if getattr(plan, k) != v})
     return dataclasses.replace(plan, **changes) if changes else plan
+
+
+def _covers_every_chunk(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:
+    """Block recompute of ``plan.recompute_num_layers`` layers reruns every layer of every chunk (no model,
+    or a split that does not partition: not known, so not collapsed)."""
+    if model is None:
+        return False
+    try:
+        return plan.recompute_num_layers >= max(partition(model, plan).layers)
+    except (ConfigError, ValueError, ZeroDivisionError, IndexError, StopIteration):
+        return False
 
 
 def _split_fits(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:
@@ -294,15 +328,17 @@ def pipeline_shape(plan: ParallelPlan) -> Tuple[int, str, int, int]:
 
 
 def _rest_options(space: PlanSpace, tp: int, cp: int, dp: int) -> List[Tuple[Any, ...]]:
-    """(recompute, sequence_parallel, zero stage, precision, ep, etp, dispatcher) choices for one
-    (tp, cp, dp), without the ones canonical would collapse or check_plan's EP rule would reject."""
+    """((recompute, block depth), sequence_parallel, zero stage, precision, (ep, etp), dispatcher, cp_comm)
+    choices for one (tp, cp, dp), without the ones canonical would collapse or check_plan's EP rule would
+    reject."""
     m = space.model
     ranks = tp * dp * cp
     eps = [(e, t) for e in space.ep_choices for t in space.etp_choices
            if not m.is_moe or (m.num_experts % e == 0 and ranks % ((t or tp) * e) == 0)]
     return list(itertools.product(
-        space.recompute, space.sequence_parallel if tp > 1 else (False,),
-        space.zero_stages if dp * cp > 1 else (0,), space.precision_choices, eps, space.dispatcher_choices))
+        space.recompute_options(), space.sequence_parallel if tp > 1 else (False,),
+        space.zero_stages if dp * cp > 1 else (0,), space.precision_choices, eps, space.dispatcher_choices,
+        space.cp_comm_choices if cp > 1 else (CpComm.P2P,)))
 
 
 def plan_groups(space: PlanSpace) -> List[ParallelPlan]:
@@ -335,10 +371,11 @@ def group_plans(space: PlanSpace, group: ParallelPlan) -> List[ParallelPlan]:
     """The valid, canonical plans of one group of :func:`plan_groups`, each once, in loop order."""
     seen = set()
     plans = []
-    for rc, sp, zs, prec, (ep, etp), disp in _rest_options(space, group.tp, group.cp, group.dp):
+    for (rc, nl), sp, zs, prec, (ep, etp), disp, cpc in _rest_options(space, group.tp, group.cp, group.dp):
         plan = canonical(dataclasses.replace(
-            group, recompute=rc, sequence_parallel=sp, zero_stage=zs, distributed_optimizer=zs >= 1, precision=prec,
-            ep=ep, etp=etp, moe_dispatcher=disp), space.model)
+            group, recompute=rc, recompute_num_layers=nl, sequence_parallel=sp, zero_stage=zs,
+            distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp, moe_dispatcher=disp, cp_comm=cpc),
+            space.model)
         key = plan_key(plan)
         if key not in seen and check(space, plan) is None:
             seen.add(key)
