@@ -50,7 +50,7 @@ def kv_features(model: ModelSpec, expands_kv: bool = False) -> int:
     Megatron-Core's MLA hands them to the attention core; else the K/V heads (every query head's when
     ``expands_kv``)."""
     if model.is_mla:
-        return model.num_heads * (model.qk_head_dim + model.qk_rope_head_dim + model.v_head_dim)
+        return model.num_heads * (model.mla_qk_dim + model.v_head_dim)
     return 2 * (model.q_size if expands_kv else model.kv_size)
 
 
@@ -69,7 +69,7 @@ def cp_comms(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False, gra
     if plan.cp_comm == CpComm.A2A:  # per rank: its s/cp tokens of every head on this TP rank, out and back
         per_feature = plan.micro_batch_size * plan.seq_len / cp / plan.tp * plan.dtype_bytes
         mla = model.is_mla
-        q_features = model.num_heads * (model.qk_head_dim + model.qk_rope_head_dim) if mla else model.q_size
+        q_features = model.num_heads * model.mla_qk_dim if mla else model.q_size
         out_bytes = (model.num_heads * model.v_head_dim if mla else model.q_size) * per_feature
         qkv_bytes = (q_features + kv_features(model, expands_kv)) * per_feature
         a2a = CollectiveKind.ALL_TO_ALL

@@ -29,7 +29,7 @@ def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
     b, s, t, dt = plan.micro_batch_size, plan.seq_len, plan.tp, plan.dtype_bytes
     h, n = model.hidden_size, model.num_heads // t
     tokens = plan.tokens_per_rank  # b * s / cp
-    qk, rope, vd = model.qk_head_dim + model.qk_rope_head_dim, model.qk_rope_head_dim, model.v_head_dim
+    qk, rope, vd = model.mla_qk_dim, model.qk_rope_head_dim, model.v_head_dim
     att = tp.attention
     fwd: List[Op] = [*att.enter]
     bwd: List[Op] = []

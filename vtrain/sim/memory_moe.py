@@ -33,7 +33,7 @@ def mla_attention_delta_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """MLA's saved tensors minus those the dense formula counts for a q/k/v/out of width h and kv_size."""
     s, b, t, dt = plan.seq_len // plan.cp, plan.micro_batch_size, plan.tp, plan.dtype_bytes
     n = model.num_heads
-    qk = model.qk_head_dim + model.qk_rope_head_dim
+    qk = model.mla_qk_dim
     up = 0.0 if "mla_up_proj" in _modules(plan) else float(s * b) * dt * n * (2 * qk + model.v_head_dim) / t
     down = float(s * b) * dt * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
     attn_out = float(s * b) * dt * n * model.v_head_dim / t

@@ -130,10 +130,15 @@ class ModelSpec:
         """An MTP module's layer has experts when the last layer has (Megatron-Core's rule)."""
         return self.is_moe_layer(self.num_layers - 1)
 
+    @property
+    def mla_qk_dim(self) -> int:
+        """MLA's per-head query and key width: the non-RoPE part and the RoPE part (DeepSeek-V2 Sec. 2.1.3)."""
+        return self.qk_head_dim + self.qk_rope_head_dim
+
     # ---------------------------------------------------------------- parameters
     def mla_matmul_params(self) -> int:
         h, n = self.hidden_size, self.num_heads
-        qk = self.qk_head_dim + self.qk_rope_head_dim
+        qk = self.mla_qk_dim
         q = self.q_lora_rank * (h + n * qk) if self.q_lora_rank else h * n * qk
         kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * n * (self.qk_head_dim
                                                                                        + self.v_head_dim)
@@ -248,7 +253,7 @@ class ModelSpec:
         elif "shared_experts" in names and n_moe:
             out += n_moe * 2.0 * s * mats * h * self.shared_ffn
         if "mla_up_proj" in names and self.is_mla:
-            n, qk = self.num_heads, self.qk_head_dim + self.qk_rope_head_dim
+            n, qk = self.num_heads, self.mla_qk_dim
             up = self.q_lora_rank * n * qk + self.kv_lora_rank * n * (self.qk_head_dim + self.v_head_dim)
             out += self.num_layers * 2.0 * s * up
         return out
@@ -258,7 +263,7 @@ class ModelSpec:
         dimension (no causal discount, as Megatron's Eq. 3 counts)."""
         s, n = seq_len, self.num_heads
         if self.is_mla:
-            return 2 * s * s * n * (self.qk_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+            return 2 * s * s * n * (self.mla_qk_dim + self.v_head_dim)
         return 4 * s * s * self.q_size
 
     def forward_flops_per_sequence(self, seq_len: int) -> float:
