@@ -22,7 +22,7 @@ from vtrain.errors import ConfigError, VtrainError
 from vtrain.search import ledger, outputs
 from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
 from vtrain.search.run import prepare, run_search
-from vtrain.search.space import canonical, enumerate_plans, plan_from_fields, plan_key
+from vtrain.search.space import canonical, enumerate_plans, plan_fields, plan_from_fields, plan_key
 from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.enums import Recompute, Schedule
@@ -319,7 +319,9 @@ def test_settings_that_suit_only_some_plans_apply_where_they_suit():
     result = SearchResult(model="gpt_1_7b", cluster="h200x8", sampler="grid", objectives=["time_to_train_s"],
                           directions=["minimize"], records=[rec], front=[rec], best={"time": rec}, wall_s=0.0,
                           simulations=1, context=ctx)
-    assert applied_overrides(result, rec) == ["parallelism.tp_comm_overlap=false", "parallelism.fsdp_shard_size=0"]
+    assert applied_overrides(result, rec) == ["parallelism.tp_comm_overlap=false"]
+    # fsdp_shard_size is searched (search.fsdp_shard_sizes, default: the config's): the record holds its value
+    assert plan_fields(narrow)["fsdp_shard_size"] == 0 and plan_fields(wide)["fsdp_shard_size"] == 2
 
 
 def test_a_study_of_another_plan_space_names_what_differs(tmp_path):

@@ -34,12 +34,13 @@ def _loop_then_sort(space):
                 if gbs % (dp * mb):
                     continue
                 for sched, v in _schedule_options(space, pp, gbs // (dp * mb)):
-                    for (rc, nl), sp, zs, prec, (ep, etp), disp, cpc in rest:
+                    for (rc, nl), sp, (zs, fs, rf), prec, (ep, etp), disp, cpc in rest:
                         plan = canonical(dataclasses.replace(
                             space.base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
                             virtual_stages=v, recompute=rc, recompute_num_layers=nl, sequence_parallel=sp,
-                            zero_stage=zs, distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp,
-                            moe_dispatcher=disp, cp_comm=cpc), space.model)
+                            zero_stage=zs, distributed_optimizer=zs >= 1, fsdp_shard_size=fs,
+                            reshard_after_forward=rf, precision=prec, ep=ep, etp=etp, moe_dispatcher=disp,
+                            cp_comm=cpc), space.model)
                         if plan_key(plan) not in seen and check(space, plan) is None:
                             seen.add(plan_key(plan))
                             plans.append(plan)

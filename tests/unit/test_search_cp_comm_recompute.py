@@ -94,3 +94,54 @@ def test_a_drawn_a2a_plan_whose_cp_does_not_divide_the_heads_is_pruned_with_one_
 def test_bad_lists_name_the_field(bad: str):
     with pytest.raises(ConfigError, match=bad.split("=")[0].replace(".", r"\.")):
         check_search(compose([*BASE, bad]).search)
+
+
+# hybrid sharding (search.fsdp_shard_sizes) and FSDP's reshard_after_forward (search.reshard_after_forward)
+SHARDED = [*BASE, "search.zero_stages=[0,1,3]", "search.fsdp_shard_sizes=[0,2,4]",
+           "search.reshard_after_forward=[true,false]"]
+
+
+def test_shard_groups_and_reshard_appear_only_where_they_apply():
+    space = space_of(*SHARDED)
+    assert {"fsdp_shard_size", "reshard_after_forward"} <= set(choices(space))
+    plans = enumerate_plans(space)
+    assert len({plan_key(p) for p in plans}) == len(plans)
+    for p in plans:
+        if p.fsdp_shard_size:  # a shard group below dp that divides it, with the states sharded
+            assert p.sharding_stage >= 1 and p.fsdp_shard_size < p.dp and p.dp % p.fsdp_shard_size == 0
+        assert p.reshard_after_forward or p.sharding_stage == 3
+    assert {(p.fsdp_shard_size, p.reshard_after_forward) for p in plans if p.dp == 8 and p.sharding_stage == 3} \
+        == {(0, True), (0, False), (2, True), (2, False), (4, True), (4, False)}
+    assert {p.fsdp_shard_size for p in plans if p.dp == 4 and p.sharding_stage == 1} == {0, 2}
+    for p in plans[::7]:
+        assert plan_from_fields(space.base, plan_fields(p)) == p
+        assert decode(space, trial_params(space, p)) == p
+
+
+def test_hybrid_sharding_and_kept_parameters_change_the_prediction_and_the_label():
+    ctx = prepare(compose(SHARDED))
+    fsdp = next(p for p in enumerate_plans(ctx.space) if p.tp == 1 and p.pp == 1 and p.dp == 8
+                and p.sharding_stage == 3 and p.fsdp_shard_size == 0 and p.reshard_after_forward)
+    hybrid = dataclasses.replace(fsdp, fsdp_shard_size=2)
+    kept = dataclasses.replace(fsdp, reshard_after_forward=False)
+    runs = {name: ctx.evaluator.simulate(p)[0] for name, p in (("fsdp", fsdp), ("hybrid", hybrid), ("kept", kept))}
+    # sharded over 2 ranks instead of 8: more of the states per GPU; kept parameters: gathered once per step
+    assert runs["hybrid"].peak_memory_bytes > runs["fsdp"].peak_memory_bytes
+    assert runs["kept"].peak_memory_bytes > runs["fsdp"].peak_memory_bytes
+    assert "shard=2" in plan_label(hybrid) and "no-reshard" in plan_label(kept)
+    assert "shard=" not in plan_label(fsdp) and "no-reshard" not in plan_label(fsdp)
+
+
+def test_a_drawn_shard_group_that_does_not_divide_dp_is_pruned_with_one_line():
+    space = space_of(*BASE, "search.zero_stages=[1]", "search.fsdp_shard_sizes=[0,3]")
+    plan = next(p for p in enumerate_plans(space) if p.dp == 8 and p.tp == 1)
+    with pytest.raises(Infeasible) as err:
+        decode(space, {**trial_params(space, plan), "fsdp_shard_size": 3})
+    assert "fsdp_shard_size=3 must divide dp=8" in str(err.value) and "\n" not in str(err.value)
+    assert all(p.fsdp_shard_size != 3 for p in enumerate_plans(space))  # the grid leaves it out
+
+
+@pytest.mark.parametrize("bad", ["search.fsdp_shard_sizes=[-2]", "search.reshard_after_forward=[maybe]"])
+def test_bad_sharding_lists_name_the_field(bad: str):
+    with pytest.raises(ConfigError, match=bad.split("=")[0].replace(".", r"\.")):
+        check_search(compose([*BASE, bad]).search)

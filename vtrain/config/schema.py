@@ -85,6 +85,8 @@ class SearchConfig:
     moe_dispatchers: Optional[List[str]] = None  # MoE: None = parallelism.moe_dispatcher
     cp_comms: Optional[List[str]] = None  # plans with cp > 1: None = parallelism.cp_comm; e.g. [p2p, allgather, a2a]
     recompute_num_layers: List[int] = field(default_factory=lambda: [0])  # recompute=full: block depths, 0 = all
+    fsdp_shard_sizes: Optional[List[int]] = None  # ZeRO >= 1: None = parallelism.fsdp_shard_size; 0 = whole DP group
+    reshard_after_forward: Optional[List[bool]] = None  # ZeRO-3: None = parallelism.reshard_after_forward
     max_grid_plans: int = 200_000  # sampler=grid: more is an error (GPT-3 x 1,024 A100: 47,022 plans in 8-10 s)
     # constraints: GPU counts bound the plan space; the others are Optuna constraints (near-misses guide NSGA-II)
     gpus: int = 0  # exactly this many GPUs (0: any)

@@ -4,9 +4,11 @@ Each parameter holds the plan's own value (``dp`` is the data-parallel degree, n
 fixed list of choices per name, as Optuna's samplers need. Every parameter is drawn in every trial and
 the plan ignores those that do not apply (``virtual_stages`` without the interleaved schedule,
 ``sequence_parallel`` at tp=1, ``zero_stage`` at dp*cp=1, ``etp`` equal to tp, ``cp_comm`` at cp=1,
-``recompute_num_layers`` without full recompute; see :func:`canonical`). The ZeRO stage is one parameter,
+``recompute_num_layers`` without full recompute, ``fsdp_shard_size`` without sharding,
+``reshard_after_forward`` below ZeRO-3; see :func:`canonical`). The ZeRO stage is one parameter,
 ``zero_stage`` (``distributed_optimizer`` follows from it); ``cp``, ``precision``, ``ep``, ``etp``,
-``moe_dispatcher``, ``cp_comm`` and ``recompute_num_layers`` are parameters only when their search list has
+``moe_dispatcher``, ``cp_comm``, ``recompute_num_layers``, ``fsdp_shard_size`` and
+``reshard_after_forward`` are parameters only when their search list has
 more than one choice (MoE fields only for a model with experts). NSGA-II
 varies only the parameters all finished trials share (Optuna's intersection search space) and samples
 the others at random, which would scramble a good parent's schedule. A (tp, pp, dp) whose GPU count
@@ -36,7 +38,8 @@ def choices(space: PlanSpace) -> Dict[str, Sequence[Any]]:
         "zero_stage": space.zero_stages, "cp": space.cp, "precision": [_raw(x) for x in space.precision_choices],
         "ep": space.ep_choices, "etp": space.etp_choices,
         "moe_dispatcher": [_raw(x) for x in space.dispatcher_choices],
-        "cp_comm": [_raw(x) for x in space.cp_comm_choices], "recompute_num_layers": space.recompute_num_layers}
+        "cp_comm": [_raw(x) for x in space.cp_comm_choices], "recompute_num_layers": space.recompute_num_layers,
+        "fsdp_shard_size": space.shard_size_choices, "reshard_after_forward": space.reshard_choices}
     return {k: list(v) for k, v in every.items() if len(v) > 1}
 
 
@@ -68,6 +71,8 @@ def suggest_plan(trial: Any, space: PlanSpace) -> ParallelPlan:
     disp = _pick(trial, "moe_dispatcher", space.dispatcher_choices)
     cpc = _pick(trial, "cp_comm", space.cp_comm_choices)
     nl = _pick(trial, "recompute_num_layers", space.recompute_num_layers)
+    fs = _pick(trial, "fsdp_shard_size", space.shard_size_choices)
+    rf = _pick(trial, "reshard_after_forward", space.reshard_choices)
     if sched == Schedule.INTERLEAVED and not space.virtual_stages:
         raise Infeasible("schedule=interleaved needs search.virtual_stages with a value > 1")
     if sched != Schedule.INTERLEAVED:
@@ -77,7 +82,8 @@ def suggest_plan(trial: Any, space: PlanSpace) -> ParallelPlan:
     plan = canonical(dataclasses.replace(space.base, tp=tp, cp=cp, pp=pp, dp=dp, micro_batch_size=mb, schedule=sched,
                                          virtual_stages=v, recompute=rc, sequence_parallel=sp, zero_stage=zs,
                                          distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp,
-                                         moe_dispatcher=disp, cp_comm=cpc, recompute_num_layers=nl), space.model)
+                                         moe_dispatcher=disp, cp_comm=cpc, recompute_num_layers=nl,
+                                         fsdp_shard_size=fs, reshard_after_forward=rf), space.model)
     reason = check(space, plan)
     if reason is not None:
         raise Infeasible(reason)
@@ -93,7 +99,8 @@ def trial_params(space: PlanSpace, plan: ParallelPlan) -> Dict[str, Any]:
               "sequence_parallel": plan.sequence_parallel, "zero_stage": plan.sharding_stage, "cp": plan.cp,
               "precision": _raw(plan.precision), "ep": plan.ep, "etp": plan.etp,
               "moe_dispatcher": _raw(plan.moe_dispatcher), "cp_comm": _raw(plan.cp_comm),
-              "recompute_num_layers": plan.recompute_num_layers}
+              "recompute_num_layers": plan.recompute_num_layers, "fsdp_shard_size": plan.fsdp_shard_size,
+              "reshard_after_forward": plan.reshard_after_forward}
     options = choices(space)
     if "etp" in options and plan.etp not in options["etp"] and plan.tp in options["etp"]:
         values["etp"] = plan.tp  # canonical etp=0 means tp: draw it as tp

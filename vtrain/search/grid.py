@@ -43,7 +43,8 @@ def _passes_key(plan: ParallelPlan) -> Tuple[object, ...]:
     """What, besides the cluster (:func:`_cluster`), changes a plan's pass costs: plans equal in it have
     the same passes, so that the engine's run memo (:mod:`vtrain.sim.pipeline`) serves the next one."""
     return (plan.recompute.value, plan.recompute_num_layers, plan.sequence_parallel, plan.precision.value,
-            plan.zero_stage >= 3, plan.ep, plan.etp, plan.moe_dispatcher.value, plan.cp_comm.value)
+            plan.zero_stage >= 3, plan.ep, plan.etp, plan.moe_dispatcher.value, plan.cp_comm.value,
+            plan.fsdp_shard_size, plan.reshard_after_forward)
 
 
 def _cluster(group: ParallelPlan) -> Tuple[object, ...]:

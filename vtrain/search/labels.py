@@ -4,6 +4,7 @@
     (1, 16, 128) mb=1 dualpipe rc=full dist-opt ep=64 deepep fp8_blockwise   # cp, ep, etp, ZeRO-2/3, precision
                                                                              # appear when they are set
     (8, 8, 4) mb=1 1f1b rc=full(2) sp dist-opt cp=2 (allgather)    # block recompute of 2 layers per chunk
+    (1, 1, 64) mb=2 1f1b rc=selective zero-3 shard=8 no-reshard    # hybrid sharding, params kept gathered
     (tp, pp, dp) = (4, 8, 32), mb=1, interleaved x4, rc=selective, sp, dist-opt      # in a sentence
 """
 from __future__ import annotations
@@ -34,6 +35,10 @@ def plan_parts(plan: Mapping[str, Any]) -> List[str]:
         parts.append(f"zero-{stage}")
     elif plan.get("distributed_optimizer") or stage == 1:
         parts.append("dist-opt")
+    if int(plan.get("fsdp_shard_size", 0) or 0):  # hybrid sharding: states sharded within groups of N ranks
+        parts.append(f"shard={plan['fsdp_shard_size']}")
+    if stage == 3 and plan.get("reshard_after_forward") is False:
+        parts.append("no-reshard")
     if int(plan.get("cp", 1) or 1) > 1:
         comm = str(_raw(plan.get("cp_comm", "p2p")))
         parts.append(f"cp={plan['cp']}" + ("" if comm == "p2p" else f" ({comm})"))

@@ -98,6 +98,11 @@ def neighbours(space: PlanSpace, plan: ParallelPlan) -> Iterator[ParallelPlan]:
     if plan.dp * plan.cp > 1:
         for z in _adjacent(space.zero_stages, plan.sharding_stage):
             yield r(plan, zero_stage=z, distributed_optimizer=z >= 1)
+        if plan.sharding_stage >= 1:
+            for fs in _adjacent(space.shard_size_choices, plan.fsdp_shard_size):
+                yield r(plan, fsdp_shard_size=fs)
+        if plan.sharding_stage == 3 and len(space.reshard_choices) > 1:
+            yield r(plan, reshard_after_forward=not plan.reshard_after_forward)
 
 
 def front_plans(ev: Evaluator, directions: Sequence[str], constraints: Any = None) -> List[ParallelPlan]:

@@ -19,7 +19,7 @@ from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.settings import check_all
-from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, PlanSpace, plan_space
+from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS, TIED_FIELDS, PlanSpace, plan_space
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 
@@ -72,12 +72,12 @@ def _one_gpu_plan(cfg: Any) -> Any:
 
 
 def _applied_defaults() -> Dict[str, Any]:
-    """The plan's defaults of :data:`vtrain.search.space.APPLIED_FIELDS` (off: what the one-GPU plan holds)."""
-    return {f.name: f.default for f in dataclasses.fields(ParallelPlan) if f.name in APPLIED_FIELDS}
+    """The plan's defaults of :data:`vtrain.search.space.TIED_FIELDS` (off: what the one-GPU plan holds)."""
+    return {f.name: f.default for f in dataclasses.fields(ParallelPlan) if f.name in TIED_FIELDS}
 
 
 def _where_they_apply(cfg: Any) -> Dict[str, Any]:
-    """The config's values of the APPLIED_FIELDS (already checked by ``check_all``), for the search's base plan,
+    """The config's values of the TIED_FIELDS (already checked by ``check_all``), for the search's base plan,
     as the plan's types."""
     par = cfg.parallelism
     return {k: type(default)(par.get(k, default)) for k, default in _applied_defaults().items()}

@@ -81,6 +81,10 @@ SEARCH_RULES: List[Rule] = [
      f"{', '.join(CP_COMMS)}"),
     ("recompute_num_layers", _list(_int(0, 65536)), "must be a non-empty list of integers >= 0 (with recompute="
      "full: the first layers of each model chunk that run again; 0: every layer)"),
+    ("fsdp_shard_sizes", _opt(_list(_int(0, 65536))), "must be null (parallelism.fsdp_shard_size) or a non-empty "
+     "list of integers >= 0 (hybrid sharding group sizes; 0: the whole DP group)"),
+    ("reshard_after_forward", _opt(_list(_bool)), "must be null (parallelism.reshard_after_forward) or a non-empty "
+     "list of true/false"),
     ("max_grid_plans", _int(0), "must be an integer >= 0 (0: no cap)"),
     ("gpus", _int(0), "must be an integer >= 0 (0: any GPU count)"),
     ("min_gpus", _int(1), "must be an integer >= 1"),

@@ -1,5 +1,6 @@
 """The plan space of a search: which (tp, cp, pp, dp, micro-batch, schedule, recompute, ZeRO stage,
-precision, ep, etp, dispatcher, CP communication, block-recompute depth) to try.
+precision, ep, etp, dispatcher, CP communication, block-recompute depth, hybrid-sharding group, FSDP
+reshard) to try.
 
 Two views of one space:
 - :func:`enumerate_plans` lists every structurally valid plan (the ``grid`` sampler), and
@@ -32,7 +33,7 @@ PlanKey = Tuple[Any, ...]
 # distributed_optimizer came with issue 12 and keep their base value unless their search.* list names more
 SEARCHED_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "virtual_stages", "recompute",
                    "sequence_parallel", "distributed_optimizer", "zero_stage", "cp", "precision", "ep", "etp",
-                   "moe_dispatcher", "cp_comm", "recompute_num_layers")
+                   "moe_dispatcher", "cp_comm", "recompute_num_layers", "fsdp_shard_size", "reshard_after_forward")
 # the config group of each searched field (``training.precision``, ``parallelism.<the rest>``)
 FIELD_GROUP = {f.name: f.metadata.get("group") or PAR for f in dataclasses.fields(ParallelPlan)
                if f.name in SEARCHED_FIELDS}
@@ -71,6 +72,8 @@ class PlanSpace:
     moe_dispatchers: Tuple[MoeDispatcher, ...] = ()  # empty: the base plan's dispatcher
     cp_comms: Tuple[CpComm, ...] = ()  # empty: the base plan's; plans with cp > 1 only
     recompute_num_layers: Tuple[int, ...] = (0,)  # recompute=full only (0: every layer of a chunk)
+    fsdp_shard_sizes: Tuple[int, ...] = ()  # ZeRO >= 1 only; empty: the base plan's (0: the whole DP group)
+    reshard_after_forward: Tuple[bool, ...] = ()  # ZeRO-3 only; empty: the base plan's
     min_gpus: int = 1
     max_gpus: int = 0  # 0: the cluster's GPUs
 
@@ -90,6 +93,29 @@ class PlanSpace:
     @property
     def cp_comm_choices(self) -> Tuple[CpComm, ...]:
         return self.cp_comms or (self.base.cp_comm,)
+
+    @property
+    def shard_size_choices(self) -> Tuple[int, ...]:
+        return self.fsdp_shard_sizes or (self.base.fsdp_shard_size,)
+
+    @property
+    def reshard_choices(self) -> Tuple[bool, ...]:
+        return self.reshard_after_forward or (self.base.reshard_after_forward,)
+
+    def sharding_options(self, dp: int, cp: int) -> Tuple[Tuple[int, int, bool], ...]:
+        """(ZeRO stage, fsdp_shard_size, reshard_after_forward) for a (dp, cp): stage 0 at dp*cp=1; a shard
+        group (0: the whole DP group) only with a stage >= 1 and dividing dp below it; the reshard choice only
+        at stage 3 (where canonical keeps them)."""
+        if dp * cp == 1:
+            return ((0, 0, True),)
+        out = []
+        for z in self.zero_stages:
+            sizes = dict.fromkeys(s if s < dp else 0 for s in self.shard_size_choices if s == 0 or dp % s == 0) \
+                if z >= 1 else {0: None}
+            for s in sizes:
+                for r in self.reshard_choices if z == 3 else (True,):
+                    out.append((z, s, r))
+        return tuple(dict.fromkeys(out))
 
     def recompute_options(self) -> Tuple[Tuple[Recompute, int], ...]:
         """(recompute, recompute_num_layers) pairs: a block depth only with full recompute."""
@@ -146,6 +172,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
                 cp: Sequence[int] = (1,), precisions: Sequence[Precision] = (), ep: Optional[Sequence[int]] = None,
                 etp: Sequence[int] = (0,), moe_dispatchers: Sequence[MoeDispatcher] = (),
                 cp_comms: Sequence[CpComm] = (), recompute_num_layers: Sequence[int] = (0,),
+                fsdp_shard_sizes: Sequence[int] = (), reshard_after_forward: Sequence[bool] = (),
                 gpus: int = 0, min_gpus: int = 1, max_gpus: int = 0) -> PlanSpace:
     """A plan space from plain values (the search's config and the case studies both build theirs here).
 
@@ -172,6 +199,8 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
         ep=tuple(sorted(set(ep))) if model.is_moe else (1,), etp=tuple(sorted(set(etp))) if model.is_moe else (0,),
         moe_dispatchers=tuple(dict.fromkeys(moe_dispatchers)) if model.is_moe else (),
         cp_comms=tuple(dict.fromkeys(cp_comms)), recompute_num_layers=tuple(sorted(set(recompute_num_layers))),
+        fsdp_shard_sizes=tuple(sorted(set(fsdp_shard_sizes))),
+        reshard_after_forward=tuple(dict.fromkeys(reshard_after_forward)),
         min_gpus=lo, max_gpus=hi)
 
 
@@ -200,19 +229,24 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
         cp=_ints(search, "cp") or [1], precisions=precisions, ep=_ints(search, "ep"), etp=_ints(search, "etp") or [0],
         moe_dispatchers=dispatchers, cp_comms=cp_comms,
         recompute_num_layers=_ints(search, "recompute_num_layers") or [0],
+        fsdp_shard_sizes=_ints(search, "fsdp_shard_sizes") or [],
+        reshard_after_forward=[bool(x) for x in get("reshard_after_forward") or ()],
         gpus=int(get("gpus", 0)), min_gpus=int(search.min_gpus), max_gpus=int(get("max_gpus", 0)))
 
 
 # settings a search keeps from the config and applies to the plans they suit (canonical drops them elsewhere)
-APPLIED_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "fsdp_shard_size", "first_stage_layers",
-                  "last_stage_layers")
+APPLIED_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "first_stage_layers", "last_stage_layers")
+# fields whose rules tie them to other plan fields: the search's one-GPU starting plan holds their defaults
+# and its base plan the config's values (vtrain.search.run.prepare)
+TIED_FIELDS = (*APPLIED_FIELDS, "fsdp_shard_size")
 
 
 def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> ParallelPlan:
     """Collapse plans that are the same run: no sequence parallelism at tp=1; one ZeRO stage field (the
     stage in effect, :attr:`ParallelPlan.sharding_stage`, with ``distributed_optimizer`` = stage >= 1), and
     stage 0 when dp*cp=1 (nothing to shard); virtual_stages=1 unless interleaved; etp=0 when it equals tp
-    (0 means tp); the default ``cp_comm`` at cp=1 (no attention to split); ``recompute_num_layers`` 0 unless
+    (0 means tp); ``fsdp_shard_size`` 0 without sharding or at dp and above, ``reshard_after_forward`` true
+    below ZeRO-3; the default ``cp_comm`` at cp=1 (no attention to split); ``recompute_num_layers`` 0 unless
     recompute=full, and 0 when it covers every layer of the largest chunk (the same as 0; needs ``model``).
     With ``model`` and a dense one: ep=1, etp=0 and the default dispatcher (no experts)."""
     changes: dict = {}
@@ -236,6 +270,8 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
         changes["overlap_param_gather"] = False
     if plan.fsdp_shard_size and (stage == 0 or plan.fsdp_shard_size >= plan.dp):
         changes["fsdp_shard_size"] = 0
+    if not plan.reshard_after_forward and stage != 3:  # only FSDP/ZeRO-3 frees gathered parameters
+        changes["reshard_after_forward"] = True
     if (plan.first_stage_layers or plan.last_stage_layers) and (plan.pp == 1 or not _split_fits(model, plan)):
         changes["first_stage_layers"] = changes["last_stage_layers"] = 0  # the config's split is for another pp
     if model is not None and not model.is_moe:
@@ -328,16 +364,16 @@ def pipeline_shape(plan: ParallelPlan) -> Tuple[int, str, int, int]:
 
 
 def _rest_options(space: PlanSpace, tp: int, cp: int, dp: int) -> List[Tuple[Any, ...]]:
-    """((recompute, block depth), sequence_parallel, zero stage, precision, (ep, etp), dispatcher, cp_comm)
-    choices for one (tp, cp, dp), without the ones canonical would collapse or check_plan's EP rule would
-    reject."""
+    """((recompute, block depth), sequence_parallel, (zero stage, shard group, reshard), precision, (ep, etp),
+    dispatcher, cp_comm) choices for one (tp, cp, dp), without the ones canonical would collapse or check_plan's
+    EP rule would reject."""
     m = space.model
     ranks = tp * dp * cp
     eps = [(e, t) for e in space.ep_choices for t in space.etp_choices
            if not m.is_moe or (m.num_experts % e == 0 and ranks % ((t or tp) * e) == 0)]
     return list(itertools.product(
         space.recompute_options(), space.sequence_parallel if tp > 1 else (False,),
-        space.zero_stages if dp * cp > 1 else (0,), space.precision_choices, eps, space.dispatcher_choices,
+        space.sharding_options(dp, cp), space.precision_choices, eps, space.dispatcher_choices,
         space.cp_comm_choices if cp > 1 else (CpComm.P2P,)))
 
 
@@ -371,11 +407,11 @@ def group_plans(space: PlanSpace, group: ParallelPlan) -> List[ParallelPlan]:
     """The valid, canonical plans of one group of :func:`plan_groups`, each once, in loop order."""
     seen = set()
     plans = []
-    for (rc, nl), sp, zs, prec, (ep, etp), disp, cpc in _rest_options(space, group.tp, group.cp, group.dp):
+    for (rc, nl), sp, (zs, fs, rf), prec, (ep, etp), disp, cpc in _rest_options(space, group.tp, group.cp, group.dp):
         plan = canonical(dataclasses.replace(
             group, recompute=rc, recompute_num_layers=nl, sequence_parallel=sp, zero_stage=zs,
-            distributed_optimizer=zs >= 1, precision=prec, ep=ep, etp=etp, moe_dispatcher=disp, cp_comm=cpc),
-            space.model)
+            distributed_optimizer=zs >= 1, fsdp_shard_size=fs, reshard_after_forward=rf, precision=prec, ep=ep,
+            etp=etp, moe_dispatcher=disp, cp_comm=cpc), space.model)
         key = plan_key(plan)
         if key not in seen and check(space, plan) is None:
             seen.add(key)
