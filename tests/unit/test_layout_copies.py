@@ -44,3 +44,32 @@ def test_only_the_batch_first_stack_pays_them():
     megatron = simulate(compose(PLAN))  # megatron_core_te: sequence-first, no copies
     assert titan.iteration_time_s > flat.iteration_time_s
     assert simulate(compose([*PLAN, "stack.tp_layout_copies=false"])).iteration_time_s == megatron.iteration_time_s
+
+
+# async TP on PyTorch's symmetric memory (stack.tp_overlap_symm_mem): the staging copy and the partial sum
+
+def test_symm_mem_stages_each_gathered_shard_and_sums_each_scattered_product():
+    from vtrain.graph.layout import with_symm_mem_copies
+
+    w, g = graph("parallelism.tp_comm_overlap=true", "parallelism.sequence_parallel=true")
+    fwd = with_symm_mem_copies(g).layer.forward.ops
+    names = [op.name for op in fwd]
+    full = 2 * 8192 * w.model.hidden_size * 2  # the gathered / scattered [tokens, h] of the micro-batch, bf16
+    stage, reduce = fwd[names.index("qkv.ag") - 1], fwd[names.index("proj.rs") + 1]
+    assert stage.name == "qkv.ag.stage" and stage.bytes == 2 * full / 8  # read + write the local 1/8 shard
+    assert reduce.name == "proj.rs.reduce" and reduce.bytes == full + full / 8  # read 8 partials, write one
+    assert isinstance(stage, MemoryOp) and stage.eager and reduce.eager  # exact traffic, not fused by compile
+    assert sum(n.endswith(".stage") for n in names) == 2 and sum(n.endswith(".reduce") for n in names) == 2
+    _, plain = graph("parallelism.sequence_parallel=true")  # no overlap: NCCL collectives, nothing added
+    assert with_symm_mem_copies(plain).layer.forward.ops == plain.layer.forward.ops
+
+
+def test_only_async_tp_on_symmetric_memory_pays_them():
+    overlap = [*PLAN, "stack=torchtitan_fsdp2", "parallelism.tp_comm_overlap=true",
+               "parallelism.sequence_parallel=true"]
+    symm = simulate(compose(overlap)).iteration_time_s
+    userbuffers = simulate(compose([*overlap, "stack.tp_overlap_symm_mem=false"])).iteration_time_s
+    assert symm > userbuffers
+    vanilla = [*PLAN, "stack=torchtitan_fsdp2", "parallelism.sequence_parallel=true"]
+    assert simulate(compose(vanilla)).iteration_time_s == \
+        simulate(compose([*vanilla, "stack.tp_overlap_symm_mem=false"])).iteration_time_s

@@ -21,6 +21,7 @@ class GraphOptions:
     expands_kv: bool = False  # StackSpec.attention_expands_kv: K/V heads repeated to every query head
     fuse_elementwise: bool = False  # StackSpec.fuse_elementwise: vtrain.graph.fusion
     layout_copies: bool = False  # StackSpec.tp_layout_copies: vtrain.graph.layout
+    symm_mem_tp: bool = False  # StackSpec.tp_overlap_symm_mem: vtrain.graph.layout
 
 
 def graph_options(stack: StackSpec) -> GraphOptions:
@@ -28,4 +29,5 @@ def graph_options(stack: StackSpec) -> GraphOptions:
     return GraphOptions(rerun_fused_attention=stack.recompute_fused_attention,
                         separate_projections=stack.separate_projections, cp_ring_merge=stack.cp_ring_merge,
                         cp_accumulate_fp32=stack.cp_grads_fp32, expands_kv=stack.attention_expands_kv,
-                        fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies)
+                        fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies,
+                        symm_mem_tp=stack.tp_overlap_symm_mem)

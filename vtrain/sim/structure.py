@@ -20,7 +20,7 @@ from vtrain.comm.plan import CommPlan, build_comm_plan
 from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.builder import ModelGraph, build_model_graph
 from vtrain.graph.fusion import fuse_elementwise
-from vtrain.graph.layout import with_tp_layout_copies
+from vtrain.graph.layout import with_symm_mem_copies, with_tp_layout_copies
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import StagePartition, partition
@@ -61,7 +61,8 @@ def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[
                 opts: GraphOptions = GraphOptions(), key: Optional[Tuple[Any, ...]] = None) -> ModelGraph:
     """:func:`vtrain.graph.builder.build_model_graph` with the communication plan's TP, CP and EP collectives
     and the stack's switches ``opts`` (Inductor-style fusion when ``opts.fuse_elementwise``; the batch-first
-    copies around TP collectives when ``opts.layout_copies``, :mod:`vtrain.graph.layout`), built once per shape,
+    copies around TP collectives when ``opts.layout_copies``, and async TP's symmetric-memory copies when
+    ``opts.symm_mem_tp``, :mod:`vtrain.graph.layout`), built once per shape,
     collectives and switches."""
     k = (key if key is not None else shape_key(model, plan), tp, cp, ep, opts)
     hit = _GRAPHS.get(k)
@@ -71,7 +72,8 @@ def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[
         graph = build_model_graph(model, plan, tp, cp, ep, opts)
         # a cat beside a collective does not fuse into it
         graph = fuse_elementwise(graph) if opts.fuse_elementwise else graph
-        hit = _GRAPHS[k] = with_tp_layout_copies(graph) if opts.layout_copies and plan.tp > 1 else graph
+        graph = with_tp_layout_copies(graph) if opts.layout_copies and plan.tp > 1 else graph
+        hit = _GRAPHS[k] = with_symm_mem_copies(graph) if opts.symm_mem_tp and plan.tp_comm_overlap else graph
     return hit
 
 

@@ -82,6 +82,12 @@ class StackSpec:
                    "non-overlapped TP all-gather is followed and each reduce-scatter preceded by a chunk-and-cat "
                    "copy of the full activation (DTensor in torchtitan; Megatron's [s, b, h] needs none): "
                    "vtrain.graph.layout")
+    tp_overlap_symm_mem: bool = spec(
+        False, doc="TP-communication overlap runs on PyTorch's symmetric memory (async TP: "
+                   "torch.distributed._symmetric_memory): each fused all-gather-matmul first copies the local "
+                   "shard into the symmetric buffer and waits at a barrier before its first matmul, and each "
+                   "fused matmul-reduce-scatter ends with a kernel that sums the tp partial products on the "
+                   "compute stream (TE userbuffers reduce inside their communication kernels): vtrain.graph.layout")
     tp_fp8_all_gather: bool = spec(
         False, doc="with per-tensor FP8 (precision=fp8) the sequence-parallel TP all-gathers (the forward input "
                    "of a column-parallel block, the backward output gradient of a row-parallel one) move the "
