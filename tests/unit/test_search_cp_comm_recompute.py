@@ -145,3 +145,20 @@ def test_a_drawn_shard_group_that_does_not_divide_dp_is_pruned_with_one_line():
 def test_bad_sharding_lists_name_the_field(bad: str):
     with pytest.raises(ConfigError, match=bad.split("=")[0].replace(".", r"\.")):
         check_search(compose([*BASE, bad]).search)
+
+
+def test_a_plans_claim_key_leaves_the_later_fields_out_at_their_defaults():
+    """Claim keys (and NSGA-II's plan order, hashed from them) of plans that do not use the later fields are
+    what they were before those fields were searched: stored studies resume with their claims."""
+    from vtrain.search.ledger import key_text
+
+    space = space_of(*BASE)
+    plan = dataclasses.replace(space.base, tp=2, pp=2, dp=2, micro_batch_size=2, recompute=Recompute.FULL)
+    before = ("tp=2,pp=2,dp=2,micro_batch_size=2,schedule=1f1b,virtual_stages=1,recompute=full,"
+              "sequence_parallel=false,distributed_optimizer=false,zero_stage=0,cp=1,precision=bf16,ep=1,etp=0,"
+              "moe_dispatcher=alltoall")
+    assert key_text(plan_fields(plan)) == before
+    block = key_text(plan_fields(dataclasses.replace(plan, recompute_num_layers=1)))
+    assert block == before + ",recompute_num_layers=1"
+    kept = dataclasses.replace(plan, dp=4, zero_stage=3, reshard_after_forward=False, fsdp_shard_size=2)
+    assert key_text(plan_fields(kept)).endswith(",fsdp_shard_size=2,reshard_after_forward=false")

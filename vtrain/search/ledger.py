@@ -33,9 +33,17 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 ORPHAN_GRACE_S = 5.0
 
 
+# searched fields added after studies had been stored, left out of the key at their default: a plan's claim
+# (and its place in NSGA-II's plan order, vtrain.search.operators.in_plan_order) stays what it was, so a
+# stored study resumes with its claims and the default search draws the plans it drew before
+QUIET_AT_DEFAULT = {"cp_comm": "p2p", "recompute_num_layers": "0", "fsdp_shard_size": "0",
+                    "reshard_after_forward": "true"}
+
+
 def key_text(fields: Dict[str, Any]) -> str:
     """Canonical text of a plan's searched fields (the claim key)."""
-    return ",".join(f"{k}={str(fields[k]).lower()}" for k in SEARCHED_FIELDS)
+    return ",".join(f"{k}={str(fields[k]).lower()}" for k in SEARCHED_FIELDS
+                    if k in fields and QUIET_AT_DEFAULT.get(k) != str(fields[k]).lower())
 
 
 def me() -> Dict[str, Any]:
