@@ -224,6 +224,20 @@ def test_precision_spellings(tmp_path, cfg, raw, precision):
     assert _workload(cfg, tmp_path, precision=raw).plan.precision.value == precision
 
 
+@pytest.mark.parametrize("raw,value", [
+    ("mxfp8_cublas", "mxfp8"), ("mxfp8_cublas_rceil", "mxfp8"), ("MXFP8 (E4M3)", "mxfp8"), ("NVFP4 (E2M1)", "nvfp4"),
+    ("FP8 subchannel", "fp8_blockwise"),
+])
+def test_torchao_and_block_scaled_recipe_names(tmp_path, cfg, raw, value):
+    w = _workload(cfg, tmp_path, precision=raw, gpu="B200")  # MX and NVFP4 need a Blackwell GPU
+    assert w.plan.precision.value == value
+
+
+@pytest.mark.parametrize("raw", ["op", "selective (per-op SAC)", "Selective per-op"])
+def test_torchtitans_per_op_checkpointing_spellings(tmp_path, cfg, raw):
+    assert _workload(cfg, tmp_path, recompute=raw).plan.recompute.value == "selective_op"
+
+
 @pytest.mark.parametrize("raw,stack", [
     ("NeMo 24.09", "megatron_core_te"), ("Megatron-Bridge 0.2", "megatron_core_te"), ("DeepSpeed 0.19.2", "deepspeed"),
     ("MosaicML llm-foundry", "llm_foundry_fsdp"), ("torchtitan (torch.compile)", "torchtitan_fsdp2_compile"),

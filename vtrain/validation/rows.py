@@ -152,7 +152,8 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
                 "fp8_delayed": "fp8", "fp8_current": "fp8", "fp8_tensorwise": "fp8", "fp8_hybrid": "fp8",
                 "float8": "fp8", "fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8",
                 "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4",
-                "mx_fp8": "mxfp8", "nv_fp4": "nvfp4", "fp8_e4m3": "fp8", "fp8_hybrid_e4m3": "fp8"},
+                "mx_fp8": "mxfp8", "nv_fp4": "nvfp4", "fp8_e4m3": "fp8", "fp8_hybrid_e4m3": "fp8",
+                "mxfp8_e4m3": "mxfp8", "nvfp4_e2m1": "nvfp4", "fp8_subchannel": "fp8_blockwise"},
     # Megatron-Core's --cp-comm-type spellings, and what papers call the schemes
     CpComm: {"all_gather": "allgather", "ring": "p2p", "ring_attention": "p2p", "ulysses": "a2a",
              "all_to_all": "a2a", "alltoall": "a2a"},
@@ -163,7 +164,8 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
     Recompute: {"selective_recompute": "selective", "full_recompute": "full", "selective_ac": "selective",
                 "full_ac": "full", "selective_core_attn": "selective",
                 # torchtitan's SAC is per-op by default (activation_checkpoint.selective_ac_option = "op")
-                "sac": "selective_op", "per_op_sac": "selective_op", "op_sac": "selective_op",
+                "sac": "selective_op", "per_op_sac": "selective_op", "op_sac": "selective_op", "op": "selective_op",
+                "selective_per_op_sac": "selective_op", "selective_per_op": "selective_op",
                 "0": "none", "1": "full", "no": "none", "false": "none",
                 "off": "none", "disabled": "none", "\u2717": "none", "\u2718": "none", "yes": "full", "true": "full",
                 "on": "full", "enabled": "full", "\u2713": "full", "\u2714": "full"},
@@ -171,7 +173,9 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
 # the words of a precision that name the same format or say nothing of it (llm-foundry's "amp_bf16", "BF16
 # (AMP)", TE's "FP8 (Delayed Scaling)", torchao's "float8 (rowwise)"), dropped or replaced before ENUM_ALIASES
 PRECISION_WORDS = {"amp": "", "mixed": "", "scaling": "", "recipe": "", "te": "", "float8": "fp8", "bfloat16": "bf16",
-                   "float16": "fp16", "float32": "fp32"}
+                   "float16": "fp16", "float32": "fp32",
+                   # torchao's MX recipe names: the GEMM backend and the scale rounding ("mxfp8_cublas_rceil")
+                   "cublas": "", "cutlass": "", "rceil": "", "floor": ""}
 
 
 def enum_key(tp: type, raw: str) -> str:
