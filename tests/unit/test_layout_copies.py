@@ -73,23 +73,3 @@ def test_only_async_tp_on_symmetric_memory_pays_them():
     vanilla = [*PLAN, "stack=torchtitan_fsdp2", "parallelism.sequence_parallel=true"]
     assert simulate(compose(vanilla)).iteration_time_s == \
         simulate(compose([*vanilla, "stack.tp_overlap_symm_mem=false"])).iteration_time_s
-
-
-def test_a_batch_of_sequences_is_flattened_by_a_copy_before_each_fused_op():
-    """[b, s, h] with the sequence on dim 1 and b > 1: ``A.movedim(1, 0).flatten(0, -2)`` copies the gathered
-    shard and the whole input of the matmul whose product is reduce-scattered."""
-    from vtrain.graph.layout import with_symm_mem_copies
-    from vtrain.graph.ops import Gemm
-
-    w, g = graph("parallelism.tp_comm_overlap=true", "parallelism.sequence_parallel=true")
-    fwd = with_symm_mem_copies(g, flatten=True).layer.forward.ops
-    names = [op.name for op in fwd]
-    full = 2 * 8192 * w.model.hidden_size * 2
-    ag = names.index("qkv.ag")
-    assert names[ag - 2:ag] == ["qkv.ag.flatten", "qkv.ag.stage"] and fwd[ag - 2].bytes == 2 * full / 8
-    rs = names.index("proj.rs")
-    proj = max(i for i in range(rs) if isinstance(fwd[i], Gemm))
-    a = fwd[proj]
-    assert names[proj - 1] == "proj.rs.flatten" and fwd[proj - 1].bytes == 2 * a.m * a.k * a.dtype_bytes
-    assert a.k == w.model.hidden_size // 8  # the row-parallel projection's local input: h / tp
-    assert with_symm_mem_copies(g).layer.forward.ops == tuple(op for op in fwd if not op.name.endswith(".flatten"))

@@ -14,16 +14,16 @@ on the compute stream: ``_pipelined_all_gather_and_consume`` copies the local sh
 and waits at a barrier before the first matmul (left unoverlapped on purpose: its comments), and
 ``_fused_matmul_reduce_scatter_impl`` ends with ``reduce_partials``, one kernel that reads the tp partial
 products pulled from the peers and writes their sum (TE userbuffers reduce inside the communication kernels).
-With the sequence on dim 1 of a batch of more than one sequence, both first move it to the front and flatten
-the input to a matrix (``A.movedim(dim, 0).flatten(0, -2)``), which cannot be a view of a [b, s, h] tensor:
-a copy of the gathered shard, and of the whole input of the matmul whose product is scattered.
+Their ``A.movedim(dim, 0).flatten(0, -2)`` of a batch-first input is a view, not a copy: Inductor's
+micro-pipeline pass forces the producer's stride order for it (``restride_A_shard_for_fused_all_gather_matmul``,
+``restride_A_for_fused_matmul_reduce_scatter`` with ``force_stride_order``), and async TP needs torch.compile.
 """
 from __future__ import annotations
 
 from typing import List
 
 from vtrain.graph.builder import ModelGraph, PassOps, map_passes
-from vtrain.graph.ops import Collective, CollectiveKind, Gemm, Group, MemoryOp, Op
+from vtrain.graph.ops import Collective, CollectiveKind, Group, MemoryOp, Op
 
 
 def _copy(op: Collective) -> MemoryOp:
@@ -44,33 +44,24 @@ def copy_pass(ops: PassOps) -> PassOps:
     return PassOps(tuple(out))
 
 
-def symm_mem_pass(ops: PassOps, flatten: bool = False) -> PassOps:
-    """``ops`` with the fused ops' own kernels; ``flatten``: the sequence-on-dim-1 input copies too."""
+def symm_mem_pass(ops: PassOps) -> PassOps:
     out: List[Op] = []
     for op in ops.ops:
         if not (isinstance(op, Collective) and op.group == Group.TP and op.overlap):
             out.append(op)
         elif op.kind == CollectiveKind.ALL_GATHER:  # read + write the local shard (1/tp of the output)
-            shard = 2.0 * op.bytes / op.group_size
-            out += [MemoryOp(f"{op.name}.flatten", shard, 1, eager=True)] if flatten else []
-            out += [MemoryOp(f"{op.name}.stage", shard, 1, eager=True), op]
+            out += [MemoryOp(f"{op.name}.stage", 2.0 * op.bytes / op.group_size, 1, eager=True), op]
         elif op.kind == CollectiveKind.REDUCE_SCATTER:  # read the tp partials (the full buffer), write the shard
-            j = max((i for i, o in enumerate(out) if isinstance(o, Gemm)), default=-1)
-            if flatten and j >= 0:  # the input of the matmul the reduce-scatter is pipelined with
-                a = out[j]
-                assert isinstance(a, Gemm)
-                out.insert(j, MemoryOp(f"{op.name}.flatten", 2.0 * a.m * a.k * a.dtype_bytes, 1, eager=True))
             out += [op, MemoryOp(f"{op.name}.reduce", op.bytes * (1.0 + 1.0 / op.group_size), 1, eager=True)]
         else:
             out.append(op)
     return PassOps(tuple(out))
 
 
-def with_symm_mem_copies(graph: ModelGraph, flatten: bool = False) -> ModelGraph:
+def with_symm_mem_copies(graph: ModelGraph) -> ModelGraph:
     """Every component with the symmetric-memory staging copy before its overlapped TP all-gathers and the
-    partial-sum kernel after its overlapped reduce-scatters; with ``flatten`` (batch-first activations, more
-    than one sequence per micro-batch), the copies that flatten their inputs."""
-    return map_passes(graph, lambda ops: symm_mem_pass(ops, flatten))
+    partial-sum kernel after its overlapped reduce-scatters."""
+    return map_passes(graph, symm_mem_pass)
 
 
 def with_tp_layout_copies(graph: ModelGraph) -> ModelGraph:

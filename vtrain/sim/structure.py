@@ -73,9 +73,7 @@ def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[
         # a cat beside a collective does not fuse into it
         graph = fuse_elementwise(graph) if opts.fuse_elementwise else graph
         graph = with_tp_layout_copies(graph) if opts.layout_copies and plan.tp > 1 else graph
-        flatten = opts.layout_copies and plan.micro_batch_size > 1  # [b, s, h] with b > 1: no view flattens it
-        hit = _GRAPHS[k] = with_symm_mem_copies(graph, flatten) if opts.symm_mem_tp and plan.tp_comm_overlap \
-            else graph
+        hit = _GRAPHS[k] = with_symm_mem_copies(graph) if opts.symm_mem_tp and plan.tp_comm_overlap else graph
     return hit
 
 
