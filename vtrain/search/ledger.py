@@ -13,6 +13,7 @@ study (local processes, SLURM jobs) sees the same record.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import socket
@@ -23,6 +24,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from vtrain.search.space import SEARCHED_FIELDS
+from vtrain.workload.plan import ParallelPlan
 
 CLAIM = "vtrain.plan"
 WORKER = "vtrain.worker"
@@ -36,8 +38,8 @@ ORPHAN_GRACE_S = 5.0
 # searched fields added after studies had been stored, left out of the key at their default: a plan's claim
 # (and its place in NSGA-II's plan order, vtrain.search.operators.in_plan_order) stays what it was, so a
 # stored study resumes with its claims and the default search draws the plans it drew before
-QUIET_AT_DEFAULT = {"cp_comm": "p2p", "recompute_num_layers": "0", "fsdp_shard_size": "0",
-                    "reshard_after_forward": "true"}
+QUIET_AT_DEFAULT = {f.name: str(f.default).lower() for f in dataclasses.fields(ParallelPlan)
+                    if f.name in ("cp_comm", "recompute_num_layers", "fsdp_shard_size", "reshard_after_forward")}
 
 
 def key_text(fields: Dict[str, Any]) -> str:

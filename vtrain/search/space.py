@@ -110,8 +110,8 @@ class PlanSpace:
             return ((0, 0, True),)
         out = []
         for z in self.zero_stages:
-            sizes = dict.fromkeys(s if s < dp else 0 for s in self.shard_size_choices if s == 0 or dp % s == 0) \
-                if z >= 1 else {0: None}
+            sizes = tuple(dict.fromkeys(s if s < dp else 0 for s in self.shard_size_choices
+                                        if s == 0 or dp % s == 0)) if z >= 1 else (0,)
             for s in sizes:
                 for r in self.reshard_choices if z == 3 else (True,):
                     out.append((z, s, r))
