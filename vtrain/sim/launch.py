@@ -78,11 +78,17 @@ class SideStream:
     the layer's parameters are all-gathered one layer ahead (``gather_s``, prefetched while the previous
     layer computes; the first is exposed) and, in backward, its gradients reduce-scattered after it
     (``reduce_s``, not waited for until the end of the iteration). ``copy_s``: what the compute stream spends
-    on each gathered layer before its kernels (FSDP2 copies the gathered buffer out into the parameters)."""
+    on each gathered layer before its kernels (FSDP2 copies the gathered buffer out into the parameters).
+    ``slowdown``: the compute slowdown while the side stream's collectives run beside the kernels (their
+    NCCL kernels hold SMs the GEMMs and attention would use: ``GpuSpec.overlap_slowdown``, the share a
+    pipelined TP collective takes); such a kernel that starts while side-stream work is queued runs slower
+    by that share for the part of it before the side stream is done. Memory-bound kernels (no FLOPs in
+    the graph; the copy-out) are not slowed: they reach HBM bandwidth without every SM."""
 
     gather_s: float = 0.0
     reduce_s: float = 0.0
     copy_s: float = 0.0
+    slowdown: float = 0.0
 
 
 NO_SIDE = SideStream()
@@ -141,12 +147,19 @@ class _LaunchQueue:
         host, gpu = self.host, self.gpu
         compute = comm = flops = 0.0
         groups = self.groups
+        # the side stream is busy from before this layer's kernels until self.side (the previous layer's
+        # reduce-scatter that spills over, then the next layer's gather): kernels started before then share the SMs
+        busy_until = self.side if side.slowdown else _IDLE
+        slow = side.slowdown
         for t, h, c, f, g in timed:
             if g == SYNC:  # a zero-length marker: the host waits for the GPU here
                 host = host if host > gpu else gpu
                 continue
             host += h
-            gpu = (host if host > gpu else gpu) + t
+            begin = host if host > gpu else gpu
+            if begin < busy_until and f > 0.0 and t > c:
+                t += slow * min(t - c, busy_until - begin)
+            gpu = begin + t
             comm += c
             compute += t - c
             flops += f

@@ -51,7 +51,7 @@ def stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: C
                 recompute_layers: int = 0) -> StageCosts:
     """:func:`vtrain.sim.stage_costs.build_stage_costs`, with the priced passes shared by plans whose passes
     see the same inputs."""
-    sides = side_streams(comm, cost)
+    sides = side_streams(comm, cost, overlap_slowdown)
     key = (id(graph), id(part), id(cost), tuple(comm.where(g) for g in _groups(graph)), sides,
            microbatch_overhead_s, split, fuse, overlap_slowdown, graph_scopes, recompute_layers)
     hit = _PASSES.get(key)

@@ -125,9 +125,11 @@ def _dense_stage_costs(part: StagePartition, microbatch_overhead_s: float,
     return StageCosts(tuple(forward), tuple(backward), (), ())
 
 
-def _side_streams(comm: CommPlan, cost: CostModel, moe: bool = False) -> Tuple[SideStream, SideStream]:
+def _side_streams(comm: CommPlan, cost: CostModel, slowdown: float, moe: bool = False
+                  ) -> Tuple[SideStream, SideStream]:
     """ZeRO-3: per-layer gathers (forward, and backward again unless kept) and reduce-scatters; an MoE
-    layer's are its dense part over dp·cp and then its routed experts over edp, on the same side stream."""
+    layer's are its dense part over dp·cp and then its routed experts over edp, on the same side stream,
+    which slows the compute beside it by ``slowdown``."""
     if comm.fsdp is None:
         return NO_SIDE, NO_SIDE
     kinds = [(comm.fsdp, comm.fsdp_where)]
@@ -143,13 +145,15 @@ def _side_streams(comm: CommPlan, cost: CostModel, moe: bool = False) -> Tuple[S
         if fs.replica_reduce is not None:
             reduce_s += cost.collective_time_s(fs.replica_reduce, comm.replica_where)
     again = comm.fsdp.regather
-    return (SideStream(gather_s=g, copy_s=copy_s),
-            SideStream(gather_s=g if again else 0.0, reduce_s=reduce_s, copy_s=copy_s if again else 0.0))
+    return (SideStream(gather_s=g, copy_s=copy_s, slowdown=slowdown),
+            SideStream(gather_s=g if again else 0.0, reduce_s=reduce_s, copy_s=copy_s if again else 0.0,
+                       slowdown=slowdown))
 
 
-def side_streams(comm: CommPlan, cost: CostModel) -> Tuple[SideStream, ...]:
-    """The passes' side-stream work: (dense forward, dense backward, MoE forward, MoE backward)."""
-    return (*_side_streams(comm, cost), *_side_streams(comm, cost, moe=True))
+def side_streams(comm: CommPlan, cost: CostModel, slowdown: float = 0.0) -> Tuple[SideStream, ...]:
+    """The passes' side-stream work: (dense forward, dense backward, MoE forward, MoE backward); ``slowdown``:
+    the compute slowdown while it runs (:class:`vtrain.sim.launch.SideStream`)."""
+    return (*_side_streams(comm, cost, slowdown), *_side_streams(comm, cost, slowdown, moe=True))
 
 
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
@@ -161,7 +165,7 @@ def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, c
     ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it;
     ``recompute_layers``: :func:`recomputed_layers`."""
     passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown,
-                           side_streams(comm, cost), graph_scopes, recompute_layers)
+                           side_streams(comm, cost, overlap_slowdown), graph_scopes, recompute_layers)
     return with_p2p(passes, part, comm, cost)
 
 

@@ -72,7 +72,8 @@ class GpuSpec:
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
-                                   doc="compute slowdown while a TP collective pipelined with it runs beside it "
+                                   doc="compute slowdown while a collective runs beside it (a TP collective "
+                                       "pipelined with it, the FSDP side stream's gathers and reduce-scatters) "
                                        "(assumed, first principles: its communication kernels hold ~8-16 of the "
                                        "GPU's 108-148 SMs; not fitted, no table separates it)")
     tdp_w: float = spec(400.0, unit="W", domain=Domain(lo=0.0, hi=1.0e5, lo_open=True),

@@ -1,0 +1,57 @@
+"""SM contention from the side stream (FSDP / ZeRO-3 gathers and reduce-scatters): compute-bound kernels
+that run while its collectives are in flight slow down by the GPU's overlap_slowdown; memory-bound ones do
+not (hand-computed launch queues, and a whole plan)."""
+from dataclasses import replace
+
+import pytest
+
+from vtrain import compose
+from vtrain.api import cost_model_for
+from vtrain.config.build import build_workload
+from vtrain.sim.simulator import simulate_workload
+from vtrain.sim.stage_costs import SideStream, price_chunk
+
+GEMM = (1.0, 0.0, 0.0, 1.0, 0)  # (GPU s, host s, exposed comm s, FLOPs, group): a compute-bound kernel
+COPY = (0.5, 0.0, 0.0, 0.0, 0)  # a memory-bound kernel (no FLOPs)
+
+
+def test_a_gemm_beside_the_next_layers_gather_is_slowed_for_the_overlap():
+    # layer 1 waits 0.6 for its own gather, then the GEMM runs beside the next gather for 0.6 of its 1.0:
+    # 1 + 0.1 * 0.6; the copy after it runs alone. Every later layer starts its gather with its GEMM.
+    cost = price_chunk([([GEMM, COPY], 3, SideStream(gather_s=0.6, slowdown=0.1))], 0.0)
+    assert cost.latency_s == pytest.approx(0.6 + 3 * (1.06 + 0.5))
+    assert cost.comm_s == pytest.approx(0.6)  # the first gather is exposed; the slowdown is compute time
+    assert cost.gpu_compute_s == pytest.approx(3 * 1.56)
+
+
+def test_a_memory_bound_kernel_is_not_slowed_and_shortens_the_window():
+    # the copy takes the first 0.5 of the 0.6 gather unslowed; the GEMM overlaps the last 0.1 only
+    cost = price_chunk([([COPY, GEMM], 3, SideStream(gather_s=0.6, slowdown=0.1))], 0.0)
+    assert cost.latency_s == pytest.approx(0.6 + 3 * (0.5 + 1.01))
+
+
+def test_no_slowdown_or_no_side_work_leaves_the_kernels_alone():
+    plain = price_chunk([([GEMM, COPY], 3, SideStream(gather_s=0.6))], 0.0)
+    assert plain.latency_s == pytest.approx(0.6 + 3 * 1.5)
+    idle = price_chunk([([GEMM, COPY], 3, SideStream(slowdown=0.1))], 0.0)
+    assert idle.latency_s == pytest.approx(3 * 1.5)
+
+
+def test_a_comm_bound_layer_ends_with_its_gather():
+    # gathers of 2.0 per layer: the GPU waits for each; slowing the 1.5 of compute to 1.6 hides nothing more
+    cost = price_chunk([([GEMM, COPY], 4, SideStream(gather_s=2.0, slowdown=0.1))], 0.0)
+    assert cost.latency_s == pytest.approx(4 * 2.0 + 1.6)
+
+
+def test_fsdp_plan_pays_for_contention_at_most_the_slowdown_times_the_side_stream_busy_time():
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "stack=torchtitan_fsdp2",
+                                "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=128",
+                                "parallelism.zero_stage=3", "parallelism.sequence_parallel=false",
+                                "training.global_batch_size=128"]))
+    slow, _ = simulate_workload(w, cost_model_for(w))
+    calm_w = replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, overlap_slowdown=0.0)))
+    calm, _ = simulate_workload(calm_w, cost_model_for(calm_w))
+    extra = slow.stages[0].compute_s - calm.stages[0].compute_s
+    fsdp_busy = {u.stream: u.busy_s for u in calm.stages[0].streams}["fsdp"]["fsdp"]
+    assert 0.0 < extra <= w.cluster.gpu.overlap_slowdown * fsdp_busy + 1e-12
+    assert slow.stages[0].exposed_comm_s == pytest.approx(calm.stages[0].exposed_comm_s, abs=1e-6)
