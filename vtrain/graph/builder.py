@@ -288,11 +288,13 @@ def _selective_op_recompute(forward: Sequence[Op], model: ModelSpec, plan: Paral
     sequence-parallel all-gathers, which the list leaves out (their outputs feed the saved matmuls' weight
     gradients). Each recomputed matmul follows the forward GEMM it is part of; one the layer lacks (an MoE
     layer's expert MLP) goes last. With ``separate`` projections the layer's own matmuls are the ones counted
-    (wq, wk, wv, wo, w1, w3, w2: it runs wk, wo and w3 again)."""
+    (wq, wk, wv, wo, w1, w3, w2: it runs wk, wo and w3 again). A precision whose GEMM is not ``aten.mm``
+    (NVFP4: :attr:`Precision.gemm_is_aten_mm`) has no matmul output saved: every matmul runs again."""
     forward = [op for op in forward if not op.name.startswith(RING_PREFIX)]  # inside the saved attention op
-    if separate:
+    every = not plan.precision.gemm_is_aten_mm
+    if separate or every:
         mms = [op for op in forward if isinstance(op, Gemm) and not op.attention]
-        again_ids = set(map(id, mms[1::2]))
+        again_ids = set(map(id, mms if every else mms[1::2]))
         return tuple(op for op in forward if isinstance(op, MemoryOp) or id(op) in again_ids
                      or (isinstance(op, Collective) and op.group == Group.TP and op.kind == CollectiveKind.ALL_GATHER))
     again = list(_every_second_matmul(model, plan))

@@ -49,9 +49,11 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Reco
     if rc == Recompute.FULL:
         return dt * sbh / sp_div
     if rc == Recompute.SELECTIVE_OP:  # the block input and the outputs of the saved matmuls and attention
-        saved_mm = (h + model.kv_size + f) if model.gated_mlp else (h + 2 * model.kv_size + f)  # wq,wv,w1 | qkv,fc1
+        # wq, wv, w1, w2 | qkv, fc1, fc2; none when the GEMM is not aten.mm (NVFP4: Precision.gemm_is_aten_mm)
+        saved_mm = ((2 * h + model.kv_size + f) if model.gated_mlp else (2 * h + 2 * model.kv_size + f)) \
+            if plan.precision.gemm_is_aten_mm else 0
         lse = float(a * s * b) * 4.0 / t
-        return dt * 2 * sbh / sp_div + dt * float(s * b) * (saved_mm + h) / t + lse
+        return dt * 2 * sbh / sp_div + dt * float(s * b) * saved_mm / t + lse
     lin = saved_linear_input_bytes(plan)
     mask = 1 if model.dropout > 0 else 0
     replicated = (2 * dt + 2 * lin + 2 * mask) * sbh  # 2 norm inputs, QKV and FC1 inputs, 2 dropout masks

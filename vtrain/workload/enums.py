@@ -59,6 +59,14 @@ class Precision(StrEnum):
         return "fp8" if self.value.startswith("fp8") else self.value
 
     @property
+    def gemm_is_aten_mm(self) -> bool:
+        """Whether the linear layers' GEMM reaches the dispatcher as ``aten.mm`` (which torchtitan's per-op
+        selective checkpointing saves): bf16 and torchao's float8 and MX linears multiply tensor subclasses with
+        ``torch.mm``; torchao's NVFP4 linear is an autograd Function calling ``F.scaled_mm`` (``nvfp4_mm_triton``),
+        an op that ``_op_sac_save_list`` does not name, so its outputs are recomputed."""
+        return self is not Precision.NVFP4
+
+    @property
     def gemm_operand_bytes(self) -> float:
         """Bytes per GEMM operand element (scales excluded)."""
         return {"fp32": 4.0, "nvfp4": 0.5}.get(self.value, 1.0 if self.low else 2.0)
