@@ -321,7 +321,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     # done all of the iteration's gathers and reduce-scatters
     drain = [max(max((b.side_tail_s for b in sc.backward[s]), default=0.0),
                  _side_work_s(sc, s, plan) - pipe.stage_end[s]) for s in range(plan.pp)]
-    end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace)
+    end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace, gpu.overlap_slowdown)
     iteration = end + stack.iteration_overhead_s
 
     mems = _partial_recompute_memory(w, part) if plan.recompute_num_layers else _memory(w, part)

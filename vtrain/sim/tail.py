@@ -55,11 +55,15 @@ def _bucketed_ready(coll: Collective, chunk: int, start_s: float, dur_s: float, 
 
 
 def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StagePartition, comm: CommPlan,
-                  cost: CostModel, plan: ParallelPlan, drain_s: Sequence[float], keep_events: bool
-                  ) -> Tuple[float, List[StageTail]]:
+                  cost: CostModel, plan: ParallelPlan, drain_s: Sequence[float], keep_events: bool,
+                  slowdown: float = 0.0) -> Tuple[float, List[StageTail]]:
     """(end of the iteration, per-stage tail). ``durations`` are the passes' compute-stream times;
     ``drain_s`` per stage: side-stream work (ZeRO-3 reduce-scatters) still running after the last pass.
-    The optimizer steps the parameters each rank holds: 1/(dp_shard x cp) of them from ZeRO stage 1 on."""
+    The optimizer steps the parameters each rank holds: 1/(dp_shard x cp) of them from ZeRO stage 1 on.
+    ``slowdown``: the compute slowdown while a DP collective runs beside it (the SMs its NCCL kernels hold,
+    ``GpuSpec.overlap_slowdown``): the buckets reduced during a chunk's last backward stretch that pass by
+    that share of their time inside it, and an overlapped parameter gather stretches the next forward by that
+    share of its hidden part; both are counted as exposed DP time."""
     p, cs = part.p, pipe.schedule
     reducers = plan.dp * plan.cp
     shard = float(plan.dp_shard * plan.cp if plan.sharding_stage >= 1 else 1)
@@ -106,8 +110,17 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
             cur = 0.0
             bwd_ends = pipe.last_bwd_end[s]
             chunks = sorted(zip(bwd_ends, range(part.v))) if part.v > 1 else ((bwd_ends[0], 0),)
+            slowed = 0.0  # compute time the buckets reduced beside the last backward passes add to them so far
             for last_end, c in chunks:
                 dur = durations[cs.dur_key[cs.last_bwd[s][c]]]
+                if comm.overlap_grad_reduce and slowdown:
+                    # the buckets go out from the first one's readiness (one step into the pass) on; the pass,
+                    # and the readiness of its later buckets, stretch by the slowdown over that overlap
+                    beside = sum(min(n_b * t_b, dur * (1.0 - 1.0 / n_b)) for _, _, n_b, t_b in per_chunk[c])
+                    start = last_end - dur + slowed
+                    slowed += slowdown * min(beside, dur)
+                    dur = last_end + slowed - start
+                    last_end += slowed
                 for coll, where, n_b, t_b in per_chunk[c]:
                     if comm.overlap_grad_reduce:
                         cur = _bucketed_ready(coll, c, last_end - dur, dur, cur, comm.bucket_bytes, t_b, n_b,
@@ -121,7 +134,7 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
                         if keep_events:
                             events[s].append((Stream.DATA_PARALLEL.value, f"{coll.group.value} {coll.kind.value} "
                                               f"chunk{c}", start, cur))
-            cur = max(cur, end_s + drain_s[s])
+            cur = max(cur, end_s + slowed + drain_s[s])
         ready.append(cur)
     dp_ready = list(ready)
     emb_wait = [0.0] * p
@@ -156,12 +169,21 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         elif comm.prefetch_gather_bytes and gather is not None:
             exposed = min(gather.bytes, comm.prefetch_gather_bytes)
         if exposed is not None:
+            if gather is None:  # Megatron's overlapped gather: the comm plan holds none; the stage's dense params
+                dense = params - (part.stage_expert_params(s) if comm.expert_grad_reduce else 0.0)
+                t_ag = dp_time(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, dense * plan.dtype_bytes,
+                                          Group.DP, reducers), dense * plan.dtype_bytes)
+            whole = t_ag
             t_ag = dp_time(Collective("dp.param_gather.first", CollectiveKind.ALL_GATHER, exposed, Group.DP,
                                       reducers), exposed)
+            beside = slowdown * max(0.0, whole - t_ag)  # the rest runs beside the next forward, slowing it
+        else:
+            beside = 0.0
         e_gather = comm.expert_param_gather[s] if comm.expert_param_gather else None
         if e_gather is not None:
             t_ag += dp_time(e_gather, e_gather.bytes, comm.edp_where)
         dp_busy[s] += t_ag
+        t_ag += beside
         if keep_events:
             events[s].append((Stream.COMPUTE.value, "optimizer step", barrier, barrier + t_opt))
             if t_ag:
