@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from vtrain.casestudies.common import DAY_S, StudyResult
-from vtrain.cli.figure import colormap, new_figure
+from vtrain.cli.figure import colormap, log_scale, new_figure
 
 
 def plot_parallelization(result: StudyResult, path: Path) -> None:
@@ -125,7 +125,7 @@ def plot_sizing(result: StudyResult, path: Path) -> None:
                    linewidths=1.5, zorder=6, label="fixed-MFU choice, as vtrain predicts it")
     ax.axvline(s["chinchilla_closed_form"]["params_b"], color="k", lw=0.7, ls=":",
                label=f"closed-form N_opt at fixed MFU ({s['chinchilla_closed_form']['params_b']:.1f}B)")
-    ax.set_xscale("log")
+    log_scale(ax, "x")
     ax.set_xlabel("parameters (billions, log)")
     ax.set_ylabel("predicted loss L(N, D)")
     ax.set_title(f"budget {s['budget_gpu_hours']:,.0f} GPU-h, deadline {s['deadline_days']:g} days on "

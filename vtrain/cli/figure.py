@@ -24,6 +24,39 @@ def plain_text() -> None:
     matplotlib.rcParams["text.parse_math"] = False
 
 
+def log_scale(ax: Any, axis: str = "x") -> None:
+    """Log-scale ``ax``'s ``axis`` ("x" or "y") with tick labels written as plain numbers ("20", "100", "1000"):
+    matplotlib's default log labels are mathtext ("$\\mathdefault{10^{2}}$"), which :func:`plain_text` would print
+    verbatim. ``LogFormatter`` is the base of the default formatter: the same ticks, labelled without mathtext."""
+    from matplotlib.ticker import LogFormatter
+
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    target.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+
+
+def wrapped(text: str, width: int) -> str:
+    """``text`` with each line longer than ``width`` characters broken at its ' | ' separators (a figure title
+    holding a validation summary), else at spaces."""
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        parts, cur = line.split(" | "), ""
+        for part in parts:
+            cand = f"{cur} | {part}" if cur else part
+            if cur and len(cand) > width:
+                out.append(cur)
+                cand = part
+            cur = cand
+        out.extend(textwrap.wrap(cur, width) or [cur])
+    return "\n".join(out)
+
+
 def colormap(name: str) -> Any:
     from matplotlib import colormaps
 

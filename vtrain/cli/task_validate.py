@@ -47,7 +47,7 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
-    from vtrain.cli.figure import new_figure
+    from vtrain.cli.figure import log_scale, new_figure, wrapped
 
     pairs = [(r.measured_ms, r.predicted_ms) for r in results if r.predicted_ms is not None]
     meas = [m for m, _ in pairs]
@@ -59,11 +59,11 @@ def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
     ax.plot([lo, hi], [lo * 1.1, hi * 1.1], "k:", lw=0.6, label="±10%")
     ax.plot([lo, hi], [lo * 0.9, hi * 0.9], "k:", lw=0.6)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    log_scale(ax, "x")
+    log_scale(ax, "y")
     ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("predicted iteration time (ms)")
-    ax.set_title(title, fontsize=7)
+    ax.set_title(wrapped(title, 70), fontsize=7)
     ax.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

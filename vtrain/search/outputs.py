@@ -124,7 +124,7 @@ def plot_png(result: SearchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vtrain.cli.figure import plain_text
+    from vtrain.cli.figure import log_scale, plain_text
 
     plain_text()
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
@@ -143,7 +143,7 @@ def plot_png(result: SearchResult, path: Path) -> None:
             ax.plot(bx, by, style, ms=11 if style == "*" else 7, mfc="none", mec="k", mew=1.2,
                     label=f"{marker}: {plan_label(rec.plan or {})}")
     if len(x) and max(x) > 5 * min(x):  # plans span orders of magnitude in time (fewer GPUs = slower)
-        ax.set_xscale("log")
+        log_scale(ax, "x")
     ax.set_xlabel(lx)
     ax.set_ylabel(ly)
     extra = f"; {result.constraints.text()}" if result.constraints and result.constraints.active else ""
