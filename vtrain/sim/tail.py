@@ -183,12 +183,12 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         if e_gather is not None:
             t_ag += dp_time(e_gather, e_gather.bytes, comm.edp_where)
         dp_busy[s] += t_ag
-        t_ag += beside
         if keep_events:
             events[s].append((Stream.COMPUTE.value, "optimizer step", barrier, barrier + t_opt))
             if t_ag:
                 events[s].append((Stream.DATA_PARALLEL.value, "dp param all-gather", barrier + t_opt,
                                   barrier + t_opt + t_ag))
+        t_ag += beside  # exposed: the gather's first piece, and what the rest costs the next forward
         opt.append(t_opt)
         ag.append(t_ag)
         ends.append(barrier + t_opt + t_ag)
