@@ -148,6 +148,7 @@ class CommPlan:
     # ZeRO-3 parameters gathered once per iteration (deferred_sync): the first layer's bytes, which the next
     # forward waits for (FSDP2 gathers layer by layer, prefetching the next); 0: not so
     prefetch_gather_bytes: float = 0.0
+    overlap_param_gather: bool = False  # Megatron's: ``param_gather`` runs beside the next forward but a bucket
 
     _by_group: Dict[Group, GroupPlacement] = field(init=False, repr=False, compare=False)
 
@@ -256,7 +257,9 @@ class CommPlan:
             ag = self.param_gather[s]
             if ag is not None:
                 out.append(Comm(op=ag, where=self.dp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
-                                stages=(s,), count=1, overlaps="nothing: after the optimizer step"))
+                                stages=(s,), count=1,
+                                overlaps="the next forward, but its first bucket" if self.overlap_param_gather
+                                else "nothing: after the optimizer step"))
         if self.embedding_sync is not None:
             out.append(Comm(op=self.embedding_sync, where=self.embedding_where, stream=Stream.DATA_PARALLEL,
                             cadence=Cadence.ITERATION, stages=(0, p - 1), count=1,
@@ -337,7 +340,7 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes, reduce_per_layer, copy)
         fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes, reduce_per_layer, copy)
     names = [f"dp.grad.chunk{c}" for c in range(v)]
-    gather_all = stage >= 1 and reducers > 1 and not plan.overlap_param_gather
+    gather_all = stage >= 1 and reducers > 1  # overlapped or not: the tail prices what is exposed
     dtype_bytes = plan.dtype_bytes
     # stages of equal sizes (the middle of a pipeline) share one row of collectives
     rows: Dict[Tuple[float, ...], Tuple[Tuple[Collective, ...], Optional[Collective]]] = {}  # (grads, -1, gathers)
@@ -391,4 +394,5 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     etp_where=etp_placement(plan, domain), edp_where=edp_placement(plan, domain),
                     expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
                     last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts,
-                    prefetch_gather_bytes=part.layer_params * dtype_bytes if stage == 3 and fsdp is None else 0.0)
+                    prefetch_gather_bytes=part.layer_params * dtype_bytes if stage == 3 and fsdp is None else 0.0,
+                    overlap_param_gather=plan.overlap_param_gather)

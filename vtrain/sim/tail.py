@@ -117,9 +117,9 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
                     # the buckets go out from the first one's readiness (one step into the pass) on; the pass,
                     # and the readiness of its later buckets, stretch by the slowdown over that overlap
                     beside = sum(min(n_b * t_b, dur * (1.0 - 1.0 / n_b)) for _, _, n_b, t_b in per_chunk[c])
-                    start = last_end - dur + slowed
+                    pass_start = last_end - dur + slowed
                     slowed += slowdown * min(beside, dur)
-                    dur = last_end + slowed - start
+                    dur = last_end + slowed - pass_start
                     last_end += slowed
                 for coll, where, n_b, t_b in per_chunk[c]:
                     if comm.overlap_grad_reduce:
@@ -169,10 +169,6 @@ def simulate_tail(pipe: PipelineResult, durations: Sequence[float], part: StageP
         elif comm.prefetch_gather_bytes and gather is not None:
             exposed = min(gather.bytes, comm.prefetch_gather_bytes)
         if exposed is not None:
-            if gather is None:  # Megatron's overlapped gather: the comm plan holds none; the stage's dense params
-                dense = params - (part.stage_expert_params(s) if comm.expert_grad_reduce else 0.0)
-                t_ag = dp_time(Collective("dp.param_gather", CollectiveKind.ALL_GATHER, dense * plan.dtype_bytes,
-                                          Group.DP, reducers), dense * plan.dtype_bytes)
             whole = t_ag
             t_ag = dp_time(Collective("dp.param_gather.first", CollectiveKind.ALL_GATHER, exposed, Group.DP,
                                       reducers), exposed)
