@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# one local SLURM: its two tests run on one xdist worker (`--dist loadgroup`), not queued against each other
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _node_state() -> str:
