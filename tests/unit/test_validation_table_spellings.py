@@ -203,9 +203,21 @@ def test_a_row_naming_a_model_config_by_its_own_name_is_simulated(tmp_path, cfg)
     ("B200 SXM 180GB", "b200"), ("A100-SXM4-40GB", "a100_40gb"), ("NVIDIA A100 40GB", "a100_40gb"),
     ("h100_96gb_500w", "h100_96gb_500w"), ("GB200-NVL72", "gb200"),
     ("H100 PCIe", "h100_pcie"),  # no gpu/ config for the PCIe part: unknown, not taken for the SXM one
+    # a system naming its GPU among other words; two GPUs named, or none, stay unknown (skipped, not guessed)
+    ("DGX H100 (8x H100 80GB)", "h100_sxm"), ("8x B200 (HGX)", "b200"), ("GB200-NVL72 (4 GPUs/node)", "gb200"),
+    ("H100 vs A100", "h100_vs_a100"), ("Eos", "eos"), ("H100 NVL", "h100_nvl"), ("8x H100 NVL", "8x_h100_nvl"),
 ])
 def test_gpu_names_as_tables_write_them(raw, name):
     assert gpu_key(raw) == name
+
+
+def test_a_system_column_names_the_gpu_unless_a_gpu_column_does(tmp_path, cfg):
+    base = {k: v for k, v in BASE.items() if k != "gpu"}
+    (row,) = read_measurements(_csv(tmp_path, [{**base, "System": "DGX-B200"}]))
+    w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.cluster.gpu.name == "b200"
+    (row,) = read_measurements(_csv(tmp_path, [{**BASE, "gpu": "H200", "System": "Eos"}], name="both.csv"))
+    assert (row.get("gpu"), row.get("system")) == ("H200", "Eos")  # kept as given, echoed into validation.csv
 
 
 def test_a_row_on_a_40gb_a100_is_simulated_on_that_part(tmp_path, cfg):

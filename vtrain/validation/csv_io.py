@@ -105,6 +105,9 @@ HEADER_ALIASES = {
     "grad_reduce_in_fp32": "fp32_grads", "accumulate_allreduce_grads_in_fp32": "fp32_grads",
     "exp_avg_dtype": "optimizer_moments", "adam_moments_dtype": "optimizer_moments",
     "fsdp_mixed_precision": "mp_mode", "mixed_precision_mode": "mp_mode"}
+# columns that name vtrain's column only where the table has no column of that name itself: a "System" column
+# ("DGX-B200", "GB200 NVL72") is the GPU unless a "GPU" column says it (then it is kept and echoed as it is)
+WEAK_HEADER_ALIASES = {"system": "gpu", "system_name": "gpu", "platform": "gpu", "hardware_platform": "gpu"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}
@@ -200,6 +203,8 @@ def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[Mea
         while not first or all(not x.strip() for x in first):  # blank lines before the header
             first = next(reader)
         header = [normalise_header(h) for h in first]
+        header = [WEAK_HEADER_ALIASES[h] if h in WEAK_HEADER_ALIASES and WEAK_HEADER_ALIASES[h] not in header
+                  and header.count(h) == 1 else h for h in header]
     except StopIteration:
         raise ConfigError(f"{field}={path}: the file is empty") from None
     repeated = sorted({h for h in header if header.count(h) > 1 and h})

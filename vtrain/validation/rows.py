@@ -118,7 +118,9 @@ GPU_PREFIXES = ("nvidia", "dgx", "hgx", "tesla", "grace", "hopper", "blackwell",
 GPU_NOISE = re.compile(r"^(sxm\d?|hbm\d?e?)$")
 # what a name may add to a GPU that has one config only ("B200 (HGX)", "GB200 NVL72 (186GB)"): the system and
 # the memory size, dropped where the name is no gpu/ config with them
-GPU_SYSTEM = re.compile(r"^(hgx|dgx|nvl\d*|superchip|\d+(gb|gib))$")
+GPU_SYSTEM = re.compile(r"^(hgx|dgx|nvl\d+|superchip|\d+(gb|gib))$")
+# another part of a GPU than the one its gpu/ config models ("H100 PCIe", "H100 NVL", a MIG slice): never read as it
+GPU_VARIANT = re.compile(r"^(pcie|nvl|mig|\d+g\.\d+gb)$")
 
 
 def gpu_key(raw: str) -> str:
@@ -136,6 +138,11 @@ def gpu_key(raw: str) -> str:
     if key not in _gpu_configs():
         bare = "_".join(w for i, w in enumerate(key.split("_")) if i == 0 or not GPU_SYSTEM.match(w))
         key = GPU_ALIASES.get(bare, bare) if GPU_ALIASES.get(bare, bare) in _gpu_configs() else key
+    words = key.split("_")
+    if key not in _gpu_configs() and not any(GPU_VARIANT.match(w) for w in words):
+        # a system with its GPU among other words ("DGX H100 (8x H100 80GB)", "8x B200"): that GPU, if only one
+        named = {GPU_ALIASES.get(w, w) for w in words} & set(_gpu_configs())
+        key = named.pop() if len(named) == 1 else key
     return key
 
 
