@@ -185,6 +185,10 @@ def test_measured_memory_in_gb_is_converted_to_gib(tmp_path, cfg):
     ("DeepSeekV3", "deepseek_v3"), ("DeepSeek-V3", "deepseek_v3"), ("meta-llama/Llama-3.1-8B", "llama3_8b"),
     ("meta-llama/Meta-Llama-3-70B", "llama3_70b"), ("Llama-2-7b-hf", "llama2_7b"),
     ("Llama3.1-70B-Instruct", "llama3_70b"), ("Mixtral-8x7B-v0.1", "mixtral_8x7b"), ("GPT-3 175B", "gpt175b"),
+    ("Llama4 Scout 17Bx16E", "llama4_scout"), ("GPT3 175B (Megatron)", "gpt175b"),
+    ("Llama3 70B pretrain", "llama3_70b"),
+    # fine-tuning is not pretraining (LoRA freezes the base weights; SFT packs sequences): unknown, skipped
+    ("Llama3 70B LoRA", "llama3_70b_lora"), ("Llama3 8B SFT", "llama3_8b_sft"),
 ])
 def test_model_names_as_configs_and_hugging_face_ids_name_the_model_configs(raw, name):
     assert model_name(raw) == name

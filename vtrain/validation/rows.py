@@ -253,14 +253,16 @@ def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) ->
 MODEL_ALIASES = {"gpt3_175b": "gpt175b", "gpt_175b": "gpt175b", "gpt3": "gpt175b", "gpt_1t": "gpt1t",
                  "mt_nlg_530b": "mtnlg530b", "megatron_turing_nlg_530b": "mtnlg530b", "llama3_1_8b": "llama3_8b",
                  "llama3_1_70b": "llama3_70b", "llama3_3_70b": "llama3_70b", "llama4_scout_17b_16e": "llama4_scout",
-                 "llama4_maverick_17b_128e": "llama4_maverick", "qwen3_235b": "qwen3_235b_a22b",
+                 "llama4_maverick_17b_128e": "llama4_maverick",
+                 "llama4_scout_17bx16e": "llama4_scout", "llama4_maverick_17bx128e": "llama4_maverick",
+                 "qwen3_235b": "qwen3_235b_a22b",
                  "qwen3_30b": "qwen3_30b_a3b", "deepseek_v3_671b": "deepseek_v3", "kimi_k2_1t": "kimi_k2"}
 
 
 # what a Hugging Face model id carries after the model: the checkpoint's flavour ("Llama-2-7b-hf",
 # "Llama3.1-70B-Instruct", "Kimi-K2-Instruct") and, after a parameter count, its revision ("Mixtral-8x7B-v0.1";
 # not "DeepSeek-V3"): the same architecture
-MODEL_FLAVOUR = re.compile(r"(_(hf|instruct|base|chat))+$")
+MODEL_FLAVOUR = re.compile(r"(_(hf|instruct|base|chat|pretrain|pretraining|pre_training))+$")
 MODEL_SUFFIX = re.compile(r"(?<=\d[bmt])(_(hf|instruct|base|chat)|_v\d+(_\d+)*)+$")
 
 
@@ -278,7 +280,8 @@ def model_name(raw: str) -> str:
     organisation before "/" ("meta-llama/Llama-3.1-8B") and a checkpoint suffix (:data:`MODEL_SUFFIX`,
     :data:`MODEL_FLAVOUR`) dropped, a family's version joined to it (llama3, qwen3, nemotron4, gpt3;
     "DeepSeekV3" as deepseek_v3), a leading "meta_" dropped, then :data:`MODEL_ALIASES`."""
-    key = re.sub(r"[\s.\-]+", "_", raw.strip().lower().rsplit("/", 1)[-1]).strip("_")
+    label = re.sub(r"\s*\([^()]*\)\s*$", "", raw.strip()) or raw.strip()  # "Llama3 8B (16k)": a label after it
+    key = re.sub(r"[\s.\-]+", "_", label.lower().rsplit("/", 1)[-1]).strip("_")
     if key in _model_configs():
         return key
     key = MODEL_FLAVOUR.sub("", MODEL_SUFFIX.sub("", key))
