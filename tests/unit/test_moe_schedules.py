@@ -2,11 +2,11 @@
 stages, dependencies, periodic extrapolation against the full run."""
 import pytest
 
+from tests.simruns import extrapolated_and_full
 from vtrain import compose
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload
 from vtrain.errors import ConfigError
-from vtrain.sim import simulator
 from vtrain.sim.engine import run_pipeline
 from vtrain.sim.schedule import FUSED, B, F, W, compile_schedule, fused_key, stage_order
 from vtrain.sim.simulator import simulate_workload
@@ -133,15 +133,7 @@ MOE = ["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=1", "paralle
     ["parallelism.pp=4", "parallelism.schedule=zbv"],
 ])
 def test_extrapolated_runs_match_full_runs(extra):
-    w = build_workload(compose(MOE + extra))
-    cm = cost_model_for(w)
-    fast, _ = simulate_workload(w, cm)
-    orig = simulator.simulate_pipeline
-    try:
-        simulator.simulate_pipeline = lambda *a, **k: orig(*a, **{**k, "full": True})
-        full, _ = simulate_workload(w, cm)
-    finally:
-        simulator.simulate_pipeline = orig
+    fast, full = extrapolated_and_full(build_workload(compose(MOE + extra)))
     assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
     for a, b in zip(fast.stages, full.stages):
         for key in ("compute_s", "bubble_s", "exposed_comm_s", "host_overhead_s"):

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.simruns import extrapolated_and_full
 from vtrain import compose
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload
@@ -13,19 +14,6 @@ from vtrain.sim import simulator
 from vtrain.sim.pipeline import simulate_pipeline
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.enums import Schedule
-
-
-def _both(w):
-    """(extrapolated, full) reports of one workload."""
-    cm = cost_model_for(w)
-    fast, _ = simulate_workload(w, cm)
-    orig = simulator.simulate_pipeline
-    try:
-        simulator.simulate_pipeline = lambda *a, **k: orig(*a, **{**k, "full": True})
-        full, _ = simulate_workload(w, cm)
-    finally:
-        simulator.simulate_pipeline = orig
-    return fast, full
 
 
 def _close(a, b, rel=1e-9):
@@ -40,7 +28,7 @@ def test_extrapolated_and_full_runs_agree_on_a_sample_of_the_gpt3_grid():
     plans = [p for p in enumerate_plans(space) if p.pp > 1]
     sample = random.Random(0).sample(plans, 40)
     for plan in sample:
-        fast, full = _both(replace(w, plan=plan))
+        fast, full = extrapolated_and_full(replace(w, plan=plan))
         assert _close(fast.iteration_time_s, full.iteration_time_s), plan
         for a, b in zip(fast.stages, full.stages):
             for f in ("compute_s", "host_overhead_s", "exposed_comm_s", "bubble_s", "optimizer_s"):
@@ -73,7 +61,7 @@ def test_simulated_micro_batches_do_not_grow_with_the_batch(schedule, v):
         assert res.schedule.m + res.periods_added * (16 if v > 1 else 1) == w.plan.num_microbatches
         sizes.append(res.schedule.m)
         if gbs == 4096:
-            full = _both(w)[1]
+            full = extrapolated_and_full(w)[1]
             assert _close(fast.iteration_time_s, full.iteration_time_s)
     assert max(sizes) <= 16 * 10 and len(set(sizes)) <= 2
 
