@@ -118,7 +118,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
         for r in worst:
             v = r.row.values
-            shape = f"({v.get('tp', '')},{v.get('pp', '')},{v.get('dp', '?')})"
+            shape = r.plan_shape
             say(f"{r.row.index:>5} {v.get('num_gpus', ''):>5} {shape:>10} "
                   f"{v.get('micro_batch') or v.get('local_batch', ''):>3} "
                   f"{v.get('global_batch') or v.get('global_batch_tokens', ''):>5} "

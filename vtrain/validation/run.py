@@ -37,6 +37,7 @@ class RowResult:
     leaf_regime: str = ""
     stack: str = ""  # the software stack and recompute mode simulated (what the row said or its defaults)
     recompute: str = ""
+    plan_shape: str = ""  # the simulated (tp,pp,dp): what the row's cells resolved to (an absent pp is 1, dp derived)
 
     @property
     def covered(self) -> Optional[bool]:
@@ -192,7 +193,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
                              report.iteration_time_hi_s * 1e3, report.interval_regime,
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
-                             w.plan.recompute.value))
+                             w.plan.recompute.value, f"({w.plan.tp},{w.plan.pp},{w.plan.dp})"))
     return out
 
 
