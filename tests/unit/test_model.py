@@ -18,7 +18,9 @@ def test_gpt3_175b_parameters():
 @pytest.mark.parametrize("name,published_b", [("mtnlg530b", 530), ("gpt_3_6b", 3.6), ("gpt_18_4b", 18.4),
                                               ("gpt_39_1b", 39.1), ("gpt1t", 1008), ("llama2_7b", 6.74),
                                               ("llama2_70b", 68.98), ("llama3_8b", 8.03), ("llama3_70b", 70.55),
-                                              ("llama3_405b", 405.8)])
+                                              ("llama3_405b", 405.8),
+                                              # BLOOM paper / Hugging Face configs: 176,247M and 7,069M
+                                              ("bloom_176b", 176.247), ("bloom_7b1", 7.069)])
 def test_published_parameter_counts(name, published_b):
     assert spec(name).total_params() / 1e9 == pytest.approx(published_b, rel=0.02)
 
@@ -48,3 +50,15 @@ def test_mpt_configs_count_their_parameters(size, layers, hidden):
     biases, two LayerNorms), the tied 50,368-word embedding, 2,048 learned positions and the final norm."""
     expected = layers * (12 * hidden**2 + 13 * hidden) + (50368 + 2048) * hidden + 2 * hidden
     assert spec(f"mpt_{size}").total_params() == pytest.approx(expected, rel=1e-6)
+
+
+def test_alibi_has_no_position_parameters_and_no_sequence_limit():
+    bloom = spec("bloom_176b")
+    assert bloom.embedding_params() == bloom.vocab_size * bloom.hidden_size  # no position table
+    from vtrain.config.build import build_workload
+    from vtrain.errors import ConfigError
+
+    longer = ["+cluster=a100x1024", "training.seq_len=4096", "training.global_batch_size=64"]
+    assert build_workload(compose(["+model=bloom_7b1", *longer])).plan.seq_len == 4096  # ALiBi extrapolates
+    with pytest.raises(ConfigError, match="seq_len"):  # a learned table of 2048 positions does not
+        build_workload(compose(["+model=gpt_1_7b", *longer]))

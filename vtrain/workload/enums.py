@@ -87,6 +87,7 @@ class NormType(StrEnum):
 class PositionEmbedding(StrEnum):
     LEARNED = "learned"
     ROPE = "rope"
+    ALIBI = "alibi"  # a per-head linear bias on the attention scores (Press et al. 2022): no parameters, no kernel
 
 
 class CostModelKind(StrEnum):

@@ -38,7 +38,7 @@ class ModelSpec:
     ffn_hidden_size: int = spec(domain=POSITIVE_INT, none_means="4 * hidden_size", doc="MLP width")
     gated_mlp: bool = spec(False, doc="SwiGLU: three FFN matrices instead of two")
     norm: NormType = spec(NormType.LAYERNORM, doc="layernorm | rmsnorm")
-    position_embedding: PositionEmbedding = spec(PositionEmbedding.LEARNED, doc="learned | rope")
+    position_embedding: PositionEmbedding = spec(PositionEmbedding.LEARNED, doc="learned | rope | alibi")
     use_bias: bool = spec(True, doc="biases in the linear layers")
     dropout: float = spec(0.1, domain=PROBABILITY, doc="hidden and attention dropout (0: no dropout kernels)")
     vocab_size: int = spec(50257, domain=POSITIVE_INT, doc="vocabulary")
