@@ -20,7 +20,10 @@ def test_gpt3_175b_parameters():
                                               ("llama2_70b", 68.98), ("llama3_8b", 8.03), ("llama3_70b", 70.55),
                                               ("llama3_405b", 405.8),
                                               # BLOOM paper / Hugging Face configs: 176,247M and 7,069M
-                                              ("bloom_176b", 176.247), ("bloom_7b1", 7.069)])
+                                              ("bloom_176b", 176.247), ("bloom_7b1", 7.069),
+                                              # Llama 2 13B's release 13,016M; LLaMA's Table 2 65.2B; Nemotron-4 15B
+                                              # (12.5B non-embedding + 3.2B embedding)
+                                              ("llama2_13b", 13.016), ("llama_65b", 65.2), ("nemotron4_15b", 15.7)])
 def test_published_parameter_counts(name, published_b):
     assert spec(name).total_params() / 1e9 == pytest.approx(published_b, rel=0.02)
 

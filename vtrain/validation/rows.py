@@ -257,6 +257,7 @@ MODEL_ALIASES = {"gpt3_175b": "gpt175b", "gpt_175b": "gpt175b", "gpt3": "gpt175b
                  "llama4_scout_17bx16e": "llama4_scout", "llama4_maverick_17bx128e": "llama4_maverick",
                  "qwen3_235b": "qwen3_235b_a22b",
                  "qwen3_30b": "qwen3_30b_a3b", "bloom": "bloom_176b", "bloom_7b": "bloom_7b1",
+                 "llama1_65b": "llama_65b",
                  "deepseek_v3_671b": "deepseek_v3", "kimi_k2_1t": "kimi_k2"}
 
 
