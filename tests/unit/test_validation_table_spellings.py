@@ -209,7 +209,8 @@ def test_a_row_naming_a_model_config_by_its_own_name_is_simulated(tmp_path, cfg)
     ("H100 PCIe", "h100_pcie"),  # no gpu/ config for the PCIe part: unknown, not taken for the SXM one
     # a system naming its GPU among other words; two GPUs named, or none, stay unknown (skipped, not guessed)
     ("DGX H100 (8x H100 80GB)", "h100_sxm"), ("8x B200 (HGX)", "b200"), ("GB200-NVL72 (4 GPUs/node)", "gb200"),
-    ("H100 vs A100", "h100_vs_a100"), ("Eos", "eos"), ("H100 NVL", "h100_nvl"), ("8x H100 NVL", "8x_h100_nvl"),
+    ("H100 vs A100", "h100_vs_a100"), ("Eos", "h100_sxm"), ("Selene", "a100_80gb"), ("H100 NVL", "h100_nvl"),
+    ("8x H100 NVL", "8x_h100_nvl"),
 ])
 def test_gpu_names_as_tables_write_them(raw, name):
     assert gpu_key(raw) == name
@@ -222,6 +223,12 @@ def test_a_system_column_names_the_gpu_unless_a_gpu_column_does(tmp_path, cfg):
     assert w.cluster.gpu.name == "b200"
     (row,) = read_measurements(_csv(tmp_path, [{**BASE, "gpu": "H200", "System": "Eos"}], name="both.csv"))
     assert (row.get("gpu"), row.get("system")) == ("H200", "Eos")  # kept as given, echoed into validation.csv
+    w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.cluster.gpu.name == "h200"
+    # a system naming no GPU it is known by runs on the cluster's GPU, as without the column (not skipped)
+    (row,) = read_measurements(_csv(tmp_path, [{**base, "System": "Jean Zay"}], name="other.csv"))
+    w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.cluster.gpu.name == "h100_sxm"
 
 
 def test_a_row_on_a_40gb_a100_is_simulated_on_that_part(tmp_path, cfg):

@@ -88,6 +88,9 @@ HEADER_ALIASES = {
     "expert_tensor_parallel_size": "etp", "expert_tensor_parallelism": "etp",
     "virtual_pipeline_parallel_size": "virtual_stages", "virtual_pipeline_model_parallel_size": "virtual_stages",
     "sp": "sequence_parallel", "sequence_parallelism": "sequence_parallel",
+    # a "System" column ("DGX-B200", "GB200 NVL72", "Eos"): the GPU where no "GPU" column names it and the system
+    # names a known one (vtrain.validation.rows.gpu_name), else kept and echoed as it is
+    "system_name": "system", "platform": "system", "hardware_platform": "system",
     "gpu_type": "gpu", "gpu_model": "gpu", "hardware": "gpu", "accelerator": "gpu", "accelerator_type": "gpu",
     "num_accelerators": "num_gpus", "dtype": "precision", "data_type": "precision", "mixed_precision": "precision",
     "microbatch_size": "micro_batch", "micro_bs": "micro_batch", "global_bs": "global_batch",
@@ -105,9 +108,6 @@ HEADER_ALIASES = {
     "grad_reduce_in_fp32": "fp32_grads", "accumulate_allreduce_grads_in_fp32": "fp32_grads",
     "exp_avg_dtype": "optimizer_moments", "adam_moments_dtype": "optimizer_moments",
     "fsdp_mixed_precision": "mp_mode", "mixed_precision_mode": "mp_mode"}
-# columns that name vtrain's column only where the table has no column of that name itself: a "System" column
-# ("DGX-B200", "GB200 NVL72") is the GPU unless a "GPU" column says it (then it is kept and echoed as it is)
-WEAK_HEADER_ALIASES = {"system": "gpu", "system_name": "gpu", "platform": "gpu", "hardware_platform": "gpu"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}
@@ -203,8 +203,6 @@ def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[Mea
         while not first or all(not x.strip() for x in first):  # blank lines before the header
             first = next(reader)
         header = [normalise_header(h) for h in first]
-        header = [WEAK_HEADER_ALIASES[h] if h in WEAK_HEADER_ALIASES and WEAK_HEADER_ALIASES[h] not in header
-                  and header.count(h) == 1 else h for h in header]
     except StopIteration:
         raise ConfigError(f"{field}={path}: the file is empty") from None
     repeated = sorted({h for h in header if header.count(h) > 1 and h})

@@ -110,7 +110,9 @@ GPU_ALIASES = {"h100": "h100_sxm", "h100_80gb": "h100_sxm", "h100_sxm5": "h100_s
                "a100_sxm4_40gb": "a100_40gb", "v100_32gb": "v100", "v100_sxm2": "v100", "h200_sxm": "h200",
                "h200_141gb": "h200", "b200_sxm": "b200", "dgx_b200": "b200", "hgx_b200": "b200", "b300_sxm": "b300",
                "gb200_nvl72": "gb200", "gb300_nvl72": "gb300", "h800_sxm": "h800", "h800_80gb": "h800",
-               "b200_180gb": "b200", "b300_288gb": "b300"}
+               "b200_180gb": "b200", "b300_288gb": "b300",
+               # NVIDIA's named SuperPODs: Selene (DGX A100 80GB), Eos (DGX H100)
+               "selene": "a100_80gb", "eos": "h100_sxm"}
 # what gpu_key drops from a GPU name: the vendor or system before it ("NVIDIA H100", "DGX H100", "Tesla V100"),
 # the SXM form factor (the part of every gpu/ config) and the memory technology ("H100 80GB HBM3"); the memory
 # size stays, since it tells parts apart (A100 40GB and 80GB)
@@ -294,10 +296,13 @@ def model_name(raw: str) -> str:
 
 
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
-    """The row's ``gpu`` as a gpu/ config name (:func:`gpu_key`), else the cluster's GPU."""
+    """The row's ``gpu`` as a gpu/ config name (:func:`gpu_key`); else its ``system`` where that names a known GPU
+    ("DGX-B200", "GB200 NVL72", "Selene"); else the cluster's GPU."""
     raw = row.get("gpu")
     if raw is None:
-        return str(cluster_cfg.gpu)
+        system = row.get("system")
+        known = gpu_key(system) if system is not None else ""
+        return known if known in _gpu_configs() else str(cluster_cfg.gpu)
     return gpu_key(raw)
 
 
