@@ -65,3 +65,20 @@ def test_alibi_has_no_position_parameters_and_no_sequence_limit():
     assert build_workload(compose(["+model=bloom_7b1", *longer])).plan.seq_len == 4096  # ALiBi extrapolates
     with pytest.raises(ConfigError, match="seq_len"):  # a learned table of 2048 positions does not
         build_workload(compose(["+model=gpt_1_7b", *longer]))
+
+
+def test_profiler_model_rotates_only_rope_positions():
+    torch = pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from vtrain.profiler.model import TransformerLM
+    from vtrain.workload.enums import PositionEmbedding
+
+    tiny = spec("tiny")
+    x = torch.zeros(1, 8, tiny.hidden_size)
+    for pos, rotated in ((PositionEmbedding.ROPE, True), (PositionEmbedding.ALIBI, False),
+                         (PositionEmbedding.LEARNED, False)):
+        model = TransformerLM(replace(tiny, position_embedding=pos))
+        rope_cs, _ = model._tables(8, x)
+        assert (rope_cs is not None) == rotated, pos
+        assert (model.pos is not None) == (pos == PositionEmbedding.LEARNED)
