@@ -65,8 +65,8 @@ class Report:
     memory: MemoryBreakdown  # of the stage with the largest peak
     memory_capacity_bytes: float
     fits: bool
-    mfu: float
-    hfu: float
+    mfu: float  # model FLOPs / (time x GPUs x the activation precision's peak: bf16 for FP8/FP4 plans too)
+    hfu: float  # the same with the recomputed FLOPs
     tokens_per_s: float
     model_flops_per_iteration: float
     iterations: float

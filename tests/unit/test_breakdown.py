@@ -79,3 +79,16 @@ def test_the_report_splits_the_exposed_communication_by_group():
     assert all(labels[k] in line for k in shown)
     by_position = sorted(shown, key=lambda k: line.index(labels[k]))
     assert by_position == sorted(shown, key=lambda k: -groups[k])  # largest first
+
+
+@pytest.mark.parametrize("precision,note", [("bf16", False), ("fp8", True)])
+def test_a_low_precision_report_says_its_mfu_is_of_the_bf16_peak(precision, note):
+    from vtrain.api import simulate
+    from vtrain.cli.format import render_report
+
+    r = simulate(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                          "parallelism.dp=8", "training.global_batch_size=64", f"training.precision={precision}"]))
+    (line,) = [x for x in render_report(r).splitlines() if x.startswith("iteration time")]
+    assert ("(MFU/HFU of the bf16 peak)" in line) == note
+    peak = r.mfu * r.iteration_time_s * r.gpus_used * 989.4e12  # the H100's bf16 peak either way
+    assert peak == pytest.approx(r.model_flops_per_iteration, rel=1e-9)

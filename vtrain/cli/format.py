@@ -79,13 +79,19 @@ def _exposed_by_group(b: StageBreakdown) -> List[str]:
     return ["  exposed comm by group: " + ", ".join(f"{GROUP_LABELS.get(k, k)} {fmt_duration(v)}" for v, k in parts)]
 
 
+def _of_which_peak(r: Report) -> str:
+    """MFU's denominator where a low-precision plan makes it ambiguous: the bf16 peak, as torchtitan and Megatron
+    report it, so FP8 and FP4 plans can pass 100%."""
+    return f"  (MFU/HFU of the {r.plan.precision.activation.value} peak)" if r.plan.precision.low else ""
+
+
 def render_report(r: Report) -> str:
     b = r.breakdown
     lines = [
         f"vtrain: {r.model} on {r.cluster} ({r.gpus_used} x {r.gpu}), cost model: {r.cost_model}",
         f"plan: {plan_label(r.plan)}, {r.plan.num_microbatches} micro-batches per replica",
         f"iteration time: {fmt_duration(r.iteration_time_s)}   MFU {r.mfu * 100:.1f}%   HFU {r.hfu * 100:.1f}%   "
-        f"{_count(r.tokens_per_s)} tokens/s",
+        f"{_count(r.tokens_per_s)} tokens/s{_of_which_peak(r)}",
         f"breakdown (critical stage {b.stage}): compute {fmt_duration(b.compute_s)}, host overhead "
         f"{fmt_duration(b.host_overhead_s)}, exposed comm {fmt_duration(b.exposed_comm_s)}, bubble "
         f"{fmt_duration(b.bubble_s)}, optimizer {fmt_duration(b.optimizer_s)}",
