@@ -7,7 +7,8 @@ study (local processes, SLURM jobs) sees the same record.
   not simulated again: the trial takes that trial's result (``duplicate_of``).
 - Worker: each trial stores ``vtrain.worker`` = host and process id first thing, so that a worker on the
   same host can tell a trial of a killed process (its process is gone) from a live one at once. A trial
-  killed before it stored the attr (an orphan) is failed once it is ``ORPHAN_GRACE_S`` old.
+  killed before it stored the attr (an orphan) is failed once it is ``ORPHAN_GRACE_S`` old when a worker
+  starts (a resume right after a kill), ``LIVE_ORPHAN_GRACE_S`` old between trials.
 - Budget: a trial is within ``search.n_trials`` iff fewer than ``n_trials`` non-FAIL trials have a smaller
   number (trial numbers are assigned atomically by the storage), so N workers never overshoot.
 """
@@ -33,6 +34,10 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # A worker sets its attr first thing in the objective; before that, Optuna's ask runs the sampler (NSGA-II
 # children: at most 200 draws with a ~0.1 ms memory bound each, so well under 0.1 s). 5 s is 50x that.
 ORPHAN_GRACE_S = 5.0
+# Between trials a worker waits longer: three workers on one journal file back off on its lock up to 1 s a
+# try (Optuna's JournalFileOpenLock), and on a loaded 2-core machine a live worker's first attr came later
+# than 5 s (CI, stop 28: its trial was failed under it). Only a worker that dies mid-run leaves such orphans.
+LIVE_ORPHAN_GRACE_S = 60.0
 
 
 # searched fields added after studies had been stored, left out of the key at their default: a plan's claim

@@ -93,6 +93,7 @@ class Objective:
         self.ledger = lg.Ledger()
         self.over_budget = False
         self.known: set = set()  # trial numbers whose outcome is in the evaluator's memo
+        self.current: Optional[int] = None  # the trial being evaluated (or last evaluated)
 
     def sync(self, study: optuna.Study) -> None:
         """Refresh the shared record and memoise every finished trial's outcome (any worker's)."""
@@ -160,6 +161,7 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> Sequence[float]:
         study = trial.study
+        self.current = trial.number
         trial.set_user_attr(lg.WORKER, lg.me())
         if not lg.in_budget(study, trial.number, self.n_trials):
             self.over_budget = True
@@ -209,8 +211,8 @@ class Loop:
         self.stale_failed = 0
         self.bar: Any = None
 
-    def _clean(self) -> None:
-        self.stale_failed += lg.fail_dead_here(self.study)
+    def _clean(self, orphan_grace_s: float = lg.LIVE_ORPHAN_GRACE_S) -> None:
+        self.stale_failed += lg.fail_dead_here(self.study, orphan_grace_s)
         if self.spec.kind == "journal":
             self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s)
 
@@ -236,11 +238,17 @@ class Loop:
         self._plan()
         self._next_sampler()
 
+    def _ours_failed(self) -> bool:
+        """This worker's last trial was failed by another worker while it ran."""
+        n = self.objective.current
+        return n is not None and any(t.number == n for t in self.study.get_trials(deepcopy=False,
+                                                                                   states=(TrialState.FAIL,)))
+
     def run(self, progress_bar: bool) -> None:
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s) if self.spec.kind == "rdb" else 0
         lg.wait_out_fresh_orphans(self.study)
-        self._clean()
+        self._clean(lg.ORPHAN_GRACE_S)
         done = lg.finished_count(self.study)
         if done >= self.n_trials:
             return
@@ -257,6 +265,10 @@ class Loop:
                                         catch=(OverBudget,), callbacks=[self._after])
                 except optuna.exceptions.UpdateFinishedTrialError:
                     continue  # our trial was failed as stale by another worker: go on with the next one
+                except (ValueError, AssertionError):  # Optuna's tell of it: "Cannot tell a FAIL trial." or,
+                    if not self._ours_failed():  # if the objective returned, its own assert on the state
+                        raise
+                    continue
                 break
         finally:
             if self.bar is not None:
