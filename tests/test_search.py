@@ -135,17 +135,21 @@ def test_resume_fails_a_dead_workers_trial_and_keeps_completed_ones(tmp_path):
 
 
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_a_worker_whose_trial_another_worker_failed_goes_on(tmp_path, monkeypatch, when):
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_worker_whose_trial_another_worker_failed_goes_on(tmp_path, monkeypatch, when, kind):
     """Another worker may fail a live trial (an orphan past its grace on a starved machine, CI stop 28):
     the objective's writes or Optuna's tell then raise; the worker goes on and the budget still fills."""
     from vtrain.search import study as st
+    from vtrain.search.storage import StorageSpec, make_storage
 
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    spec = (StorageSpec("journal", str(tmp_path / "study.journal")) if kind == "journal"
+            else StorageSpec("rdb", f"sqlite:///{tmp_path / 'optuna.db'}"))
+    storage = spec.target
     call = st.Objective.__call__
 
     def fail(trial):
-        if trial.number == 2:
-            other = optuna.load_study(study_name="starved", storage=storage)  # another worker's handle
+        if trial.number == 2:  # another worker's handle on the study
+            other = optuna.load_study(study_name="starved", storage=make_storage(spec))
             other.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
     def failed_under_us(self, trial):
@@ -157,8 +161,10 @@ def test_a_worker_whose_trial_another_worker_failed_goes_on(tmp_path, monkeypatc
         return values
 
     monkeypatch.setattr(st.Objective, "__call__", failed_under_us)
-    res = run_search(small(tmp_path, "search.n_trials=5", "search.study_name=starved"), tmp_path)
-    study = optuna.load_study(study_name="starved", storage=storage)
+    res = run_search(small(tmp_path, "search.n_trials=5", "search.study_name=starved", f"search.storage={storage}"),
+                     tmp_path)
+    assert (tmp_path / "study.journal").exists() == (kind == "journal")
+    study = optuna.load_study(study_name="starved", storage=make_storage(spec))
     assert study.trials[2].state == optuna.trial.TrialState.FAIL
     assert len([r for r in res.records if r.state in ("COMPLETE", "PRUNED")]) == 5
 
