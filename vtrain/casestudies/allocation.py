@@ -100,10 +100,10 @@ def baseline_option(job: Job, cost: CostModel, prm: SchedulingParams) -> Option:
     tps = [t for t in (1, 2, 4, 8) if t <= gpn and m.num_heads % t == 0 and m.num_kv_heads % t == 0
            and m.ffn_hidden_size % t == 0]
     tp = next((t for t in tps if states / t <= budget), tps[-1])
-    pps = [p for p in divisors(m.num_layers) if tp * p <= gpus]
+    pps = [p for p in divisors(m.num_layers, gpus // tp) if tp * p <= gpus]
     start = next((i for i, p in enumerate(pps) if states / (tp * p) <= budget), len(pps) - 1)
     for pp in pps[start:]:
-        dp = max((d for d in divisors(w.plan.global_batch_size) if tp * pp * d <= gpus), default=0)
+        dp = max(divisors(w.plan.global_batch_size, gpus // (tp * pp)), default=0)
         if dp == 0:
             continue
         cand = with_plan(w, tp=tp, pp=pp, dp=dp, micro_batch_size=1, recompute=Recompute(prm.baseline_recompute),

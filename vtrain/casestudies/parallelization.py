@@ -67,8 +67,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     if prm.max_gpus > w.cluster.num_gpus:
         raise ConfigError(f"case_study.params.max_gpus={prm.max_gpus} exceeds the {w.cluster.num_gpus} GPUs of "
                           f"cluster {w.cluster.name}")
-    pps = prm.pp or divisors(layers)
-    dps = prm.dp or divisors(gbs)
+    pps = prm.pp or divisors(layers, max_gpus)
+    dps = prm.dp or divisors(gbs, max_gpus)
     if not prm.tp:
         raise ConfigError("case_study.params.tp is empty: list the tensor-parallel sizes to sweep")
 

@@ -14,8 +14,8 @@ from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.search.pareto import pareto_front
-from vtrain.search.space import divisors
 from vtrain.sim.simulator import simulate_workload
+from vtrain.workload.arith import divisors
 from vtrain.workload.enums import Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.workload import Workload
@@ -92,7 +92,7 @@ class GpuCountSpace:
         for tp in self.tp:
             if tp > w.cluster.gpus_per_node or gpus % tp:
                 continue
-            for pp in divisors(w.model.num_layers):
+            for pp in divisors(w.model.num_layers, gpus):
                 if pp > self.max_pp or gpus % (tp * pp):
                     continue
                 dp = gpus // (tp * pp)

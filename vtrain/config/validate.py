@@ -8,6 +8,7 @@ import functools
 from typing import Iterable
 
 from vtrain.errors import ConfigError
+from vtrain.workload.arith import divisors
 from vtrain.workload.enums import (
     AttentionKind,
     CpComm,
@@ -58,7 +59,7 @@ def check_model(m: ModelSpec) -> None:
 
 @functools.lru_cache(maxsize=256)  # check_plan formats its messages eagerly: the search checks every plan
 def _divisors_hint(n: int, limit: int = 12) -> str:
-    ds = [d for d in range(1, n + 1) if n % d == 0]
+    ds = list(divisors(n, 1 << 16))  # plausible degrees only: a divisor of 10^9 heads is no hint
     return ", ".join(map(str, ds[:limit])) + (", ..." if len(ds) > limit else "")
 
 

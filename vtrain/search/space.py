@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from vtrain.comm.ep import expert_parallel_degrees
 from vtrain.config.validate import check_pipeline_split, check_plan
 from vtrain.errors import ConfigError
+from vtrain.workload.arith import divisors
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import partition
@@ -43,10 +44,6 @@ _ENUMS = {"schedule": Schedule, "recompute": Recompute, "precision": Precision, 
 
 class Infeasible(Exception):
     """A drawn plan breaks a rule; ``str(err)`` is the one-line reason recorded on the trial."""
-
-
-def divisors(n: int) -> Tuple[int, ...]:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
 @dataclass(frozen=True)
@@ -158,7 +155,7 @@ def node_aligned_tp(model: ModelSpec, cluster: ClusterSpec, max_tp: int = 0, cro
     if not cross_node:
         limit = min(limit, gpn)
     # tp=3 or 6 on 8-GPU nodes would put one group on two nodes and stall every step
-    return tuple(d for d in divisors(model.num_heads) if model.num_kv_heads % d == 0 and d <= limit
+    return tuple(d for d in divisors(model.num_heads, limit) if model.num_kv_heads % d == 0 and d <= limit
                  and (gpn % d == 0 if d <= gpn else d % gpn == 0))
 
 
@@ -190,8 +187,8 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, *, t
     return PlanSpace(
         model=model, cluster=cluster, base=base,
         tp=tuple(tp) if tp is not None else node_aligned_tp(model, cluster, max_tp, cross_node_tp),
-        pp=tuple(pp) if pp is not None else tuple(d for d in divisors(model.num_layers) if d <= n),
-        dp=tuple(d for d in divisors(base.global_batch_size) if d <= n),
+        pp=tuple(pp) if pp is not None else divisors(model.num_layers, n),
+        dp=divisors(base.global_batch_size, n),
         micro_batch_sizes=tuple(sorted(set(micro_batch_sizes))), schedules=tuple(schedules),
         virtual_stages=tuple(sorted({v for v in virtual_stages if v > 1})), recompute=tuple(recompute),
         sequence_parallel=tuple(sequence_parallel), zero_stages=stages,
