@@ -29,3 +29,5 @@ def test_a_search_with_a_batch_of_a_billion_sequences_builds_its_space():
     ctx = prepare(compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=1000000000"]))
     assert ctx.space.dp == (1, 2, 4, 5, 8)
     assert ctx.space.pp == divisors(ctx.workload.model.num_layers, 8)
+    odd = prepare(compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=99999999999999999999"]))
+    assert odd.space.dp == (1, 3)
