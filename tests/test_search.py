@@ -259,9 +259,11 @@ def test_pareto_front_and_hypervolume():
     assert pareto_front(["a", "b", "c"], [(1, 2, 3), (1, 2, 3), (0, 3, 3)]) == ["c", "a"]  # by 1st objective
 
 
-def test_unknown_objective_is_a_config_error(tmp_path):
+@pytest.mark.parametrize("objectives", ["[time_to_train_s,bogus]", "[cost_usd,cost_usd]"])
+def test_unknown_or_repeated_objective_is_a_config_error(tmp_path, objectives):
     with pytest.raises(ConfigError, match="search.objectives"):
-        run_search(small(tmp_path, "search.objectives=[time_to_train_s,bogus]"), tmp_path)
+        run_search(small(tmp_path, f"search.objectives={objectives}"), tmp_path)
+    assert not (tmp_path / "optuna.db").exists()
 
 
 @pytest.mark.parametrize("override, field", [

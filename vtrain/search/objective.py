@@ -37,6 +37,9 @@ def directions(objectives: Sequence[str]) -> List[str]:
     """Optuna study directions; each objective must be a numeric :class:`vtrain.report.Report` field."""
     if not objectives:
         raise ConfigError("search.objectives is empty; e.g. [time_to_train_s, cost_usd]")
+    twice = sorted({o for o in objectives if list(objectives).count(o) > 1})
+    if twice:
+        raise ConfigError(f"search.objectives lists {', '.join(twice)} more than once: each objective once")
     for name in objectives:
         if name not in NUMERIC_REPORT_FIELDS:
             raise ConfigError(f"search.objectives: {name} is not one of {', '.join(sorted(NUMERIC_REPORT_FIELDS))}")

@@ -88,7 +88,7 @@ def render(result: SearchResult) -> str:
 
 def _beyond(v: float) -> str:
     """How far beyond a limit (a fraction of it): a percentage, or a factor past 10x (1e-300 days asked)."""
-    return f"+{100 * v:.0f}%" if v < 9 else f"{1 + v:.3g}x the limit"
+    return f"{100 * v:.0f}% over the limit" if v < 9 else f"at {1 + v:.3g}x the limit"
 
 
 def no_plan_message(result: SearchResult, trials_csv: object) -> str:
@@ -100,7 +100,7 @@ def no_plan_message(result: SearchResult, trials_csv: object) -> str:
         worst = ", ".join(f"{k} {_beyond(v)}" for k, v in close.violations.items() if v > 0)
         return (f"search: no plan for {result.model} on {result.cluster} satisfies {lim.text()} among "
                 f"{len(result.feasible):,} feasible {what}; the closest is {plan_label(close.plan or {})} "
-                f"({worst} beyond the limits; details in {trials_csv})")
+                f"({worst}; details in {trials_csv})")
     reasons = "; ".join(f"{k} ({v} like it)" for k, v in list(result.pruned_reasons().items())[:3])
     return (f"search: no feasible plan for {result.model} on {result.cluster} among {len(result.records):,} "
             f"{what}: {reasons or 'empty plan space'} (details in {trials_csv})")
