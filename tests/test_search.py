@@ -266,6 +266,15 @@ def test_unknown_or_repeated_objective_is_a_config_error(tmp_path, objectives):
     assert not (tmp_path / "optuna.db").exists()
 
 
+@pytest.mark.parametrize("uri", ["ftp://host/x", "{tmp}/mlruns", "file://{tmp}/mlruns", "   "])
+def test_a_tracking_store_mlflow_cannot_open_is_refused_before_the_search(tmp_path, monkeypatch, uri):
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    cfg = compose(SMALL[:-1] + [f"search.storage={tmp_path / 'o.journal'}", f"tracking.uri={uri.format(tmp=tmp_path)}"])
+    with pytest.raises(ConfigError, match="tracking.uri=.*MLFLOW_ALLOW_FILE_STORE"):
+        run_search(cfg, tmp_path / "run")
+    assert not (tmp_path / "o.journal").exists() and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("override, field", [
     ("search.schedules=[]", "search.schedules=[]"), ("search.micro_batch_sizes=[0]", "search.micro_batch_sizes=[0]"),
     ("search.population_size=1", "search.population_size=1"), ("search.seed=-1", "search.seed=-1"),

@@ -7,6 +7,7 @@ rule, e.g. ``search.population_size=1: must be an integer >= 2``, raised as
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from vtrain.errors import ConfigError
@@ -50,6 +51,21 @@ def _one_of(choices: Sequence[str]) -> Callable[[Any], bool]:
 _bool: Callable[[Any], bool] = lambda v: isinstance(v, bool)  # noqa: E731
 _text: Callable[[Any], bool] = lambda v: v is None or (isinstance(v, str) and v.strip() != "")  # noqa: E731
 INF = math.inf
+# the tracking stores MLflow 3 opens (mlflow.tracking._tracking_service.utils): servers, databases (with a driver:
+# "postgresql+psycopg2"), Databricks; a directory (its file store) only with MLFLOW_ALLOW_FILE_STORE=true
+MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
+
+
+def _tracking_uri(v: Any) -> bool:
+    if v is None:
+        return True
+    if not isinstance(v, str) or not v.strip():
+        return False
+    scheme = v.split("://", 1)[0].split("+", 1)[0].lower() if "://" in v else v.strip().lower()
+    if scheme in MLFLOW_SCHEMES:
+        return True
+    file_store = "://" not in v or scheme == "file"
+    return file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1")
 
 SEARCH_RULES: List[Rule] = [
     ("sampler", _one_of(SAMPLERS), f"must be one of {', '.join(SAMPLERS)}"),
@@ -110,7 +126,8 @@ SEARCH_RULES: List[Rule] = [
 
 TRACKING_RULES: List[Rule] = [
     ("enabled", _bool, "must be true or false"),
-    ("uri", _text, "must be null or an MLflow tracking URI"),
+    ("uri", _tracking_uri, "must be null, an MLflow server (http://host:5000) or a database URL (sqlite:///<path>.db, "
+                           "postgresql://...); MLflow 3 refuses a directory store unless MLFLOW_ALLOW_FILE_STORE=true"),
     ("experiment_name", _text, "must be null or a non-empty name"),
     ("child_runs", _one_of(CHILD_RUNS), f"must be one of {', '.join(CHILD_RUNS)}"),
     ("top_k", _int(0, 1000), "must be an integer from 0 to 1000"),
