@@ -376,6 +376,14 @@ def test_a_study_of_another_plan_space_names_what_differs(tmp_path):
         run_search(small(tmp_path, "search.n_trials=3", "search.study_name=two", "search.pp=[1,2]"), tmp_path)
 
 
+@pytest.mark.parametrize("storage, says", [("{tmp}", "is a directory; name a journal file"),
+                                            ("ftp://host/x", "ftp:// is no database SQLAlchemy knows")])
+def test_a_storage_optuna_cannot_open_is_one_line(tmp_path, storage, says):
+    cfg = compose(SMALL + [f"search.storage={storage.format(tmp=tmp_path)}"])
+    with pytest.raises(ConfigError, match=says):
+        run_search(cfg, tmp_path / "run")
+
+
 def test_a_file_that_is_no_journal_is_left_as_it_is(tmp_path):
     """search.storage naming a file of one's own (fuzzed: it was truncated, appended to, then a traceback)."""
     mine = tmp_path / "notes.txt"

@@ -76,6 +76,9 @@ def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
 
             Path(spec.target).parent.mkdir(parents=True, exist_ok=True)
             lock = JournalFileSymlinkLock(spec.target)
+            if Path(spec.target).is_dir():
+                raise ConfigError(f"search.storage={spec.target}: is a directory; name a journal file "
+                                  f"({Path(spec.target) / 'study.journal'}) or an RDB URL (sqlite:///study.db)")
             if Path(spec.target).exists():
                 if not Path(spec.target).is_file() or not is_journal(Path(spec.target)):
                     raise ConfigError(f"search.storage={spec.target}: exists and is not an Optuna journal (its first "
@@ -97,6 +100,9 @@ def make_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
         raise
     except Exception as exc:  # bad URL, missing driver, unreachable server, unwritable path
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "Can't load plugin: sqlalchemy.dialects" in first:  # ftp://..., a typo in the scheme
+            first = (f"{spec.target.split('://')[0]}:// is no database SQLAlchemy knows; use a journal file path or an "
+                     "RDB URL (sqlite:///study.db, postgresql://user@host/db, mysql://...)")
         raise ConfigError(f"search.storage={spec.target}: {first[:300]}") from None
 
 
