@@ -115,7 +115,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     worst = sorted(ok, key=lambda r: -(r.ape_pct or 0.0))[:show]
     if show > 0 and ok:
         say(f"{'row':>5} {'gpus':>5} {'(tp,pp,dp)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "
-            f"{'measured ms':>12} {'predicted ms':>13} {'error':>8}   ({len(worst)} worst rows)")
+            f"{'measured ms':>12} {'predicted ms':>13} {'time err':>8} {'APE':>6}   ({len(worst)} worst rows; "
+            "APE of the measured quantity, as MAPE: a rate's error is the time's inverse)")
         for r in worst:
             v = r.row.values
             shape = r.plan_shape
@@ -125,7 +126,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                   f"{v.get('hidden_size', v.get('model', '')):>6} "
                   f"{v.get('num_layers', ''):>6} "
                   f"{r.measured_ms:>12.1f} {r.predicted_ms:>13.1f} "
-                  f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}%")  # type: ignore[operator]
+                  f"{(r.predicted_ms - r.measured_ms) / r.measured_ms * 100:>+7.1f}% "  # type: ignore[operator]
+                  f"{r.ape_pct or 0.0:>5.1f}%")
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
         say(f"skipped {r.skipped_reason}")
