@@ -348,6 +348,11 @@ def test_a_nemo_style_table_validates_end_to_end(tmp_path, capfd):
     assert row["skipped_reason"] == "" and row["measured_quantity"] == "tokens_per_s_per_gpu"
     assert float(row["measured_ms"]) == pytest.approx(128 * 8192 / (13812 * 8) * 1e3, rel=1e-4)
     assert row["simulated_stack"] == "megatron_core_te"
+    # MAPE's error is of tokens/s, the inverse of the time's; the table prints both
+    measured, predicted = float(row["measured_ms"]), float(row["predicted_ms"])
+    assert float(row["ape_pct"]) == pytest.approx(abs(measured / predicted - 1) * 100, abs=1e-3)
+    assert float(row["error_pct"]) == pytest.approx((predicted / measured - 1) * 100, abs=1e-3)
+    assert f"MAPE: {float(row['ape_pct']):.2f}%" in res.out
 
 
 def test_gradient_and_moment_dtypes_as_megatron_names_them(tmp_path, cfg):

@@ -16,14 +16,15 @@ from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_d
 from vtrain.validation.run import RowResult, coverage_pct, memory_summary_of, summary_of, validate_rows
 from vtrain.workload.fields import Domain, check_value
 
-RESULT_COLUMNS = ("row", "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "fits",
+RESULT_COLUMNS = ("row", "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "ape_pct", "fits",
                   "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
                   "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute")
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
-    """Every input column (unknown ones echoed: a file may carry its own ids), then the results: signed errors
-    (predicted - measured) / measured, the predicted peak memory beside the measured ``peak_memory_gib``."""
+    """Every input column (unknown ones echoed: a file may carry its own ids), then the results: the signed time
+    error (predicted - measured) / measured, the absolute error of the measured quantity that MAPE averages (a
+    rate's is the time's inverse), the predicted peak memory beside the measured ``peak_memory_gib``."""
     keys: List[str] = list(REQUIRED)
     extra = sorted({k for r in results for k in r.row.values} - set(REQUIRED))
     # an input column named like a result column is echoed as <name>_input (one header, one meaning)
@@ -41,9 +42,11 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             measured = "" if r.predicted_ms is None else f"{r.measured_ms:.3f}"
             lo = "" if r.predicted_lo_ms is None else f"{r.predicted_lo_ms:.3f}"
             hi = "" if r.predicted_hi_ms is None else f"{r.predicted_hi_ms:.3f}"
-            w.writerow([r.row.index, *values, measured, pred, err, r.quantity, "" if r.fits is None else r.fits, mem,
-                        mem_err, r.skipped_reason or "", lo, hi, "" if r.covered is None else r.covered,
-                        r.interval_regime, r.stack, r.recompute])
+            ape = "" if r.ape_pct is None else f"{r.ape_pct:.3f}"
+            fits = "" if r.fits is None else r.fits
+            covered = "" if r.covered is None else r.covered
+            w.writerow([r.row.index, *values, measured, pred, err, r.quantity, ape, fits, mem, mem_err,
+                        r.skipped_reason or "", lo, hi, covered, r.interval_regime, r.stack, r.recompute])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
