@@ -67,6 +67,7 @@ def _tracking_uri(v: Any) -> bool:
     file_store = "://" not in v or scheme == "file"
     return file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1")
 
+
 SEARCH_RULES: List[Rule] = [
     ("sampler", _one_of(SAMPLERS), f"must be one of {', '.join(SAMPLERS)}"),
     ("n_trials", _int(0, 1_000_000), "must be an integer from 0 to 1000000 (>= 1 unless search.sampler=grid)"),
