@@ -54,6 +54,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     p = cfg.profile
     if str(p.device) == "none":
         raise ConfigError("task=measure needs profile.device=cpu or cuda")
+    from vtrain.profiler.settings import check_profile
+
+    check_profile(p)
     import torch
 
     from vtrain.api import simulate

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, List
 
+from vtrain.config.rules import Rule, check_group
+from vtrain.config.rules import boolean as _bool
+from vtrain.config.rules import int_in as _int
+from vtrain.config.rules import list_of as _list
+from vtrain.config.rules import num_in as _num
+from vtrain.config.rules import one_of as _one_of
+from vtrain.config.rules import optional as _opt
+from vtrain.config.rules import text as _text
 from vtrain.errors import ConfigError
 
 SAMPLERS = ("nsgaii", "tpe", "random", "grid")
@@ -21,35 +29,6 @@ PRECISIONS = ("fp16", "bf16", "fp32", "fp8", "fp8_rowwise", "fp8_blockwise", "mx
 DISPATCHERS = ("alltoall", "allgather", "deepep")  # workload.enums.MoeDispatcher
 CP_COMMS = ("p2p", "allgather", "a2a")  # workload.enums.CpComm
 
-Rule = Tuple[str, Callable[[Any], bool], str]
-
-
-def _int(lo: int, hi: Optional[int] = None) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
-
-
-def _num(lo: float, hi: float, lo_open: bool = False) -> Callable[[Any], bool]:
-    def ok(v: Any) -> bool:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return False
-        return (v > lo if lo_open else v >= lo) and v <= hi
-    return ok
-
-
-def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or pred(v)
-
-
-def _list(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(pred(x) for x in v)
-
-
-def _one_of(choices: Sequence[str]) -> Callable[[Any], bool]:
-    return lambda v: str(v) in choices
-
-
-_bool: Callable[[Any], bool] = lambda v: isinstance(v, bool)  # noqa: E731
-_text: Callable[[Any], bool] = lambda v: v is None or (isinstance(v, str) and v.strip() != "")  # noqa: E731
 INF = math.inf
 # the tracking stores MLflow 3 opens (mlflow.tracking._tracking_service.utils): servers, databases (with a driver:
 # "postgresql+psycopg2"), Databricks; a directory (its file store) only with MLFLOW_ALLOW_FILE_STORE=true
@@ -136,32 +115,6 @@ TRACKING_RULES: List[Rule] = [
     ("http_timeout_s", _int(1, 3600), "must be an integer from 1 to 3600 seconds"),
     ("description", _text, "must be null or a non-empty text"),
 ]
-
-
-def _plain(value: Any) -> Any:
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(value):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    return value
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_show(v) for v in value) + "]"
-    return "null" if value is None else str(value)
-
-
-def check_group(group: str, node: Any, rules: Sequence[Rule]) -> None:
-    for name, ok, rule in rules:
-        value = _plain(node.get(name) if hasattr(node, "get") else getattr(node, name, None))
-        if not ok(value):
-            raise ConfigError(f"{group}.{name}={_show(value)}: {rule}")
 
 
 def check_search(search: Any) -> None:
