@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from vtrain.cli import logs, rundir, sweep
 from vtrain.cli.overrides import TASKS, check_argv, first_line
-from vtrain.config.compose import CONF_DIR, resolve
+from vtrain.config.compose import CONF_DIR, resolve, set_user_config_dirs
 from vtrain.errors import ConfigError, VtrainError
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,10 @@ def hydra_main(cfg: DictConfig) -> int:
     global _crashed, _started
     _started = True
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    # the run's --config-dir from Hydra's own record of its search path: a SLURM job (submitit) runs this
+    # function in another process, where the command line was never read
+    set_user_config_dirs([str(s.path) for s in HydraConfig.get().runtime.config_sources
+                          if s.provider == "command-line" and s.schema == "file"])
     multirun = _multirun()
     rundir.start(out_dir, owned=multirun)
     sweep.take_notes()
@@ -156,6 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
              f"({exc.strerror or exc})")
     finally:
         signal.signal(signal.SIGINT, previous)
+        set_user_config_dirs([])  # this run's --config-dir ends with it (main() may run again in one process)
     if sweep.exit_code:
         sys.exit(sweep.exit_code)
 

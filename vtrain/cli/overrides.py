@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, List, Sequence, Tuple
 
 from vtrain.cli.keys import FREE, children, closest, lookup, suggest_key, type_error
-from vtrain.config.compose import CONF_DIR, group_options
+from vtrain.config.compose import CONF_DIR, group_options, set_user_config_dirs
 from vtrain.errors import ConfigError
 
 TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure", "casestudy")
@@ -73,6 +73,19 @@ def split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return flags, overrides
 
 
+def config_dir_flags(flags: Sequence[str]) -> List[str]:
+    """The folders of ``--config-dir`` / ``-cd`` (``--config-dir=DIR`` or ``--config-dir DIR``)."""
+    dirs: List[str] = []
+    for i, flag in enumerate(flags):
+        name, eq, value = flag.partition("=")
+        if name in ("--config-dir", "-cd"):
+            if eq:
+                dirs.append(value)
+            elif i + 1 < len(flags):
+                dirs.append(flags[i + 1])
+    return dirs
+
+
 def check_argv(argv: Sequence[str]) -> None:
     """Raise ConfigError with one line for the first bad flag or override of ``argv``."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -81,6 +94,7 @@ def check_argv(argv: Sequence[str]) -> None:
     flags, texts = split_argv(argv)
     if any(f in ("-h", "--help", "--hydra-help", "--version") for f in flags):
         return
+    set_user_config_dirs(config_dir_flags(flags))
     multirun = any(f in ("-m", "--multirun") for f in flags)
     parser = OverridesParser.create()
     parsed = []

@@ -32,7 +32,7 @@ from vtrain.calibration.fit import (
     sensitivity,
 )
 from vtrain.cli.logs import say
-from vtrain.config.compose import CONF_DIR, require_group
+from vtrain.config.compose import check_config_name, require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.datasets import (
     SHIPPED_STACK,
@@ -57,8 +57,9 @@ GROUPS = {
 
 
 def write_constants(group: str, name: str, constants: dict) -> Path:
-    """Update ``conf/<group>/<name>.yaml`` in place (one ``key: value`` line per constant)."""
-    path = CONF_DIR / group / f"{name}.yaml"
+    """Update ``<group>/<name>.yaml`` in place where it lives (the shipped configs or a ``--config-dir``), one
+    ``key: value`` line per constant."""
+    path = check_config_name(group, name)
     text = path.read_text()
     for key, value in constants.items():
         line = f"{key}: {value:.4g}"

@@ -58,8 +58,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     say(render(result))
     sweep.note(**headline(result))
     say(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
-    say(f"reproduce: python -m vtrain task=simulate {' '.join(result.base_overrides)} "
-        f"$(cat {out_dir / 'best_time.yaml'})")
+    say(f"reproduce: {outputs.simulate_prefix(result)} $(cat {out_dir / 'best_time.yaml'})")
     if tracker is None:
         return 0
     tracked = tracker.log(result, out_dir, paths)

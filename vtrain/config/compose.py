@@ -18,11 +18,35 @@ from vtrain.errors import ConfigError
 
 CONF_DIR = Path(str(resources.files("vtrain") / "conf"))
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # a config name, never a path
+# the user's config folders (``--config-dir``, Hydra's flag), searched after the shipped configs, as Hydra does:
+# a model, cluster, GPU, stack or price list of one's own is a YAML file in <dir>/<group>/
+_USER_DIRS: List[Path] = []
+
+
+def set_user_config_dirs(dirs: Sequence[str]) -> None:
+    """The ``--config-dir`` folders of this run (replacing any of a previous run in this process)."""
+    found: List[Path] = []
+    for d in dirs:
+        path = Path(d).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"--config-dir={d}: no such directory (it holds <group>/<name>.yaml files, e.g. "
+                              "model/my_model.yaml)")
+        found.append(path.resolve())
+    _USER_DIRS[:] = found
+
+
+def user_config_dirs() -> List[Path]:
+    return list(_USER_DIRS)
+
+
+def config_dirs() -> List[Path]:
+    """Where group configs are looked up, in Hydra's order: the shipped configs, then ``--config-dir``."""
+    return [CONF_DIR, *_USER_DIRS]
 
 
 def group_options(group: str) -> List[str]:
     """The selectable configs of a group (files starting with ``_`` are shared bases, not options)."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
+    return sorted({p.stem for d in config_dirs() for p in (d / group).glob("*.yaml") if not p.stem.startswith("_")})
 
 
 def require_group(cfg: DictConfig, group: str) -> None:
@@ -34,10 +58,11 @@ def check_config_name(group: str, name: str) -> Path:
     """The file of config ``group/name``; the name must be a plain config name (no path parts)."""
     if not _NAME.match(name) or ".." in name:
         raise ConfigError(f"{group}={name} is not a config name; one of: {', '.join(group_options(group))}")
-    path = CONF_DIR / group / f"{name}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{group}={name} is unknown; one of: {', '.join(group_options(group))}")
-    return path
+    for d in config_dirs():
+        path = d / group / f"{name}.yaml"
+        if path.is_file():
+            return path
+    raise ConfigError(f"{group}={name} is unknown; one of: {', '.join(group_options(group))}")
 
 
 def _load_raw(group: str, name: str, seen: tuple[str, ...] = ()) -> Any:

@@ -55,9 +55,16 @@ def applied_overrides(result: SearchResult, rec: TrialRecord) -> List[str]:
     return out
 
 
+def simulate_prefix(result: SearchResult) -> str:
+    """``python -m vtrain [--config-dir=...] task=simulate <the search's overrides>``: Hydra reads its flags
+    before the overrides, never after them."""
+    flags = [o for o in result.base_overrides if o.startswith("-")]
+    rest = [o for o in result.base_overrides if not o.startswith("-")]
+    return " ".join(["python -m vtrain", *flags, "task=simulate", *rest])
+
+
 def simulate_command(result: SearchResult, rec: TrialRecord) -> str:
-    return " ".join(["python -m vtrain task=simulate", *result.base_overrides, *plan_overrides(rec.plan or {}),
-                     *applied_overrides(result, rec)])
+    return " ".join([simulate_prefix(result), *plan_overrides(rec.plan or {}), *applied_overrides(result, rec)])
 
 
 TRIAL_COLUMNS = ("trial", "state", "pareto", "within_constraints", "duplicate_of", "reason", *SEARCHED_FIELDS,

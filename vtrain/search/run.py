@@ -103,7 +103,10 @@ def base_overrides(cfg: Any) -> List[str]:
     groups = {o.lstrip("+~").split("=", 1)[0] for o in kept}
     # an experiment preset selects its own model and cluster (naming them again is a Hydra error)
     lead = [] if "experiment" in groups else [f"+{g}={cfg[g].name}" for g in ("model", "cluster") if g not in groups]
-    return lead + kept
+    from vtrain.config.compose import user_config_dirs
+
+    dirs = [f"--config-dir={d}" for d in user_config_dirs()]  # the user's own configs, found again
+    return dirs + lead + kept
 
 
 def _metric(r: TrialRecord, k: str) -> float:
