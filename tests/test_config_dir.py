@@ -64,3 +64,13 @@ def test_the_search_reproduce_command_finds_the_configs_again(tmp_path):
                            timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((tmp_path / "again" / "report.json").read_text())["gpu"] == "my_gpu"
+
+
+def test_hydra_flags_may_follow_the_overrides(tmp_path, capfd):
+    """Hydra's parser reads its flags before the overrides only; the CLI puts them there (before, a flag
+    among the overrides printed argparse's usage and 'unrecognized arguments')."""
+    own = _own_configs(tmp_path / "conf")
+    res = run_inprocess(["task=simulate", *OWN, "--config-dir", str(own), *PLAN, f"hydra.run.dir={tmp_path / 'r'}"],
+                        capfd)
+    assert res.code == 0, res.err
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["model"] == "my_model"

@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from vtrain.cli import logs, rundir, sweep
-from vtrain.cli.overrides import TASKS, check_argv, first_line
+from vtrain.cli.overrides import TASKS, check_argv, first_line, split_argv
 from vtrain.config.compose import CONF_DIR, resolve, set_user_config_dirs
 from vtrain.errors import ConfigError, VtrainError
 
@@ -133,8 +133,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         check_argv(args)
         os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra raises instead of printing many lines
         register_configs()
-        if argv is not None:
-            sys.argv = [sys.argv[0], *args]
+        flags, overrides = split_argv(args)
+        sys.argv = [sys.argv[0], *flags, *overrides]  # Hydra's parser takes its flags before the overrides only
         with logs.restored_root_logger():
             hydra_main()
     except KeyboardInterrupt:
