@@ -1,6 +1,7 @@
 """Bad input: one line naming the field and the rule, exit code 2, no traceback, nothing written.
 
 Most cases run the command line in-process (tests/clirun.py); a few run it as a real process."""
+import json
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,20 @@ def test_mistake_is_one_line_with_exit_2(tmp_path, capfd, overrides, message):
     line = res.one_line_error()
     assert message in line
     assert not run_dir.exists()  # nothing half-written, no run directory left
+
+
+def test_a_presets_choice_is_replaced_without_plus(tmp_path, capfd):
+    """+experiment=... selects model and cluster in its defaults list: Hydra replaces that choice with model=<name>
+    and refuses a second +model= ("Multiple values for model. To override a value use 'override model: ...'")."""
+    res = run_inprocess(["+experiment=gpt3_megatron", "+model=llama3_8b", f"hydra.run.dir={tmp_path / 'a'}"], capfd)
+    assert res.code == 2 and res.one_line_error() == (
+        "vtrain: error: +model=llama3_8b: +experiment=gpt3_megatron selects model already; write model=llama3_8b "
+        "(without +) to replace its choice")
+    res = run_inprocess(["+experiment=gpt3_megatron", "model=llama3_8b", "cluster=h100x1024", "tracking=off",
+                         f"hydra.run.dir={tmp_path / 'b'}"], capfd)
+    assert res.code == 0, res.err
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert (report["model"], report["cluster"]) == ("llama3_8b", "h100x1024")
 
 
 def test_without_plus_and_model_missing(tmp_path, capfd):

@@ -13,10 +13,11 @@ Hydra's own keys (``hydra.*``, ``hydra/launcher=...``) are left to Hydra.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cli.keys import FREE, children, closest, lookup, suggest_key, type_error
 from vtrain.config.compose import CONF_DIR, group_options, set_user_config_dirs
+from vtrain.config.compose import check_config_name as config_file
 from vtrain.errors import ConfigError
 
 TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure", "casestudy")
@@ -96,6 +97,7 @@ def check_argv(argv: Sequence[str]) -> None:
         return
     set_user_config_dirs(config_dir_flags(flags))
     multirun = any(f in ("-m", "--multirun") for f in flags)
+    selected = preset_selections(texts)
     parser = OverridesParser.create()
     parsed = []
     for text in texts:
@@ -104,9 +106,32 @@ def check_argv(argv: Sequence[str]) -> None:
         except HydraException as exc:
             reason = str(exc).strip().splitlines()[-1].replace("missing EQUAL at '<EOF>'", "no '='")
             raise ConfigError(f"cannot read '{text}': {reason} (overrides are key=value)") from None
-        check_override(override, text, multirun)
+        check_override(override, text, multirun, selected)
         parsed.append((override, text))
     check_sections(parsed)
+
+
+def preset_selections(texts: Sequence[str]) -> Dict[str, str]:
+    """The groups a chosen preset (``+experiment=...``, ``+casestudy=...``) selects in its defaults list
+    (``- /model: gpt175b``), each with the preset's override: Hydra lets ``model=<name>`` replace that choice
+    and refuses a second ``+model=``."""
+    from omegaconf import OmegaConf
+
+    out: Dict[str, str] = {}
+    for text in texts:
+        key, eq, name = text.lstrip("+").partition("=")
+        if not eq or key not in PRESET_GROUPS or "," in name:
+            continue
+        try:
+            node = OmegaConf.to_container(OmegaConf.load(config_file(key, name)))
+        except Exception:  # an unknown or unreadable preset: its own check names it
+            continue
+        for entry in (node.get("defaults") or []) if isinstance(node, dict) else []:
+            for k in (entry if isinstance(entry, dict) else {}):
+                group = str(k).removeprefix("override ").strip().lstrip("/")
+                if group in groups() and not str(k).startswith("override "):
+                    out[group] = text
+    return out
 
 
 def check_sections(parsed: List[Tuple[Any, str]]) -> None:
@@ -135,7 +160,7 @@ def _values(override: Any) -> List[Any]:
     return list(override.sweep_iterator())
 
 
-def check_override(o: Any, text: str, multirun: bool) -> None:
+def check_override(o: Any, text: str, multirun: bool, selected: Optional[Dict[str, str]] = None) -> None:
     from hydra.core.override_parser.types import OverrideType
 
     key: str = o.key_or_group
@@ -150,7 +175,7 @@ def check_override(o: Any, text: str, multirun: bool) -> None:
         raise ConfigError(f"{text}: removing config entries (~) is not supported; set a value instead")
     adding = o.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
     if key in groups():
-        return check_group(key, _values(o), adding, text)
+        return check_group(key, _values(o), adding, text, selected or {})
     found = lookup(key)
     if found is None:
         raise ConfigError(unknown_key(key))
@@ -165,11 +190,16 @@ def check_override(o: Any, text: str, multirun: bool) -> None:
         check_named_value(key, value, shown)
 
 
-def check_group(group: str, choices: List[Any], adding: bool, text: str) -> None:
+def check_group(group: str, choices: List[Any], adding: bool, text: str,
+                selected: Optional[Dict[str, str]] = None) -> None:
     in_defaults = group in default_groups()
+    by_preset = (selected or {}).get(group)
     if adding and in_defaults:
         raise ConfigError(f"{text}: {group} is chosen by default; write {text.lstrip('+')} (without +)")
-    if not adding and not in_defaults:
+    if adding and by_preset:
+        raise ConfigError(f"{text}: {by_preset} selects {group} already; write {text.lstrip('+')} (without +) to "
+                          "replace its choice")
+    if not adding and not in_defaults and not by_preset:
         raise ConfigError(f"{text}: {group} is not chosen by default; write +{text}")
     for choice in choices:
         check_config_name(group, choice, group)
