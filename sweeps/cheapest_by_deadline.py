@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import List
 
 from vtrain.config.compose import compose
+from vtrain.errors import ConfigError
 from vtrain.search.labels import plan_label
 from vtrain.search.run import run_search
 from vtrain.tracking.tables import write_csv
@@ -19,16 +21,22 @@ from vtrain.tracking.tables import write_csv
 CASES = {"gpt175b": "a100x1024", "mtnlg530b": "a100x3360"}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="outputs/cheapest_by_deadline")
-    ap.add_argument("--days", default="25,30,40,60,90,120,180")
-    ap.add_argument("overrides", nargs="*")
-    args = ap.parse_args()
+def _days(text: str) -> List[float]:
+    try:
+        days = [float(d) for d in text.split(",")]
+    except ValueError:
+        days = []
+    if not days or not all(0 < d < 1e6 for d in days):
+        raise ConfigError(f"--days={text}: must be comma-separated numbers of days in (0, 1000000)")
+    return days
+
+
+def main(args: argparse.Namespace) -> None:
     out = Path(args.out)
+    deadlines = _days(args.days)
     rows = []
     for model, cluster in CASES.items():
-        for days in [float(d) for d in args.days.split(",")]:
+        for days in deadlines:
             with tempfile.TemporaryDirectory() as tmp:
                 cfg = compose([f"+model={model}", f"+cluster={cluster}", f"search.max_days={days}",
                                "search.progress_bar=false", "tracking.enabled=false", *args.overrides])
@@ -64,4 +72,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from vtrain.cli.main import run_script
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="outputs/cheapest_by_deadline")
+    ap.add_argument("--days", default="25,30,40,60,90,120,180")
+    ap.add_argument("overrides", nargs="*")
+    cli = ap.parse_args()
+    run_script(lambda: main(cli), cli.overrides)

@@ -63,4 +63,6 @@ def main(argv: List[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from vtrain.cli.main import run_script
+
+    run_script(lambda: main(sys.argv[1:]), sys.argv[1:])

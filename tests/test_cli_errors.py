@@ -368,3 +368,24 @@ def test_a_gpu_without_bf16_refuses_it(tmp_path, capfd):
     line = run_inprocess(["task=simulate", "+model=gpt_1_7b", "+cluster=h100x1024", "cluster.gpu=v100",
                           f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
     assert "precision=bf16 needs a bf16 peak, which gpu=v100 does not have (fp16, fp32)" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, args, line", [
+    ("deepseek_v3_h800.py", ["search.seed=abc"], "vtrain: error: search.seed=abc must be an integer"),
+    ("cheapest_by_deadline.py", ["parallelism.tpp=3"],
+     "vtrain: error: parallelism.tpp is not a config key; did you mean parallelism.tp?"),
+    ("cheapest_by_deadline.py", ["--days", "abc"],
+     "vtrain: error: --days=abc: must be comma-separated numbers of days in (0, 1000000)"),
+])
+def test_the_sweep_scripts_check_their_input_as_the_cli_does(tmp_path, script, args, line):
+    """sweeps/ scripts compose with the Python API, which skipped the command line's checks: a bad override
+    ended in a ConfigError traceback (or Hydra's 'Error merging override')."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "sweeps" / script), *args], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [line]

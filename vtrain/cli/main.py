@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -38,6 +38,19 @@ def one_line(message: object) -> str:
 def fail(message: str) -> NoReturn:
     print(f"vtrain: error: {one_line(message)}", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def run_script(entry: Callable[[], Optional[int]], overrides: Sequence[str]) -> NoReturn:
+    """A script of ``sweeps/`` under the CLI's rules: its overrides checked as the command line's are, a bad
+    input one line and exit code 2 (not a traceback from the compose API)."""
+    try:
+        check_argv(list(overrides))
+        code = entry()
+    except VtrainError as err:
+        fail(str(err))
+    finally:
+        set_user_config_dirs([])
+    sys.exit(code or 0)
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
