@@ -2,6 +2,7 @@
 files, then log everything to MLflow. optuna and mlflow are imported only here, lazily."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, Dict
 
@@ -58,7 +59,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     say(render(result))
     sweep.note(**headline(result))
     say(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
-    say(f"reproduce: {outputs.simulate_prefix(result)} $(cat {out_dir / 'best_time.yaml'})")
+    say(f"reproduce: {outputs.simulate_prefix(result)} $(cat {shlex.quote(str(out_dir / 'best_time.yaml'))})")
     if tracker is None:
         return 0
     tracked = tracker.log(result, out_dir, paths)

@@ -13,6 +13,7 @@ string and the shell splits them into arguments, so both work::
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
@@ -58,8 +59,8 @@ def applied_overrides(result: SearchResult, rec: TrialRecord) -> List[str]:
 def simulate_prefix(result: SearchResult) -> str:
     """``python -m vtrain [--config-dir=...] task=simulate <the search's overrides>``: Hydra reads its flags
     before the overrides, never after them."""
-    flags = [o for o in result.base_overrides if o.startswith("-")]
-    rest = [o for o in result.base_overrides if not o.startswith("-")]
+    flags = [shlex.quote(o) for o in result.base_overrides if o.startswith("-")]  # a shell command: quoted
+    rest = [shlex.quote(o) for o in result.base_overrides if not o.startswith("-")]
     return " ".join(["python -m vtrain", *flags, "task=simulate", *rest])
 
 

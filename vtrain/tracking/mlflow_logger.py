@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,7 @@ class Tracked:
 
     @property
     def ui_command(self) -> Optional[str]:
-        return None if self.uri.startswith("http") else f"mlflow ui --backend-store-uri {self.uri}"
+        return None if self.uri.startswith("http") else f"mlflow ui --backend-store-uri {shlex.quote(self.uri)}"
 
 
 def experiment_name(tracking: Any, result: SearchResult) -> str:
