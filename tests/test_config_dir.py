@@ -74,3 +74,14 @@ def test_hydra_flags_may_follow_the_overrides(tmp_path, capfd):
                         capfd)
     assert res.code == 0, res.err
     assert json.loads((tmp_path / "r" / "report.json").read_text())["model"] == "my_model"
+
+
+def test_the_python_api_takes_the_same_folders(tmp_path):
+    from vtrain import compose, simulate
+    from vtrain.errors import ConfigError
+
+    own = _own_configs(tmp_path / "my conf")  # a space in the path: Hydra's search path is quoted
+    report = simulate(compose([*OWN, *PLAN], config_dirs=[str(own)]))
+    assert (report.model, report.cluster, report.gpu) == ("my_model", "my_cluster", "my_gpu")
+    with pytest.raises(ConfigError):  # the next compose without them: unknown again
+        compose([*OWN, *PLAN])

@@ -131,8 +131,11 @@ def resolve(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def compose(overrides: Optional[Sequence[str]] = None, require: bool = True) -> DictConfig:
-    """Compose ``conf/config.yaml`` with Hydra overrides, e.g. ``["+model=gpt175b", "+cluster=a100x1024"]``."""
+def compose(overrides: Optional[Sequence[str]] = None, require: bool = True,
+            config_dirs: Sequence[str] = ()) -> DictConfig:
+    """Compose ``conf/config.yaml`` with Hydra overrides, e.g. ``["+model=gpt175b", "+cluster=a100x1024"]``;
+    ``config_dirs``: folders of one's own configs (``<dir>/<group>/<name>.yaml``), the command line's
+    ``--config-dir``, searched after the shipped ones (for this and later lookups, until the next compose)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -142,11 +145,14 @@ def compose(overrides: Optional[Sequence[str]] = None, require: bool = True) -> 
     from vtrain.config.store import register_configs
 
     register_configs()
+    set_user_config_dirs(config_dirs)
+    quoted = ",".join("'file://" + str(d).replace("\\", "\\\\").replace("'", "\\'") + "'" for d in _USER_DIRS)
+    search = [f"hydra.searchpath=[{quoted}]"] if _USER_DIRS else []  # Hydra's quoted strings: \\ and \' escaped
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="vtrain"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+            cfg = hydra_compose(config_name="config", overrides=[*search, *(overrides or [])])
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(str(exc).strip().splitlines()[0]) from None
     return resolve(cfg) if require else cfg
