@@ -85,3 +85,14 @@ def test_the_python_api_takes_the_same_folders(tmp_path):
     assert (report.model, report.cluster, report.gpu) == ("my_model", "my_cluster", "my_gpu")
     with pytest.raises(ConfigError):  # the next compose without them: unknown again
         compose([*OWN, *PLAN])
+
+
+def test_a_validation_table_names_configs_of_ones_own(tmp_path, capfd):
+    own = _own_configs(tmp_path / "conf")
+    table = tmp_path / "own.csv"
+    table.write_text("model,gpu,num_gpus,tp,pp,micro_batch,global_batch,seq_len,tokens_per_s_per_gpu\n"
+                     "my_model,my_gpu,8,1,1,1,64,2048,5000\n")
+    res = run_inprocess([f"--config-dir={own}", "task=validate", "+cluster=my_cluster", f"validate.data={table}",
+                         "tracking=off", f"hydra.run.dir={tmp_path / 'r'}"], capfd)
+    assert res.code == 0, res.err
+    assert "| n=1 | skipped=0" in res.out

@@ -7,10 +7,11 @@ rule when it loads a single group config by name (the cluster's GPU).
 """
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -46,7 +47,12 @@ def config_dirs() -> List[Path]:
 
 def group_options(group: str) -> List[str]:
     """The selectable configs of a group (files starting with ``_`` are shared bases, not options)."""
-    return sorted({p.stem for d in config_dirs() for p in (d / group).glob("*.yaml") if not p.stem.startswith("_")})
+    return list(_options(group, tuple(config_dirs())))
+
+
+@functools.lru_cache(maxsize=64)  # a large validation CSV asks per row
+def _options(group: str, dirs: Tuple[Path, ...]) -> Tuple[str, ...]:
+    return tuple(sorted({p.stem for d in dirs for p in (d / group).glob("*.yaml") if not p.stem.startswith("_")}))
 
 
 def require_group(cfg: DictConfig, group: str) -> None:

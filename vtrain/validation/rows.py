@@ -148,7 +148,6 @@ def gpu_key(raw: str) -> str:
     return key
 
 
-@functools.lru_cache(maxsize=1)
 def _gpu_configs() -> Tuple[str, ...]:
     from vtrain.config.compose import group_options
 
@@ -212,7 +211,6 @@ STACK_VENDORS = ("mosaicml", "nvidia", "microsoft", "meta", "pytorch")
 STACK_VERSION = re.compile(r"(_v?\d+)+$")
 
 
-@functools.lru_cache(maxsize=1)
 def _stack_configs() -> Tuple[str, ...]:
     """The stack/ config names, read once (not a directory listing per row of a large CSV)."""
     from vtrain.config.compose import group_options
@@ -270,7 +268,6 @@ MODEL_FLAVOUR = re.compile(r"(_(hf|instruct|base|chat|pretrain|pretraining|pre_t
 MODEL_SUFFIX = re.compile(r"(?<=\d[bmt])(_(hf|instruct|base|chat)|_v\d+(_\d+)*)+$")
 
 
-@functools.lru_cache(maxsize=1)
 def _model_configs() -> Tuple[str, ...]:
     """The model/ config names, read once."""
     from vtrain.config.compose import group_options
@@ -306,14 +303,20 @@ def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
     return gpu_key(raw)
 
 
-@functools.lru_cache(maxsize=1)
 def _home_clusters() -> Dict[str, str]:
     """Each GPU's platform: the first cluster/ config (by name) built of it (the vTrain and CPU ones aside)."""
-    from vtrain.config.compose import group_options, load_group_config
+    from vtrain.config.compose import group_options
+
+    return _homes(tuple(group_options("cluster")))
+
+
+@functools.lru_cache(maxsize=4)
+def _homes(clusters: Tuple[str, ...]) -> Dict[str, str]:
+    from vtrain.config.compose import load_group_config
     from vtrain.config.schema import ClusterConfig
 
     homes: Dict[str, str] = {}
-    for name in group_options("cluster"):
+    for name in clusters:
         if name in ("vtrain_a100", "local_cpu"):
             continue
         homes.setdefault(str(load_group_config("cluster", name, ClusterConfig).gpu), name)
