@@ -389,3 +389,16 @@ def test_the_sweep_scripts_check_their_input_as_the_cli_does(tmp_path, script, a
                          text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [line]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["+model=gpt175b", "+cluster=a100x1024", "--cfg"], "vtrain: error: --cfg needs a value (e.g. --cfg job)"),
+    (["+model=gpt175b", "--cfg=bogus"],
+     "vtrain: error: --cfg bogus: is not one of job, hydra, all (the config to show)"),
+    (["+model=gpt175b", "--config-dir"], "vtrain: error: --config-dir needs a value (e.g. --config-dir <dir>)"),
+    (["-cd"], "vtrain: error: -cd needs a value (e.g. -cd <dir>)"),
+])
+def test_a_hydra_flag_without_its_value_is_one_line(capfd, args, line):
+    """Hydra's argparse printed its usage (several lines) for these."""
+    res = run_inprocess(args, capfd)
+    assert res.code == 2 and res.err.strip().splitlines() == [line]

@@ -25,6 +25,9 @@ VALUE_FLAGS = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "
                "--package", "-p", "--experimental-rerun", "--shell-completion", "-sc"}
 BARE_FLAGS = {"-m", "--multirun", "-h", "--help", "--hydra-help", "--version", "--resolve", "--run", "-r"}
 INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+CFG_CHOICES = ("job", "hydra", "all")  # --cfg
+FLAG_EXAMPLES = {"--cfg": "job", "-c": "job", "--config-dir": "<dir>", "-cd": "<dir>", "--config-name": "config",
+                 "-cn": "config", "--config-path": "<dir>", "-cp": "<dir>"}
 # sections that are empty until a config group fills them (+model=..., +casestudy=...)
 SECTION_GROUP = {"model": "model", "cluster": "cluster", "gpu": "gpu", "case_study": "casestudy"}
 PRESET_GROUPS = ("experiment", "casestudy")  # presets that may select model and cluster themselves
@@ -55,6 +58,11 @@ def split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
         arg = argv[i]
         if arg.startswith("-"):  # an override never starts with "-"
             name = arg.split("=", 1)[0]
+            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+            if name in VALUE_FLAGS and (value is None or (value.startswith("-") and "=" not in arg)):
+                raise ConfigError(f"{name} needs a value (e.g. {name} {FLAG_EXAMPLES.get(name, '<value>')})")
+            if name in ("--cfg", "-c") and value not in CFG_CHOICES:
+                raise ConfigError(f"{name} {value}: is not one of {', '.join(CFG_CHOICES)} (the config to show)")
             if name in BARE_FLAGS or (name in VALUE_FLAGS and "=" in arg):
                 flags.append(arg)
             elif name in VALUE_FLAGS:
