@@ -75,12 +75,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.cost.profile_io import default_profiles_root
     from vtrain.profiler.settings import check_profile
 
-    check_profile(p)
     model = _model_spec(cfg)
-    for hidden in p.hidden_sizes:  # the sweep scales the model keeping its head size (profiler.sweep.scaled_model)
-        if int(hidden) % model.head_dim:
-            raise ConfigError(f"profile.hidden_sizes: {hidden} is not a multiple of model {model.name}'s head size "
-                              f"{model.head_dim}")
+    check_profile(p, model)
     import torch
 
     from vtrain.profiler.device import device_name, device_slug, torch_device, torch_dtype

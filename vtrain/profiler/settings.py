@@ -3,9 +3,11 @@ imported: a bad value is one line naming the field and the rule, not a traceback
 (``profile.hidden_sizes=[0]`` divided by zero, ``profile.seq_lens=[-1]`` made a tensor of negative size)."""
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 from vtrain.config.rules import Rule, check_group, int_in, list_of, num_in, one_of
+from vtrain.errors import ConfigError
+from vtrain.workload.model import ModelSpec
 
 _SIZE = int_in(1, 1 << 20)  # a sweep point's size: 1 .. 2^20 (a hidden size, a sequence, a batch)
 
@@ -30,5 +32,13 @@ PROFILE_RULES: List[Rule] = [
 ]
 
 
-def check_profile(profile: Any) -> None:
+def check_profile(profile: Any, model: Optional[ModelSpec] = None) -> None:
+    """Every rule of :data:`PROFILE_RULES`; with the ``model``, its hidden sizes too (the sweep scales the model
+    keeping its head size: :func:`vtrain.profiler.sweep.scaled_model`), before any point is timed."""
     check_group("profile", profile, PROFILE_RULES)
+    if model is None:
+        return
+    for hidden in profile.hidden_sizes:
+        if int(hidden) % model.head_dim:
+            raise ConfigError(f"profile.hidden_sizes: {hidden} is not a multiple of model {model.name}'s head size "
+                              f"{model.head_dim}")
