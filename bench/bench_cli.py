@@ -9,7 +9,6 @@ git worktree and run with the same interpreter), with the ratio of the medians.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -18,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
+
+from vtrain.cli.args import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES: Dict[str, List[str]] = {
@@ -97,7 +98,7 @@ def phases() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--before", help="a git ref to compare with (e.g. 9866c75)")

@@ -18,7 +18,6 @@ Targets: grid <= 30 s on 2 cores; NSGA-II within 2% of each optimum and >= 95% h
 """
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import statistics
@@ -28,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from vtrain.cli.args import ArgumentParser
 from vtrain.config.compose import compose
 from vtrain.search.pareto import hypervolume_2d, normalise
 from vtrain.search.run import run_search
@@ -63,7 +63,7 @@ def end_to_end(runs: int, src: str | None, overrides: list) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--no-seed-population", action="store_true", help="NSGA-II starts from random plans")

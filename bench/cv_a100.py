@@ -18,7 +18,6 @@ somewhat optimistic, which the nested coverage check in bench/fit_intervals.py m
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import functools
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 import numpy as np
+
+from vtrain.cli.args import ArgumentParser
 
 OUT = Path(__file__).resolve().parents[1] / "vtrain" / "data" / "intervals" / "a100_cv_predictions.csv"
 STACK = "megatron_deepspeed_2022"  # validation/datasets.py SHIPPED_STACK["a100_single_node"]
@@ -73,7 +74,7 @@ def run_fold(task: Tuple[int, str, int]) -> Tuple[int, str, List[int], List[floa
 def main() -> None:
     from vtrain.calibration.fit import predict_s
 
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--max-evals", type=int, default=120)
     args = ap.parse_args()

@@ -12,7 +12,6 @@ and checked on the 4-node B200/H200 rows; p2p bandwidth matrices.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import sys
 from dataclasses import replace
@@ -34,6 +33,7 @@ from vtrain.calibration.collective_tables import (
     read_xla_table,
     tier_fields,
 )
+from vtrain.cli.args import ArgumentParser
 from vtrain.config.compose import CONF_DIR
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.graph.ops import CollectiveKind
@@ -141,7 +141,7 @@ def write_fabric(gpu: str, fields: Dict[str, object], head: List[str], date: str
 
 
 def main(argv: List[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write conf/cluster/_fabric_*.yaml")
     args = ap.parse_args(argv)
     date = datetime.date.today().strftime("%Y-%m")

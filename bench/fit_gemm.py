@@ -2,6 +2,11 @@
 
     python bench/fit_gemm.py            # fit, cross-validate, cross-check; print the figures
     python bench/fit_gemm.py --write    # ... and write the constants into conf/gpu/*.yaml (Hopper, Blackwell)
+    python bench/fit_gemm.py --scaled profiles/h200/gemm_scaled.csv   # FP8 recipes from a side-by-side table
+
+Without ``--scaled``, ``profiles/h200/gemm_scaled.csv`` is read when it exists (bench/gpu_run.sh writes it:
+``python -m vtrain.profiler.scaled_gemm``): each FP8 recipe's eta relative to per-tensor fp8 on Hopper
+(vtrain/calibration/fp8_recipes.py). With no such table, fp8_rowwise copies fp8's eta, as before it was priced.
 
 Per GPU x precision: median and 90th-percentile |error| of the kernel time, in sample and held out
 (leave-one-k-out, -m-, -n-, -b-: refit without every shape of that value, predict them); the
@@ -12,13 +17,14 @@ H100 fp8 uses the bf16 curve with eta scaled by the MAMF fp8/bf16 ratio, a trans
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import sys
-from typing import Dict, List
+from pathlib import Path
+from typing import Dict, List, Tuple
 
 import numpy as np
 
+from vtrain.calibration.fp8_recipes import fit_recipes, read_scaled_table
 from vtrain.calibration.gemm_tables import (
     GemmParams,
     GemmTable,
@@ -37,10 +43,13 @@ from vtrain.calibration.gemm_tables import (
 )
 from vtrain.calibration.gpu_derive import TRANSFERS, derive, read_flash_tflops
 from vtrain.calibration.yaml_write import update_yaml
+from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import CONF_DIR, load_gpu_config
 from vtrain.cost.gemm import GemmCurve
+from vtrain.errors import VtrainError
 
+SCALED_DEFAULT = Path("profiles/h200/gemm_scaled.csv")
 GPUS = {"H100": ("h100_sxm", "NVIDIA H100 SXM", ("bf16",)), "B200": ("b200", "NVIDIA B200 SXM", ("bf16", "fp8"))}
 TABLE = "vtrain/data/modern_gpus/xla_gemm_perf_table_h100_b200.csv"
 FITTED_ON = {"H100": f"XLA GEMM table sm_90 bf16, 375 shapes ({TABLE})",
@@ -65,10 +74,42 @@ def mamf_check(label: str, gpu_name: str, precision: str, row_key: tuple, mamf: 
             f"({row.efficiency:.1%} of {row.theoretical_tflops:.0f}), model {pred:7.1f} ({pred / row.tflops - 1:+.1%})")
 
 
+def scaled_recipes(path: Path, shape: GemmParams, xla_bf16: GemmTable) -> Dict[str, Tuple[float, str]]:
+    """Print the FP8-recipe fit of a side-by-side table; recipe -> (eta ratio to per-tensor fp8, source)."""
+    table = read_scaled_table(path)
+    if table.device.lower().startswith(("cpu", "amd", "intel")) or table.gpu not in ("h100_sxm", "h200", "h800"):
+        raise VtrainError(f"{path}: measured on {table.device} for gpu={table.gpu}, not a Hopper GPU")
+    hw = hardware(table.gpu, "fp8")
+    fit = fit_recipes(table, shape, hw)
+    print(f"\nFP8 recipes side by side ({path}: {table.device}, torch {table.torch_version}; the H100 curve "
+          f"shape, eta fitted per recipe and accumulation):")
+    for (recipe, fast), eta in sorted(fit.eta.items()):
+        print(f"  {recipe:14s} fast_accum={int(fast)}  eta {eta:.3f}  median |error| "
+              f"{fit.median_error_pct[(recipe, fast)]:.1f}%  (n={len(table.tables[(recipe, fast)].time_s)})")
+    own_bf16 = table.tables.get(("bf16", False))
+    if own_bf16 is not None:
+        xla = {(m, n, k): t for b, m, n, k, t in zip(xla_bf16.b, xla_bf16.m, xla_bf16.n, xla_bf16.k, xla_bf16.time_s)
+               if b == 1}
+        r = [xla[s] / t for s, t in zip(zip(own_bf16.m, own_bf16.n, own_bf16.k), own_bf16.time_s) if s in xla]
+        if r:
+            print(f"  bf16 vs the XLA H100 table at its {len(r)} single-matrix shapes: median time ratio "
+                  f"XLA/this {float(np.median(r)):.3f}")
+    out: Dict[str, Tuple[float, str]] = {}
+    for recipe, ratio in fit.ratio.items():
+        print(f"  {recipe}: effective eta / per-tensor fp8's (torchao's accumulation per GEMM) {ratio:.3f}; "
+              f"median time ratio over the shapes >= 4096^3 {fit.shape_ratio.get(recipe, float('nan')):.3f}")
+        out[recipe] = (ratio, f"measured on {table.device} side by side with per-tensor fp8, {path}")
+    return out
+
+
 def main(argv: List[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the constants into conf/gpu/*.yaml")
+    ap.add_argument("--scaled", type=Path, default=None,
+                    help=f"a Hopper FP8-recipe table (python -m vtrain.profiler.scaled_gemm; default {SCALED_DEFAULT} "
+                         "if it exists)")
     args = ap.parse_args(argv)
+    scaled = args.scaled or (SCALED_DEFAULT if SCALED_DEFAULT.is_file() else None)
     mamf = read_mamf()
     fitted: Dict[str, Dict[str, GemmParams]] = {}
     tables: Dict[str, Dict[str, GemmTable]] = {}
@@ -131,12 +172,17 @@ def main(argv: List[str]) -> int:
     print(f"  (a fit of its own would give eta_max {own.eta_max:.3f}, "
           f"{stats(errors_pct(predict_s(own, h_fp8, h_hw), h_fp8.time_s))})")
     fitted["H100"]["fp8"] = h_used
+    try:
+        recipe_ratios = scaled_recipes(scaled, h_bf16, tables["H100"]["bf16"]) if scaled else {}
+    except VtrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     date = datetime.date.today().strftime("%Y-%m")
     flash = read_flash_tflops()
     flash_peaks = {g: gpu_spec(load_gpu_config(g.lower())).peak_tflops["bf16"] for g in flash}
     for tr in TRANSFERS:
         g = gpu_spec(load_gpu_config(tr.gpu))
-        values, prov = derive(tr, fitted, mamf, g.peak_tflops, flash, flash_peaks, date, FITTED_ON)
+        values, prov = derive(tr, fitted, mamf, g.peak_tflops, flash, flash_peaks, date, FITTED_ON, recipe_ratios)
         if args.write:
             update_yaml(CONF_DIR / "gpu" / f"{tr.gpu}.yaml", values, prov)
         eff = values["gemm_efficiency_by_precision"]

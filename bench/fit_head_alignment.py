@@ -16,11 +16,12 @@ shares its stage with every layer. The other constants stay as shipped.
 """
 from __future__ import annotations
 
-import argparse
 from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
+
+from vtrain.cli.args import ArgumentParser
 
 STACK = "megatron_deepspeed_2022"  # validation/datasets.py SHIPPED_STACK["a100_single_node"]
 Key = Tuple[int, int, int, int]  # hidden, t, d, micro-batch (pp = 1)
@@ -53,7 +54,7 @@ def main() -> None:
     from vtrain.config.schema import ClusterConfig
     from vtrain.validation.datasets import single_node_workloads
 
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     cluster = load_group_config("cluster", "vtrain_a100", ClusterConfig)

@@ -17,7 +17,6 @@ without it and the fold's rows are checked against their interval.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import functools
@@ -29,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from vtrain.cli.args import ArgumentParser
 from vtrain.sim import intervals as iv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def plot(checked: Sequence[Tuple[Row, float, float, str]], path: Path) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--plot", type=Path, default=None, help="write the held-out interval plot here (PNG)")
     ap.add_argument("--check", action="store_true", help="do not write the table; fail if it is out of date")
     args = ap.parse_args(argv)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Profile one H200 (gpu config `h200`) and check vtrain's profile-driven predictions against real
-# single-GPU training iterations. Writes profiles/h200/{meta.json,ops.csv} and profiles/h200/validation.csv
-# (one row per configuration: predicted_s, measured_s, error). Needs a CUDA build of torch; takes
-# about 3-5 minutes on an H200 (profile ~1-2 min, 6 measured configurations ~20-30 s each).
+# single-GPU training iterations. Writes profiles/h200/gemm_scaled.csv (bf16, per-tensor, rowwise and
+# blockwise FP8 GEMMs side by side: the FP8 recipes' efficiency, bench/fit_gemm.py), profiles/h200/
+# {meta.json,ops.csv} and profiles/h200/validation.csv (one row per configuration: predicted_s,
+# measured_s, error). Needs a CUDA build of torch; takes about 4-6 minutes on an H200 (FP8 recipes
+# < 1 min, profile ~1-2 min, 6 measured configurations ~20-30 s each).
 #   usage: bash bench/gpu_run.sh            (PYTHON=... to pick the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,10 @@ BASE=(+model=gpt_1_7b +cluster=h200x8 model.hidden_size=2048 model.num_heads=16 
 
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "bench/gpu_run.sh: no CUDA device")'
 mkdir -p "$OUT" && rm -f "$OUT/validation.csv"
+
+# FP8 recipes first (the shortest step, and the one no shipped table has): 143 shapes x 6 kernels
+"$PY" -m vtrain.profiler.scaled_gemm --gpu h200 --out "$OUT" --grid all
+"$PY" bench/fit_gemm.py --scaled "$OUT/gemm_scaled.csv" | sed -n '/FP8 recipes side by side/,/^$/p'
 
 "$PY" -m vtrain task=profile "${BASE[@]}" profile.out_dir="$OUT" \
   'profile.hidden_sizes=[2048,4096,8192]' 'profile.micro_batch_sizes=[1,2,4,8]' 'profile.seq_lens=[2048,4096]' \

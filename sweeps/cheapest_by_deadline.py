@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import List
 
+from vtrain.cli.args import ArgumentParser
 from vtrain.config.compose import compose
 from vtrain.errors import ConfigError
 from vtrain.search.labels import plan_label
@@ -74,7 +75,7 @@ def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     from vtrain.cli.main import run_script
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/cheapest_by_deadline")
     ap.add_argument("--days", default="25,30,40,60,90,120,180")
     ap.add_argument("overrides", nargs="*")

@@ -39,9 +39,11 @@ class Transfer:
 
 
 MEASURED = ("h100_sxm", "b200")
-HOPPER = ("bf16", "fp16", "fp8", "fp8_blockwise")
+HOPPER = ("bf16", "fp16", "fp8", "fp8_rowwise", "fp8_blockwise")
 BLACKWELL = ("bf16", "fp16", "fp8", "fp8_blockwise", "mxfp8", "nvfp4")
-SAME_RATE = {"fp16": "bf16", "fp8_blockwise": "fp8", "mxfp8": "fp8", "nvfp4": "fp8"}
+SAME_RATE = {"fp16": "bf16", "fp8_rowwise": "fp8", "fp8_blockwise": "fp8", "mxfp8": "fp8", "nvfp4": "fp8"}
+# the FP8 recipes a side-by-side kernel measurement (vtrain/calibration/fp8_recipes.py) may set relative to fp8
+RECIPE_MEASURED_ON = {"H100": "Hopper (sm_90: the same cuBLASLt and CUTLASS kernels on H100, H200 and H800)"}
 
 TRANSFERS: List[Transfer] = [
     Transfer("h100_sxm", "H100", "NVIDIA H100 SXM", "NVIDIA H100 SXM", HOPPER, "H200",
@@ -78,9 +80,11 @@ def flash_efficiency(tflops: float, bf16_peak_tflops: float) -> float:
 
 def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tuple[str, str], MamfRow],
            peaks: Dict[str, float], flash: Dict[str, Tuple[float, str]], flash_peaks: Dict[str, float],
-           date: str, fitted_on: Dict[str, str]) -> Tuple[Dict[str, object], Dict[str, str]]:
+           date: str, fitted_on: Dict[str, str], recipe_ratios: Optional[Dict[str, Tuple[float, str]]] = None
+           ) -> Tuple[Dict[str, object], Dict[str, str]]:
     """(YAML values, provenance) of the GEMM/attention constants of ``tr.gpu``; ``flash_peaks``: the bf16
-    peak of each GPU the step decomposition was measured on."""
+    peak of each GPU the step decomposition was measured on; ``recipe_ratios``: FP8 recipe -> (its eta over
+    per-tensor fp8's, where measured), applied to the GPUs of the source it was measured on (Hopper)."""
     src = fitted[tr.source]
     bf16 = src["bf16"]
     eta: Dict[str, float] = {}
@@ -99,6 +103,12 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
             if note not in notes:
                 notes.append(note)
         eta[p] = round(value, 4)
+    measured_recipes: Dict[str, str] = {}
+    if tr.source in RECIPE_MEASURED_ON and "fp8" in eta:
+        for p, (ratio, source) in (recipe_ratios or {}).items():
+            if p in eta:
+                eta[p] = round(eta["fp8"] * ratio, 4)
+                measured_recipes[p] = f"{p} = fp8 x {ratio:.3f} ({source})"
     flash_tflops, kernel = flash[tr.flash_source]
     flash_eff = flash_efficiency(flash_tflops, flash_peaks[tr.flash_source])
     flash_note = ""
@@ -122,11 +132,13 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
              else f"transferred from: {tr.source.lower()} fit ({tr.reason}), bench/fit_gemm.py, {date}")
     eta_note = shape if not notes else shape + "; eta scaled by the best-matmul ratio (" + "; ".join(notes) + \
         ", vtrain/data/modern_gpus/mleng_mamf_max_achievable_matmul.csv)"
-    same = ", ".join(f"{p} = {tr.low_precision_from[p]}" for p in eta if p in tr.low_precision_from)
+    same = ", ".join(f"{p} = {tr.low_precision_from[p]}" for p in eta
+                     if p in tr.low_precision_from and p not in measured_recipes)
+    recipes = "; ".join(measured_recipes.values())
     prov = {
         "gemm_max_efficiency": eta_note,
         "gemm_efficiency_by_precision": eta_note + (f"; no table for {same} (same tensor-core rate): copied"
-                                                    if same else ""),
+                                                    if same else "") + (f"; {recipes}" if recipes else ""),
         "gemm_half_efficiency_dim": shape,
         "gemm_half_efficiency_k": shape,
         "gemm_fixed_time_s": shape,

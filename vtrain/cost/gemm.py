@@ -30,7 +30,7 @@ from vtrain.workload.system import TFLOPS, GpuSpec
 TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS tensor-core output tile
 # bytes per element of a GEMM operand by precision name (nvfp4: 4 bits + block scales)
 ELEMENT_BYTES: Dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0,
-                                   "fp8_blockwise": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+                                   "fp8_rowwise": 1.0, "fp8_blockwise": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 HIGH_PRECISIONS = ("bf16", "fp16", "fp32", "tf32")  # what stays in high precision in an fp8/fp4 plan
 
 
@@ -60,6 +60,20 @@ def high_precision_of(gpu: GpuSpec, precision: str) -> str:
     if precision in HIGH_PRECISIONS:
         return precision
     return "bf16" if "bf16" in gpu.peak_tflops else "fp16"
+
+
+def ceiling_of(gpu: GpuSpec, precision: str, eta_max: float) -> float:
+    """The best achievable matmul of ``precision`` as a fraction of its peak (1: none known).
+
+    The MAMF search measured per-tensor FP8; a rowwise or blockwise recipe on the same tensor cores reaches
+    that best in the ratio its large-GEMM efficiency bears to per-tensor FP8's (``fp8_recipes.py``)."""
+    ceilings = gpu.gemm_ceiling_by_precision
+    if precision in ceilings:
+        return ceilings[precision]
+    if precision.startswith("fp8_") and "fp8" in ceilings:
+        fp8_eta = gpu.gemm_efficiency_by_precision.get("fp8", gpu.gemm_max_efficiency)
+        return ceilings["fp8"] * eta_max / fp8_eta
+    return 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +107,11 @@ class GemmCurve:
         while a >= 1:  # eta_align(a) = misaligned ** (log2(align / a) / log2(align)): 1 at a = align
             align_eff[a] = gpu.gemm_misaligned_efficiency ** (math.log2(align / a) / math.log2(align))
             a //= 2
-        return cls(precision=precision, peak_flops_per_s=peak_tflops * TFLOPS,
-                   eta_max=gpu.gemm_efficiency_by_precision.get(precision, gpu.gemm_max_efficiency),
+        eta_max = gpu.gemm_efficiency_by_precision.get(precision, gpu.gemm_max_efficiency)
+        return cls(precision=precision, peak_flops_per_s=peak_tflops * TFLOPS, eta_max=eta_max,
                    half_mn=gpu.gemm_half_efficiency_dim, half_k=half_k, fixed_time_s=gpu.gemm_fixed_time_s,
                    wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff,
-                   ceiling=gpu.gemm_ceiling_by_precision.get(precision, 1.0))
+                   ceiling=ceiling_of(gpu, precision, eta_max))
 
     def efficiency(self, m: int, n: int, k: int, batch: int = 1, wave: bool = True) -> float:
         d, dk = self.half_mn, self.half_k

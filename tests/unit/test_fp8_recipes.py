@@ -1,0 +1,184 @@
+"""FP8 recipes side by side: the kernel table (vtrain/profiler/scaled_gemm.py, run here on CPU with real
+torch._scaled_mm), its fit (vtrain/calibration/fp8_recipes.py) and how a measured ratio reaches the configs."""
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vtrain.calibration.fp8_recipes import (
+    GEMM_FAST_ACCUM,
+    ScaledTable,
+    effective_eta,
+    fit_recipes,
+    read_scaled_table,
+)
+from vtrain.calibration.gemm_tables import GemmParams, GemmTable, Hardware, predict_s, read_mamf
+from vtrain.calibration.gpu_derive import TRANSFERS, derive
+from vtrain.config.build import gpu_spec
+from vtrain.config.compose import load_gpu_config
+from vtrain.cost.gemm import GemmCurve
+from vtrain.errors import VtrainError
+
+torch = pytest.importorskip("torch")
+from vtrain.profiler import scaled_gemm as sg  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPE = GemmParams(0.8, 29.74, 181.2, 5.15e-6, 0.348)  # the H100 curve shape (gpu/h100_sxm.yaml)
+HW = Hardware(1979.0, 989.4, 132)
+
+
+def test_grids_hold_the_xla_single_matrix_shapes_and_training_shapes():
+    assert len(sg.shapes("xla")) == 125 and len(sg.shapes("training")) == 18
+    assert len(sg.shapes("all")) == 143 and (4096, 4096, 4096) in sg.shapes("xla")
+    with pytest.raises(VtrainError, match="--grid=big is not one of xla, training, all"):
+        sg.shapes("big")
+
+
+def test_each_recipe_multiplies_what_it_claims_on_cpu():
+    """Layouts and scales as torchao hands them to _scaled_mm: the fp8 result is the product of the
+    quantized operands times the scales (checked against a float reference)."""
+    dev = torch.device("cpu")
+    torch.manual_seed(0)
+    for recipe in (sg.Recipe("fp8", True), sg.Recipe("fp8_rowwise", False)):
+        ops = sg.operands(recipe, 32, 48, 64, dev)
+        a8, b8, scale_a, scale_b = ops
+        assert a8.dtype == b8.dtype == torch.float8_e4m3fn and b8.stride() == (1, 64)  # b column-major
+        out = sg.run(recipe, ops)
+        ref = (a8.float() * scale_a) @ (b8.float() * scale_b)
+        assert out.shape == (32, 48) and out.dtype == torch.bfloat16
+        assert torch.allclose(out.float(), ref, rtol=2e-2, atol=1e-1)
+
+
+def test_measure_times_what_the_device_runs_and_names_what_it_cannot(tmp_path):
+    dev = torch.device("cpu")
+    recipes = (sg.Recipe("bf16", False), sg.Recipe("fp8", True), sg.Recipe("fp8_rowwise", True),
+               sg.Recipe("fp8_blockwise", False))
+    rows, skipped = sg.measure("h200", dev, [(32, 128, 128), (64, 128, 256)], recipes, warmup=0, repeats=1)
+    assert {(r["recipe"], r["fast_accum"]) for r in rows} == {("bf16", 0), ("fp8", 1), ("fp8_rowwise", 1)}
+    assert len(rows) == 6 and all(float(r["time_s"]) > 0 for r in rows)
+    # the CPU kernels have no block scaling: the recipe is dropped after its first shape, with torch's reason
+    assert len(skipped) == 1 and skipped[0].startswith("fp8_blockwise (fast_accum=0): ")
+    r = rows[-1]
+    assert float(r["tflops"]) == pytest.approx(2 * 64 * 128 * 256 / float(r["time_s"]) / 1e12, rel=1e-3)
+    path = tmp_path / "t" / sg.TABLE_FILE
+    sg.write_table(path, rows)
+    table = read_scaled_table(path)
+    assert table.gpu == "h200" and table.torch_version == torch.__version__
+    assert sorted(table.tables) == [("bf16", False), ("fp8", True), ("fp8_rowwise", True)]
+    assert list(table.tables[("fp8", True)].k) == [128, 256]
+
+
+def _synthetic(etas):
+    """A table whose times follow the curve exactly at the given eta per (recipe, fast_accum)."""
+    grid = np.array([(m, n, k) for m in (512, 4096, 8192) for n in (1024, 8192) for k in (512, 4096, 14336)], float)
+    tables = {}
+    for (recipe, fast), eta in etas.items():
+        t = GemmTable("h200", recipe, np.ones(len(grid)), grid[:, 0], grid[:, 1], grid[:, 2], np.ones(len(grid)))
+        t = GemmTable("h200", recipe, t.b, t.m, t.n, t.k, predict_s(GemmParams(eta, *SHAPE.as_vector()[1:3],
+                                                                               SHAPE.fixed_time_s,
+                                                                               SHAPE.wave_exponent), t, HW))
+        tables[(recipe, fast)] = t
+    return ScaledTable("h200", "NVIDIA H200", "2.13", tables)
+
+
+def test_fit_recovers_each_recipe_and_weights_the_three_gemms_as_torchao_runs_them():
+    etas = {("fp8", True): 0.80, ("fp8", False): 0.70, ("fp8_rowwise", True): 0.60, ("fp8_rowwise", False): 0.50,
+            ("bf16", False): 0.9}
+    fit = fit_recipes(_synthetic(etas), SHAPE, HW)
+    for key, eta in etas.items():
+        if key[0] != "bf16":
+            assert fit.eta[key] == pytest.approx(eta, rel=1e-4) and fit.median_error_pct[key] < 1e-3
+    assert ("bf16", False) not in fit.eta  # not an FP8 recipe
+    # both recipes: a fast-accumulating output GEMM, precise gradient GEMMs (torchao/float8/config.py)
+    tensorwise, rowwise = 3 / (1 / 0.80 + 2 / 0.70), 3 / (1 / 0.60 + 2 / 0.50)
+    assert effective_eta(fit.eta, "fp8") == pytest.approx(tensorwise, rel=1e-4)
+    assert fit.ratio == {"fp8_rowwise": pytest.approx(rowwise / tensorwise, rel=1e-4)}
+    assert fit.shape_ratio["fp8_rowwise"] == pytest.approx(fit.ratio["fp8_rowwise"], rel=0.1)
+    assert GEMM_FAST_ACCUM["fp8"] == GEMM_FAST_ACCUM["fp8_rowwise"] == (True, False, False)
+
+
+def test_fit_without_both_per_tensor_settings_is_refused():
+    with pytest.raises(VtrainError, match="no per-tensor fp8 rows"):
+        fit_recipes(_synthetic({("fp8", True): 0.8, ("fp8_rowwise", True): 0.6}), SHAPE, HW)
+
+
+def test_malformed_table_is_one_line(tmp_path):
+    bad = tmp_path / "gemm_scaled.csv"
+    bad.write_text("gpu,device,torch,recipe,fast_accum,m,n,k,flop_count,time_s\nh200,x,2,fp8,1,1,1,zz,2,1\n")
+    with pytest.raises(VtrainError, match=r"gemm_scaled.csv:2: not a row of python -m vtrain.profiler.scaled_gemm"):
+        read_scaled_table(bad)
+    with pytest.raises(VtrainError, match="No such file"):
+        read_scaled_table(tmp_path / "none.csv")
+
+
+def _derived(gpu, ratios):
+    tr = next(t for t in TRANSFERS if t.gpu == gpu)
+    fitted = {"H100": {"bf16": SHAPE, "fp8": GemmParams(0.8, *SHAPE.as_vector()[1:3], SHAPE.fixed_time_s,
+                                                        SHAPE.wave_exponent)},
+              "B200": {"bf16": SHAPE, "fp8": SHAPE}}
+    peaks = gpu_spec(load_gpu_config(gpu)).peak_tflops
+    flash = {"H200": (300.0, "fa2"), "B200": (600.0, "fa2")}
+    return derive(tr, fitted, read_mamf(), peaks, flash, {"H200": 989.4, "B200": 2250.0}, "2026-12",
+                  {"H100": "h", "B200": "b"}, ratios)
+
+
+def test_a_measured_ratio_sets_hopper_recipes_only_and_says_so():
+    values, prov = _derived("h200", {"fp8_rowwise": (0.9, "measured on NVIDIA H200, t.csv")})
+    eta = values["gemm_efficiency_by_precision"]
+    assert eta["fp8_rowwise"] == pytest.approx(round(eta["fp8"] * 0.9, 4))
+    assert eta["fp8_blockwise"] == eta["fp8"]  # not measured: copied, and the provenance says which
+    assert "fp8_rowwise = fp8 x 0.900 (measured on NVIDIA H200, t.csv)" in prov["gemm_efficiency_by_precision"]
+    assert "fp8_blockwise = fp8 (same tensor-core rate): copied" in prov["gemm_efficiency_by_precision"]
+    values, _ = _derived("b200", {"fp8_rowwise": (0.9, "x")})
+    assert "fp8_rowwise" not in values["gemm_efficiency_by_precision"]  # a Hopper kernel's ratio stays on Hopper
+    values, prov = _derived("h100_sxm", {})
+    assert values["gemm_efficiency_by_precision"]["fp8_rowwise"] == values["gemm_efficiency_by_precision"]["fp8"]
+    assert "fp8_rowwise = fp8" in prov["gemm_efficiency_by_precision"]
+
+
+def test_a_recipe_reaches_the_best_matmul_in_its_eta_ratio():
+    g = gpu_spec(load_gpu_config("h100_sxm"))
+    fp8 = GemmCurve.for_gpu(g, "fp8")
+    rowwise = GemmCurve.for_gpu(g, "fp8_rowwise")
+    assert rowwise.ceiling == pytest.approx(fp8.ceiling) and fp8.ceiling == g.gemm_ceiling_by_precision["fp8"]
+    assert rowwise.align == fp8.align == 16  # 1-byte operands: 16 elements per 16-byte load
+    slower = dataclasses.replace(g, gemm_efficiency_by_precision={**g.gemm_efficiency_by_precision,
+                                                                  "fp8_rowwise": 0.5 * fp8.eta_max})
+    assert GemmCurve.for_gpu(slower, "fp8_rowwise").ceiling == pytest.approx(0.5 * fp8.ceiling)
+    assert GemmCurve.for_gpu(g, "bf16").ceiling == g.gemm_ceiling_by_precision["bf16"]
+
+
+def test_cli_bad_arguments_are_one_line(tmp_path):
+    for argv, msg in ((["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
+                      (["--gpu", "h200"], "the following arguments are required: --out"),
+                      (["--gpu", "h200", "--out", str(tmp_path), "--grid", "big"], "--grid=big is not one of"),
+                      (["--gpu", "h200", "--out", str(tmp_path), "--repeats", "0"], "--repeats >= 1")):
+        p = subprocess.run([sys.executable, "-m", "vtrain.profiler.scaled_gemm", *argv], capture_output=True,
+                           text=True, cwd=ROOT)
+        assert p.returncode == 2 and p.stdout == "", (argv, p.stdout, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_fit_gemm_refuses_a_table_not_measured_on_hopper(tmp_path):
+    rows, _ = sg.measure("h200", torch.device("cpu"), [(32, 32, 32)], (sg.Recipe("fp8", True),), 0, 1)
+    sg.write_table(tmp_path / sg.TABLE_FILE, rows)
+    p = subprocess.run([sys.executable, "bench/fit_gemm.py", "--scaled", str(tmp_path / sg.TABLE_FILE)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "not a Hopper GPU" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_rowwise_plan_runs_at_the_rowwise_efficiency_and_only_it():
+    from vtrain import compose, simulate
+
+    base = ["+model=llama3_8b", "+cluster=h100x1024", "+gpu=h100_sxm", "stack=torchtitan_fsdp2_compile",
+            "parallelism.dp=8", "training.global_batch_size=8", "parallelism.micro_batch_size=1",
+            "parallelism.zero_stage=3"]
+    slow = "gpu.gemm_efficiency_by_precision.fp8_rowwise=0.4"
+    rowwise = [simulate(compose([*base, "training.precision=fp8_rowwise", *x])).breakdown.compute_s
+               for x in ([], [slow])]
+    tensorwise = [simulate(compose([*base, "training.precision=fp8", *x])).breakdown.compute_s for x in ([], [slow])]
+    assert rowwise[1] > 1.2 * rowwise[0] and tensorwise[1] == tensorwise[0]
