@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from vtrain.cli.args import ArgumentParser
+from vtrain.cli.args import ArgumentParser, int_at_least
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES: Dict[str, List[str]] = {
@@ -99,8 +99,8 @@ def phases() -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--runs", type=int_at_least(1), default=5)
+    ap.add_argument("--warmup", type=int_at_least(0), default=1)
     ap.add_argument("--before", help="a git ref to compare with (e.g. 9866c75)")
     ap.add_argument("--phases", action="store_true", help="time the parts of one MT-NLG run in-process")
     a = ap.parse_args(argv)

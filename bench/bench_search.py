@@ -25,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from argparse import Namespace
 from pathlib import Path
 
-from vtrain.cli.args import ArgumentParser
+from vtrain.cli.args import ArgumentParser, int_at_least
+from vtrain.cli.main import run_script
 from vtrain.config.compose import compose
 from vtrain.search.pareto import hypervolume_2d, normalise
 from vtrain.search.run import run_search
@@ -64,17 +66,21 @@ def end_to_end(runs: int, src: str | None, overrides: list) -> None:
 
 def main() -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=300)
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--trials", type=int_at_least(1), default=300)
+    ap.add_argument("--seeds", type=int_at_least(1), default=5)
     ap.add_argument("--no-seed-population", action="store_true", help="NSGA-II starts from random plans")
-    ap.add_argument("--e2e", type=int, default=0, help="time the README's main command N times instead")
+    ap.add_argument("--e2e", type=int_at_least(0), default=0, help="time the README's main command N times instead")
     ap.add_argument("--src", default=None, help="with --e2e: sources of another checkout (PYTHONPATH)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
     args = ap.parse_args()
     if args.e2e:
         end_to_end(args.e2e, args.src, args.overrides)
         return 0
+    run_script(lambda: compare(args), args.overrides)  # a bad override is one line, as on the command line
 
+
+def compare(args: Namespace) -> int:
+    """The grid's optimum and Pareto front against NSGA-II's over seeds."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose(BASE + ["search=grid"] + args.overrides)
         c0, t0 = cpu_s(), time.perf_counter()

@@ -27,7 +27,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from vtrain.cli.args import ArgumentParser
+from vtrain.cli.args import ArgumentParser, int_at_least
 
 OUT = Path(__file__).resolve().parents[1] / "vtrain" / "data" / "intervals" / "a100_cv_predictions.csv"
 STACK = "megatron_deepspeed_2022"  # validation/datasets.py SHIPPED_STACK["a100_single_node"]
@@ -75,8 +75,8 @@ def main() -> None:
     from vtrain.calibration.fit import predict_s
 
     ap = ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--max-evals", type=int, default=120)
+    ap.add_argument("--jobs", type=int_at_least(1), default=2)
+    ap.add_argument("--max-evals", type=int_at_least(1), default=120)
     args = ap.parse_args()
     datasets, base = _data()
     tasks = []

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from vtrain.cli.args import ArgumentParser
+from vtrain.cli.args import ArgumentParser, new_file
 from vtrain.sim import intervals as iv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def plot(checked: Sequence[Tuple[Row, float, float, str]], path: Path) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = ArgumentParser()
-    ap.add_argument("--plot", type=Path, default=None, help="write the held-out interval plot here (PNG)")
+    ap.add_argument("--plot", type=new_file, default=None, help="write the held-out interval plot here (PNG)")
     ap.add_argument("--check", action="store_true", help="do not write the table; fail if it is out of date")
     args = ap.parse_args(argv)
     rows = a100_rows() + transferred_rows()

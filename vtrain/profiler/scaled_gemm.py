@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from vtrain.cli.args import ArgumentParser
+from vtrain.cli.args import ArgumentParser, int_at_least
 from vtrain.errors import VtrainError
 from vtrain.profiler.device import device_name, torch_device
 from vtrain.profiler.timing import Timing, time_op
@@ -169,8 +169,8 @@ def _args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--out", required=True, type=Path, help=f"folder of the table ({TABLE_FILE})")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:<index> or cpu (cpu: a check of the code only)")
     ap.add_argument("--grid", default="all", help=f"shapes: {', '.join(GRIDS)}")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int_at_least(0), default=2)
+    ap.add_argument("--repeats", type=int_at_least(1), default=5)
     return ap.parse_args(argv)
 
 
@@ -184,8 +184,6 @@ def main(argv: Sequence[str]) -> int:
     try:
         if args.gpu not in group_options("gpu"):
             raise VtrainError(f"--gpu={args.gpu} is not a gpu/ config; one of: {', '.join(group_options('gpu'))}")
-        if args.warmup < 0 or args.repeats < 1:
-            raise VtrainError("--warmup must be >= 0 and --repeats >= 1")
         if args.out.exists() and not args.out.is_dir():
             raise VtrainError(f"--out={args.out} is a file, not a folder")
         grid = shapes(args.grid)
