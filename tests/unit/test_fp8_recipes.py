@@ -155,7 +155,7 @@ def test_cli_bad_arguments_are_one_line(tmp_path):
     for argv, msg in ((["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
                       (["--gpu", "h200"], "the following arguments are required: --out"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--grid", "big"], "--grid=big is not one of"),
-                      (["--gpu", "h200", "--out", str(tmp_path), "--repeats", "0"], "argument --repeats: 0 must be >= 1")):
+                      (["--gpu", "h200", "--out", str(tmp_path), "--repeats", "0"], "--repeats: 0 must be >= 1")):
         p = subprocess.run([sys.executable, "-m", "vtrain.profiler.scaled_gemm", *argv], capture_output=True,
                            text=True, cwd=ROOT)
         assert p.returncode == 2 and p.stdout == "", (argv, p.stdout, p.stderr)
