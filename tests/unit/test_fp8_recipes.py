@@ -182,3 +182,14 @@ def test_a_rowwise_plan_runs_at_the_rowwise_efficiency_and_only_it():
                for x in ([], [slow])]
     tensorwise = [simulate(compose([*base, "training.precision=fp8", *x])).breakdown.compute_s for x in ([], [slow])]
     assert rowwise[1] > 1.2 * rowwise[0] and tensorwise[1] == tensorwise[0]
+
+
+def test_a_plan_whose_recipe_copies_another_formats_efficiency_says_so():
+    from vtrain import compose, simulate
+
+    base = ["+model=llama3_8b", "+cluster=h100x1024", "parallelism.dp=8", "training.global_batch_size=8"]
+    notes = simulate(compose([*base, "training.precision=fp8_rowwise"])).notes
+    assert ("caution: fp8_rowwise GEMMs are priced at fp8's efficiency: no table measures this GPU's "
+            "fp8_rowwise kernels") in notes
+    assert not any("GEMMs are priced at" in n for n in simulate(compose([*base, "training.precision=fp8"])).notes)
+    assert not any("GEMMs are priced at" in n for n in simulate(compose([*base, "training.precision=fp16"])).notes)

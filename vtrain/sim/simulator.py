@@ -5,6 +5,7 @@ memos of priced passes (vtrain/sim/pass_memo.py) and recent pipeline runs (vtrai
 exact."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
@@ -35,7 +36,7 @@ from vtrain.sim.schedule import CompiledSchedule, splits_backward
 from vtrain.sim.stage_costs import StageCosts, recomputed_layers
 from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
-from vtrain.workload.enums import Recompute, Schedule, parse_recompute_modules
+from vtrain.workload.enums import Precision, Recompute, Schedule, parse_recompute_modules
 from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
@@ -225,13 +226,19 @@ def _provenance(w: Workload) -> Dict[str, str]:
     return out
 
 
-def _notes(prov: Dict[str, str]) -> Tuple[str, ...]:
+def _notes(prov: Dict[str, str], precision: Precision) -> Tuple[str, ...]:
+    out: Tuple[str, ...] = ()
     transferred = sorted(k for k, v in prov.items() if v.startswith("transferred"))
-    if not transferred:
-        return ()
-    gpu = sum(k.startswith("gpu.") for k in transferred)
-    return (f"caution: {len(transferred)} constants are transferred, not fitted to this GPU and stack ({gpu} gpu, "
-            f"{len(transferred) - gpu} stack; report.json lists their sources): a first-principles estimate",)
+    if transferred:
+        gpu = sum(k.startswith("gpu.") for k in transferred)
+        out += (f"caution: {len(transferred)} constants are transferred, not fitted to this GPU and stack ({gpu} "
+                f"gpu, {len(transferred) - gpu} stack; report.json lists their sources): a first-principles estimate",)
+    eta_source = prov.get("gpu.gemm_efficiency_by_precision", "")
+    copied = re.search(rf"no table for [^:]*\b{precision.value} = (\w+)", eta_source)
+    if precision.low and copied:  # bench/fit_gemm.py writes "no table for <p> = <q> (...): copied"
+        out += (f"caution: {precision.value} GEMMs are priced at {copied.group(1)}'s efficiency: no table measures "
+                f"this GPU's {precision.value} kernels",)
+    return out
 
 
 def _convention_note(w: Workload, iteration_s: float, peak_flops: float, hw_flops: float) -> Tuple[str, ...]:
@@ -355,7 +362,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         iterations=iterations, time_to_train_s=time_to_train, gpu_hours=gpu_hours,
         cost_usd=cost_usd, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
         cost_model=cost.name, stack=stack.name, provenance=prov, extrapolated_ops=tuple(sorted(cost.extrapolated())),
-        notes=_notes(prov) + ((iv.note,) if iv.note else ()) + _convention_note(w, iteration, peak_flops, hw_flops),
+        notes=(_notes(prov, w.plan.precision) + ((iv.note,) if iv.note else ())
+               + _convention_note(w, iteration, peak_flops, hw_flops)),
         iteration_time_lo_s=iteration * iv.lo_factor, iteration_time_hi_s=iteration * iv.hi_factor,
         time_to_train_lo_s=time_to_train * iv.lo_factor, time_to_train_hi_s=time_to_train * iv.hi_factor,
         cost_lo_usd=cost_usd * iv.lo_factor, cost_hi_usd=cost_usd * iv.hi_factor, interval_regime=iv.regime,
