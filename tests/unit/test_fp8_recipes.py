@@ -152,7 +152,11 @@ def test_a_recipe_reaches_the_best_matmul_in_its_eta_ratio():
 
 
 def test_cli_bad_arguments_are_one_line(tmp_path):
-    for argv, msg in ((["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for argv, msg in ((["--gpu", "h200", "--out", str(a_file / "sub")], "cannot write there (Not a directory)"),
+                      (["--gpu", "h200", "--out", str(a_file)], "is a file, not a folder"),
+                      ((["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
                       (["--gpu", "h200"], "the following arguments are required: --out"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--grid", "big"], "--grid=big is not one of"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--repeats", "0"], "--repeats: 0 must be >= 1")):
@@ -160,7 +164,7 @@ def test_cli_bad_arguments_are_one_line(tmp_path):
                            text=True, cwd=ROOT)
         assert p.returncode == 2 and p.stdout == "", (argv, p.stdout, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
-    assert not any(tmp_path.iterdir())  # nothing written
+    assert list(tmp_path.iterdir()) == [a_file]  # nothing written
 
 
 def test_fit_gemm_refuses_a_table_not_measured_on_hopper(tmp_path):

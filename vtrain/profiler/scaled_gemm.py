@@ -21,6 +21,7 @@ import argparse
 import csv
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -163,6 +164,20 @@ def write_table(path: Path, rows: Sequence[Dict[str, object]]) -> None:
     os.replace(tmp, path)
 
 
+def writable_folder(path: Path) -> List[Path]:
+    """Make ``path`` (and missing parents) and check a file can be written there; returns the folders made."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        for d in missing:
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        raise VtrainError(f"--out={path}: cannot write there ({exc.strerror})") from None
+    return list(reversed(missing))
+
+
 def _args(argv: Sequence[str]) -> argparse.Namespace:
     ap = ArgumentParser(prog="python -m vtrain.profiler.scaled_gemm", description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", required=True, help="the gpu/ config the device stands for (h200, h100_sxm, ...)")
@@ -188,6 +203,7 @@ def main(argv: Sequence[str]) -> int:
             raise VtrainError(f"--out={args.out} is a file, not a folder")
         grid = shapes(args.grid)
         dev = torch_device(args.device)
+        created = writable_folder(args.out)  # before the minutes of measuring, not after
     except VtrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -195,6 +211,8 @@ def main(argv: Sequence[str]) -> int:
     for s in skipped:
         print(f"skipped: {s}")
     if not rows:
+        for d in reversed(created):  # only the folders this run made, and only while empty
+            d.rmdir()
         print("error: no GEMM could be timed on this device", file=sys.stderr)
         return 1
     path = args.out / TABLE_FILE
