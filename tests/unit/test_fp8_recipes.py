@@ -156,7 +156,7 @@ def test_cli_bad_arguments_are_one_line(tmp_path):
     a_file.write_text("")
     for argv, msg in ((["--gpu", "h200", "--out", str(a_file / "sub")], "cannot write there (Not a directory)"),
                       (["--gpu", "h200", "--out", str(a_file)], "is a file, not a folder"),
-                      ((["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
+                      (["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
                       (["--gpu", "h200"], "the following arguments are required: --out"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--grid", "big"], "--grid=big is not one of"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--repeats", "0"], "--repeats: 0 must be >= 1")):
