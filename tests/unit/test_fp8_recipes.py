@@ -154,8 +154,10 @@ def test_a_recipe_reaches_the_best_matmul_in_its_eta_ratio():
 def test_cli_bad_arguments_are_one_line(tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    for argv, msg in ((["--gpu", "h200", "--out", str(a_file / "sub")], "cannot write there (Not a directory)"),
+    cpu = ["--device", "cpu"]
+    for argv, msg in ((["--gpu", "h200", "--out", str(a_file / "sub"), *cpu], "cannot write there (Not a directory)"),
                       (["--gpu", "h200", "--out", str(a_file)], "is a file, not a folder"),
+                      (["--gpu", "h200", "--out", str(tmp_path), "--device", "tpu"], "--device=tpu is not one of cpu"),
                       (["--gpu", "h999", "--out", str(tmp_path)], "--gpu=h999 is not a gpu/ config; one of: "),
                       (["--gpu", "h200"], "the following arguments are required: --out"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--grid", "big"], "--grid=big is not one of"),

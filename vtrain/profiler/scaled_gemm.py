@@ -202,7 +202,10 @@ def main(argv: Sequence[str]) -> int:
         if args.out.exists() and not args.out.is_dir():
             raise VtrainError(f"--out={args.out} is a file, not a folder")
         grid = shapes(args.grid)
-        dev = torch_device(args.device)
+        try:
+            dev = torch_device(args.device)
+        except VtrainError as exc:  # worded for task=profile's field
+            raise VtrainError(str(exc).replace("profile.device=", "--device=", 1)) from None
         created = writable_folder(args.out)  # before the minutes of measuring, not after
     except VtrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
