@@ -149,6 +149,10 @@ def test_a_recipe_reaches_the_best_matmul_in_its_eta_ratio():
                                                                   "fp8_rowwise": 0.5 * fp8.eta_max})
     assert GemmCurve.for_gpu(slower, "fp8_rowwise").ceiling == pytest.approx(0.5 * fp8.ceiling)
     assert GemmCurve.for_gpu(g, "bf16").ceiling == g.gemm_ceiling_by_precision["bf16"]
+    # a config of one's own that lists no rowwise efficiency: per-tensor fp8's, not the bf16 default
+    bare = dataclasses.replace(g, gemm_efficiency_by_precision={k: v for k, v in g.gemm_efficiency_by_precision.items()
+                                                                if k != "fp8_rowwise"})
+    assert GemmCurve.for_gpu(bare, "fp8_rowwise").eta_max == fp8.eta_max != g.gemm_max_efficiency
 
 
 def test_cli_bad_arguments_are_one_line(tmp_path):

@@ -107,7 +107,10 @@ class GemmCurve:
         while a >= 1:  # eta_align(a) = misaligned ** (log2(align / a) / log2(align)): 1 at a = align
             align_eff[a] = gpu.gemm_misaligned_efficiency ** (math.log2(align / a) / math.log2(align))
             a //= 2
-        eta_max = gpu.gemm_efficiency_by_precision.get(precision, gpu.gemm_max_efficiency)
+        effs = gpu.gemm_efficiency_by_precision
+        # a scaled-FP8 recipe a config gives no efficiency of its own runs at per-tensor fp8's (same tensor cores)
+        same_cores = "fp8" if precision.startswith("fp8_") and "fp8" in effs else precision
+        eta_max = effs.get(precision, effs.get(same_cores, gpu.gemm_max_efficiency))
         return cls(precision=precision, peak_flops_per_s=peak_tflops * TFLOPS, eta_max=eta_max,
                    half_mn=gpu.gemm_half_efficiency_dim, half_k=half_k, fixed_time_s=gpu.gemm_fixed_time_s,
                    wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff,
