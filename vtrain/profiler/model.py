@@ -17,6 +17,7 @@ from torch import nn
 
 from vtrain.profiler import layers as L
 from vtrain.profiler.timing import Timing, time_step
+from vtrain.workload.enums import PositionEmbedding
 from vtrain.workload.model import ModelSpec
 
 
@@ -59,7 +60,7 @@ class TransformerLM(nn.Module):
         h = spec.hidden_size
         self.spec, self.flash = spec, flash
         self.word = nn.Parameter(torch.randn(spec.vocab_shard(1), h) * 0.02)
-        self.learned_pos = str(spec.position_embedding.value) == "learned"
+        self.learned_pos = spec.position_embedding is PositionEmbedding.LEARNED
         self.pos = nn.Parameter(torch.randn(spec.max_seq_len, h) * 0.02) if self.learned_pos else None
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
         self.final_w, self.final_b = _norm_params(h, str(spec.norm.value))
@@ -71,7 +72,7 @@ class TransformerLM(nn.Module):
         """RoPE cos/sin and the causal mask, built once per sequence length (as training code caches them)."""
         key = (s, x.device, x.dtype)
         if key not in self._cache:
-            rotary = str(self.spec.position_embedding.value) == "rope"  # learned and ALiBi positions: no rotation
+            rotary = self.spec.position_embedding is PositionEmbedding.ROPE  # learned and ALiBi positions: no rotation
             rope_cs = L.rope_tables(s, self.spec.head_dim, x.device, x.dtype) if rotary else None
             self._cache[key] = (rope_cs, None if self.flash else L.causal_mask(s, x.device))
         return self._cache[key]

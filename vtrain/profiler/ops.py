@@ -17,6 +17,7 @@ import torch
 
 from vtrain.graph.ops import ComputeOp, FlashAttention, Gemm, MemoryOp
 from vtrain.profiler import layers as L
+from vtrain.workload.enums import PositionEmbedding
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
@@ -151,7 +152,7 @@ def _memory_forward(name: str, pt: Point, grad: bool) -> Tuple[Callable[[], torc
     if name == "embedding.grad":  # backward of lookup (+ positions): dense table gradient
         table = pt.rand(m.vocab_shard(pt.t), h, grad=True)
         tok = torch.randint(0, m.vocab_shard(pt.t), (b, s), device=pt.dev)
-        learned = str(m.position_embedding.value) == "learned"
+        learned = m.position_embedding is PositionEmbedding.LEARNED
         pos = pt.rand(m.max_seq_len, h, grad=True) if learned else None
 
         def emb() -> torch.Tensor:
