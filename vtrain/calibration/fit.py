@@ -11,7 +11,7 @@ single-node rows). Workloads are built once; each evaluation re-prices and re-si
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,8 +73,9 @@ class Constants:
         return cls(w.cluster.gpu, w.stack)
 
     def with_values(self, values: Dict[str, float]) -> "Constants":
-        return Constants(replace(self.gpu, **{k: v for k, v in values.items() if k in GPU_CONSTANTS}),
-                         replace(self.stack, **{k: v for k, v in values.items() if k in STACK_CONSTANTS}))
+        gpu: Dict[str, Any] = {k: v for k, v in values.items() if k in GPU_CONSTANTS}
+        stack: Dict[str, Any] = {k: v for k, v in values.items() if k in STACK_CONSTANTS}
+        return Constants(replace(self.gpu, **gpu), replace(self.stack, **stack))
 
     def value(self, name: str) -> float:
         return float(getattr(self.gpu if name in GPU_CONSTANTS else self.stack, name))
@@ -185,11 +186,11 @@ def leave_one_group_out(datasets: Sequence[Dataset], target: int, groups: Sequen
     for g in sorted(set(labels)):
         test = np.flatnonzero(labels == g)
         train = np.flatnonzero(labels != g)
-        train_ds = [Dataset(d.name, [d.workloads[i] for i in train], d.measured_s[train], d.weight)]
+        train_ds = [Dataset(d.name, [d.workloads[int(i)] for i in train], d.measured_s[train], d.weight)]
         train_ds += [x for i, x in enumerate(datasets) if i != target]
         fit = fit_constants(train_ds, base, names, max_evals)
         if fold_constants is not None:
             fold_constants.append(fit.constants)
-        pred[test] = predict_s([d.workloads[i] for i in test], base.with_values(fit.constants))
+        pred[test] = predict_s([d.workloads[int(i)] for i in test], base.with_values(fit.constants))
         per_group.append((g, mape_pct(pred[test], d.measured_s[test]), len(test)))
     return pred, per_group

@@ -128,7 +128,7 @@ def measure_training(spec: ModelSpec, micro_batch: int, seq_len: int, microbatch
     for _ in range(microbatches * 2):  # two iterations' worth of distinct batches, cycled
         tok = torch.randint(0, spec.vocab_size, (micro_batch, seq_len + 1), generator=gen).to(dev)
         data.append((tok[:, :-1].contiguous(), tok[:, 1:].contiguous()))
-    state = {"it": 0, "loss": 0.0}
+    state: Dict[str, Any] = {"it": 0, "loss": 0.0}
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)

@@ -153,12 +153,12 @@ def _memory_forward(name: str, pt: Point, grad: bool) -> Tuple[Callable[[], torc
         table = pt.rand(m.vocab_shard(pt.t), h, grad=True)
         tok = torch.randint(0, m.vocab_shard(pt.t), (b, s), device=pt.dev)
         learned = m.position_embedding is PositionEmbedding.LEARNED
-        pos = pt.rand(m.max_seq_len, h, grad=True) if learned else None
+        pos_table = pt.rand(m.max_seq_len, h, grad=True) if learned else None
 
         def emb() -> torch.Tensor:
             x = torch.nn.functional.embedding(tok, table)
-            return x + pos[:s] if pos is not None else x
-        return emb, [t for t in (table, pos) if t is not None]
+            return x if pos_table is None else x + pos_table[:s]
+        return emb, [t for t in (table, pos_table) if t is not None]
     if name == "cross_entropy":
         v = m.vocab_shard(pt.t)
         logits = pt.rand(b, s, v, grad=grad)

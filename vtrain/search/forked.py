@@ -11,7 +11,7 @@ import os
 from typing import Any, Callable, Optional
 
 
-def _child(conn: Any, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+def _child(conn: Any, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
     try:
         fn(*args)
         conn.send(None)
@@ -25,7 +25,7 @@ def _child(conn: Any, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
 class Forked:
     """``Forked(fn, *args)`` starts ``fn(*args)``; ``join()`` waits for it and raises what it raised."""
 
-    def __init__(self, fn: Callable[..., None], *args: Any) -> None:
+    def __init__(self, fn: Callable[..., object], *args: Any) -> None:
         self.fn, self.args = fn, args
         self.proc: Any = None
         self.conn: Any = None

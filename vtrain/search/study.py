@@ -57,8 +57,8 @@ def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectiv
         try:  # load first: creating an existing study appends a failed create record to a journal
             study = optuna.load_study(study_name=name, storage=storage)
         except KeyError:  # no such study yet
-            study = optuna.create_study(study_name=name, storage=storage,  # type: ignore[misc]
-                                        directions=[str(d) for d in directions], load_if_exists=True)
+            names: List[Any] = [str(d) for d in directions]  # Optuna's stubs want its Literal names
+            study = optuna.create_study(study_name=name, storage=storage, directions=names, load_if_exists=True)
     except (ValueError, KeyError, TypeError) as exc:  # a journal Optuna cannot replay (JSON, missing fields)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(f"search.storage={spec.display}: cannot be read as an Optuna study ({first[:200]})") from None

@@ -5,11 +5,14 @@ import functools
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import TYPE_CHECKING, Any, List, Tuple
 
 import numpy as np
 
 from vtrain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vtrain.workload.workload import Workload
 
 SHIPPED = {
     "a100_single_node": "a100_single_node_iteration_times.csv",
@@ -66,7 +69,8 @@ def single_node_workloads(cluster_cfg: Any, path: Path | None = None, stack: str
     load = functools.lru_cache(maxsize=None)(load_gpu_config)
     load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
     row_defaults = RowDefaults() if defaults == "shipped" else defaults
-    ws, measured = [], []
+    ws: List[Workload] = []
+    measured: List[float] = []
     for r in rows:
         try:  # the row and its measured time as task=validate reads them (any time or throughput column)
             w = row_workload(r, cluster_cfg, load, load_stack, row_defaults, stack=stack)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 
@@ -33,7 +33,7 @@ def summarise(predicted: Sequence[float], measured: Sequence[float], skipped: in
     return summarise_ape(ape_pct(predicted, measured), skipped)
 
 
-def summarise_ape(errors_pct: Sequence[float], skipped: int = 0) -> ErrorSummary:
+def summarise_ape(errors_pct: Union[Sequence[float], np.ndarray], skipped: int = 0) -> ErrorSummary:
     ape = np.asarray(errors_pct, dtype=float)
     if ape.size == 0:
         return ErrorSummary(float("nan"), float("nan"), float("nan"), float("nan"), 0, skipped)
