@@ -91,7 +91,7 @@ def compare(args: Namespace) -> int:
               f"memory lower bound), {fits:,} fit memory; wall {wall:.1f} s, CPU {cpu:.1f} s on "
               f"{os.cpu_count()} cores; Pareto front {len(grid.front)} plans")
         t_opt, c_opt = grid.best["time"].metrics["time_to_train_s"], grid.best["cost"].metrics["cost_usd"]
-        pts = [r.values for r in grid.front]
+        pts = [r.values for r in grid.front if r.values is not None]
         lo = tuple(min(p[i] for p in pts) for i in range(2))
         hi = tuple(max(p[i] for p in pts) for i in range(2))
         hv_grid = hypervolume_2d(normalise(pts, lo, hi), REF)
@@ -113,7 +113,7 @@ def compare(args: Namespace) -> int:
                 continue
             gap_t = 100 * (res.best["time"].metrics["time_to_train_s"] / t_opt - 1)
             gap_c = 100 * (res.best["cost"].metrics["cost_usd"] / c_opt - 1)
-            hv = hypervolume_2d(normalise([r.values for r in res.front], lo, hi), REF) / hv_grid
+            hv = hypervolume_2d(normalise([r.values for r in res.front if r.values is not None], lo, hi), REF) / hv_grid
             rows.append((gap_t, gap_c, hv, wall_s))
             print(f"seed {seed}: {len(res.feasible)} feasible of {len(res.records)} trials, time gap {gap_t:.2f}%, "
                   f"cost gap {gap_c:.2f}%, hypervolume {100 * hv:.1f}% of the grid's, {wall_s:.1f} s")

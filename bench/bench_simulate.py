@@ -89,12 +89,22 @@ def table() -> None:
         t0 = time.process_time()
         simulate_workload(w, cost_model_for(w))
         cold = (time.process_time() - t0) * 1e3
-        warm = min_mean_ms(lambda: (forget_prices(), simulate_workload(w, cost_model_for(w))), 20)
-        public = min_mean_ms(lambda: (forget_prices(), simulate(cfg)), 10)
-        fresh = min_mean_ms(lambda: (forget_prices(), clear_memo(), clear_structures(), simulate(cfg)), 10)
+        warm = min_mean_ms(lambda: priced_afresh(lambda: simulate_workload(w, cost_model_for(w))), 20)
+        public = min_mean_ms(lambda: priced_afresh(lambda: simulate(cfg)), 10)
+        fresh = min_mean_ms(lambda: priced_afresh(lambda: simulate(cfg), structures=True), 10)
         build = min_mean_ms(lambda: build_workload(cfg), 10)
         tasks = len(compile_schedule(w.plan.schedule, w.plan.pp, w.plan.chunks, w.plan.num_microbatches).stage)
         print(f"| {name} | {tasks:,} | {cold:.1f} | {warm:.2f} | {public:.2f} | {fresh:.2f} | {build:.2f} |")
+
+
+def priced_afresh(call: Callable[[], object], structures: bool = False) -> object:
+    """``call()`` with the memos of priced passes and pipeline runs emptied (and, with ``structures``, every
+    built structure and config group too), so it prices every op and runs the event simulation."""
+    forget_prices()
+    if structures:
+        clear_memo()
+        clear_structures()
+    return call()
 
 
 def batch_scaling() -> None:
@@ -103,7 +113,7 @@ def batch_scaling() -> None:
     for gbs in (256, 1024, 4096, 16384, 65536):
         w = build_workload(compose([*GPT3, f"training.global_batch_size={gbs}"]))
         simulate_workload(w, cost_model_for(w))
-        ms = min_mean_ms(lambda: (forget_prices(), simulate_workload(w, cost_model_for(w))), 10)
+        ms = min_mean_ms(lambda: priced_afresh(lambda: simulate_workload(w, cost_model_for(w))), 10)
         print(f"| {gbs:,} | {w.plan.num_microbatches:,} | {ms:.2f} |")
 
 

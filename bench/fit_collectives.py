@@ -110,7 +110,8 @@ def mleng_checks(tiers: Dict[str, NetworkTier], inter: NetworkTier, overlap: flo
     kinds = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
              "reduce_scatter": CollectiveKind.REDUCE_SCATTER}
     nic = {"H200": 400.0, "B200": 400.0}  # p5en: 16 x 200 Gb/s EFA; p6-b200: 8 x 400 Gb/s EFA, per node
-    out, groups = [], {}
+    out: List[str] = []
+    groups: Dict[str, List[float]] = {}
     for r in rows:
         gpu = "H200" if r.gpu.startswith("H200") else "B200"
         fabric = tiers["H100" if gpu == "H200" else "B200"]
@@ -192,9 +193,9 @@ def main(argv: List[str]) -> int:
     p2p = read_p2p_bandwidth()
     for gpu, bw in p2p.items():
         fabric = "H100" if gpu == "H100" else "GB200"
-        e = params[fabric]["p2p"].efficiency
+        eff = params[fabric]["p2p"].efficiency
         print(f"  p2p {gpu}: p2pBandwidthLatencyTest {bw:.0f} GB/s ({bw / FABRICS[fabric]:.2f} of the link) vs the "
-              f"fitted NCCL send/recv efficiency {e:.2f} ({e * FABRICS[fabric]:.0f} GB/s)")
+              f"fitted NCCL send/recv efficiency {eff:.2f} ({eff * FABRICS[fabric]:.0f} GB/s)")
     return 0
 
 

@@ -181,8 +181,8 @@ def main(argv: List[str]) -> int:
     flash = read_flash_tflops()
     flash_peaks = {g: gpu_spec(load_gpu_config(g.lower())).peak_tflops["bf16"] for g in flash}
     for tr in TRANSFERS:
-        g = gpu_spec(load_gpu_config(tr.gpu))
-        values, prov = derive(tr, fitted, mamf, g.peak_tflops, flash, flash_peaks, date, FITTED_ON, recipe_ratios)
+        spec = gpu_spec(load_gpu_config(tr.gpu))
+        values, prov = derive(tr, fitted, mamf, spec.peak_tflops, flash, flash_peaks, date, FITTED_ON, recipe_ratios)
         if args.write:
             update_yaml(CONF_DIR / "gpu" / f"{tr.gpu}.yaml", values, prov)
         eff = values["gemm_efficiency_by_precision"]

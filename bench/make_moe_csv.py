@@ -18,6 +18,7 @@ from pathlib import Path
 from vtrain.config.build import model_spec
 from vtrain.validation.megatron_flops import megatron_flops_per_iteration
 from vtrain.validation.rows import model_config_fields
+from vtrain.workload.model import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "vtrain" / "data" / "modern_gpus" / "megatron_moe_qwen3_h100.csv"
@@ -91,7 +92,7 @@ def write(path: Path, rows: list) -> None:
     print(f"{len(rows)} rows -> {path}")
 
 
-def blackwell_rows(src: str, model: object) -> list:
+def blackwell_rows(src: str, model: ModelSpec) -> list:
     """The GB200 / GB300 NVL72 rows (HybridEP: DeepEP-style NVLink kernels; TFLOP/s only, so the step time is
     Megatron's model FLOPs over them, as for the long-context rows). Left out: the MXFP8 row that needed
     activation offloading (not modelled). Routing, recompute and the dispatch/compute overlap come from the

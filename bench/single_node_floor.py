@@ -18,7 +18,7 @@ import csv
 import itertools
 from collections import defaultdict
 from importlib import resources
-from typing import Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 from scipy.optimize import linprog
@@ -69,7 +69,7 @@ def main() -> None:
     cost = {k: float(np.mean(v)) for k, v in per_layer.items()}
     # weight of one unit of per-layer error in the MAPE sum: L·(m + p - 1)/p / T (1F1B: the layer cost
     # enters the steady state m times and the fill/drain p - 1 times, over p stages)
-    weight = defaultdict(float)
+    weight: Dict[Tuple[float, ...], float] = defaultdict(float)
     rows_of = defaultdict(list)
     for i in range(len(d)):
         k = (h[i], t[i], mb[i])

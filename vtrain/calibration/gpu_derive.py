@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.calibration.gemm_tables import DATA, GemmParams, MamfRow
+from vtrain.calibration.yaml_write import Value
 
 DECOMPOSITION_TABLE = "mleng_llama31_8b_deepspeed_h200_vs_b200.csv"
 # FlashAttention FLOPs here: backward 2.5x forward (5 GEMMs vs 2, Dao 2023); the source's model FLOPs
@@ -81,7 +82,7 @@ def flash_efficiency(tflops: float, bf16_peak_tflops: float) -> float:
 def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tuple[str, str], MamfRow],
            peaks: Dict[str, float], flash: Dict[str, Tuple[float, str]], flash_peaks: Dict[str, float],
            date: str, fitted_on: Dict[str, str], recipe_ratios: Optional[Dict[str, Tuple[float, str]]] = None
-           ) -> Tuple[Dict[str, object], Dict[str, str]]:
+           ) -> Tuple[Dict[str, Value], Dict[str, str]]:
     """(YAML values, provenance) of the GEMM/attention constants of ``tr.gpu``; ``flash_peaks``: the bf16
     peak of each GPU the step decomposition was measured on; ``recipe_ratios``: FP8 recipe -> (its eta over
     per-tensor fp8's, where measured), applied to the GPUs of the source it was measured on (Hopper)."""
@@ -116,7 +117,7 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
         flash_ratio = mamf[(target, "bf16")].efficiency / mamf[(tr.source_mamf, "bf16")].efficiency
         flash_eff *= flash_ratio
         flash_note = f", x MAMF bf16 ratio {flash_ratio:.3f}"
-    values: Dict[str, object] = {
+    values: Dict[str, Value] = {
         "gemm_max_efficiency": eta["bf16"],
         "gemm_efficiency_by_precision": eta,
         "gemm_half_efficiency_dim": round(bf16.half_mn, 2),
