@@ -24,7 +24,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from vtrain.calibration.fp8_recipes import fit_recipes, read_scaled_table
+from vtrain.calibration.fp8_recipes import ScaledTable, fit_recipes, read_scaled_table
 from vtrain.calibration.gemm_tables import (
     GemmParams,
     GemmTable,
@@ -49,7 +49,8 @@ from vtrain.config.compose import CONF_DIR, load_gpu_config
 from vtrain.cost.gemm import GemmCurve
 from vtrain.errors import VtrainError
 
-SCALED_DEFAULT = Path("profiles/h200/gemm_scaled.csv")
+ROOT = Path(__file__).resolve().parents[1]
+SCALED_DEFAULT = ROOT / "profiles" / "h200" / "gemm_scaled.csv"
 GPUS = {"H100": ("h100_sxm", "NVIDIA H100 SXM", ("bf16",)), "B200": ("b200", "NVIDIA B200 SXM", ("bf16", "fp8"))}
 TABLE = "vtrain/data/modern_gpus/xla_gemm_perf_table_h100_b200.csv"
 FITTED_ON = {"H100": f"XLA GEMM table sm_90 bf16, 375 shapes ({TABLE})",
@@ -74,11 +75,18 @@ def mamf_check(label: str, gpu_name: str, precision: str, row_key: tuple, mamf: 
             f"({row.efficiency:.1%} of {row.theoretical_tflops:.0f}), model {pred:7.1f} ({pred / row.tflops - 1:+.1%})")
 
 
-def scaled_recipes(path: Path, shape: GemmParams, xla_bf16: GemmTable) -> Dict[str, Tuple[float, str]]:
-    """Print the FP8-recipe fit of a side-by-side table; recipe -> (eta ratio to per-tensor fp8, source)."""
+def hopper_table(path: Path) -> ScaledTable:
+    """The side-by-side table at ``path``, refused (one line) unless it was measured on a Hopper GPU."""
     table = read_scaled_table(path)
-    if table.device.lower().startswith(("cpu", "amd", "intel")) or table.gpu not in ("h100_sxm", "h200", "h800"):
+    hopper = any(name in table.device for name in ("H100", "H200", "H800", "H20"))  # sm_90 parts' CUDA names
+    if not hopper or table.gpu not in ("h100_sxm", "h200", "h800"):
         raise VtrainError(f"{path}: measured on {table.device} for gpu={table.gpu}, not a Hopper GPU")
+    return table
+
+
+def scaled_recipes(path: Path, table: ScaledTable, shape: GemmParams, xla_bf16: GemmTable
+                   ) -> Dict[str, Tuple[float, str]]:
+    """Print the FP8-recipe fit of a side-by-side table; recipe -> (eta ratio to per-tensor fp8, source)."""
     hw = hardware(table.gpu, "fp8")
     fit = fit_recipes(table, shape, hw)
     print(f"\nFP8 recipes side by side ({path}: {table.device}, torch {table.torch_version}; the H100 curve "
@@ -98,7 +106,8 @@ def scaled_recipes(path: Path, shape: GemmParams, xla_bf16: GemmTable) -> Dict[s
     for recipe, ratio in fit.ratio.items():
         print(f"  {recipe}: effective eta / per-tensor fp8's (torchao's accumulation per GEMM) {ratio:.3f}; "
               f"median time ratio over the shapes >= 4096^3 {fit.shape_ratio.get(recipe, float('nan')):.3f}")
-        out[recipe] = (ratio, f"measured on {table.device} side by side with per-tensor fp8, {path}")
+        shown = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.name
+        out[recipe] = (ratio, f"measured on {table.device} side by side with per-tensor fp8, {shown}")
     return out
 
 
@@ -110,6 +119,11 @@ def main(argv: List[str]) -> int:
                          "if it exists)")
     args = ap.parse_args(argv)
     scaled = args.scaled or (SCALED_DEFAULT if SCALED_DEFAULT.is_file() else None)
+    try:  # checked before the minutes of fitting
+        scaled_table = hopper_table(scaled) if scaled else None
+    except VtrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     mamf = read_mamf()
     fitted: Dict[str, Dict[str, GemmParams]] = {}
     tables: Dict[str, Dict[str, GemmTable]] = {}
@@ -173,7 +187,8 @@ def main(argv: List[str]) -> int:
           f"{stats(errors_pct(predict_s(own, h_fp8, h_hw), h_fp8.time_s))})")
     fitted["H100"]["fp8"] = h_used
     try:
-        recipe_ratios = scaled_recipes(scaled, h_bf16, tables["H100"]["bf16"]) if scaled else {}
+        recipe_ratios = (scaled_recipes(scaled, scaled_table, h_bf16, tables["H100"]["bf16"])
+                         if scaled and scaled_table else {})
     except VtrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -7,15 +7,16 @@
 # < 1 min, profile ~1-2 min, 6 measured configurations ~20-30 s each).
 #   usage: bash bench/gpu_run.sh            (PYTHON=... to pick the interpreter)
 # On the lent machine (no Hydra there): `bash bench/device_site.sh` here first, then the one call its header
-# gives. Where $OUT is set (that machine), profiles/h200/ is copied under it when the script ends, whole or not.
+# gives. Where $OUT is set (that machine), profiles/h200/ is copied under it after each step and at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEST=profiles/h200
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"  # bench/fit_gemm.py imports vtrain from this checkout
-if [ -n "${OUT:-}" ]; then
-  trap 'mkdir -p "$OUT/h200" && cp "$DEST"/*.csv "$DEST"/*.json "$OUT/h200/" 2>/dev/null || true' EXIT
-fi
+save() {  # on the lent machine: what exists so far comes back even if a later step is killed
+  if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/h200" && cp "$DEST"/*.csv "$DEST"/*.json "$OUT/h200/" 2>/dev/null || true; fi
+}
+trap save EXIT
 # The base model: GPT (learned positions, LayerNorm, GeLU, vocab 51200) with head_dim 128; the sweep
 # scales hidden (heads = hidden/128, ffn = 4 hidden) and covers every shape measured below.
 BASE=(+model=gpt_1_7b +cluster=h200x8 model.hidden_size=2048 model.num_heads=16 model.max_seq_len=4096
@@ -32,11 +33,13 @@ if "$PY" -m vtrain.profiler.scaled_gemm --gpu h200 --out "$DEST" --grid all; the
 else
   echo "bench/gpu_run.sh: the FP8 recipes step failed; going on with the profile"
 fi
+save
 
 "$PY" -m vtrain task=profile "${BASE[@]}" profile.out_dir="$DEST" \
   'profile.hidden_sizes=[2048,4096,8192]' 'profile.micro_batch_sizes=[1,2,4,8]' 'profile.seq_lens=[2048,4096]' \
   'profile.attention=[flash]' 'profile.adam_layers=[1,8,16,32]' profile.warmup=2 profile.repeats=5 \
   hydra.run.dir=outputs/gpu_run/profile
+save
 
 # layers hidden micro-batch seq: sizes that fit one 141 GB GPU with bf16 weights, grads and Adam states
 for cfg in "8 2048 1 2048" "16 2048 8 2048" "32 2048 4 4096" "16 4096 2 2048" "32 4096 1 4096" "8 8192 2 2048"; do
@@ -46,6 +49,7 @@ for cfg in "8 2048 1 2048" "16 2048 8 2048" "32 2048 4 4096" "16 4096 2 2048" "3
     cost.profile_dir="$DEST" profile.warmup=2 profile.measure_iterations=5 profile.grad_accum_steps=2 \
     profile.validation_csv="$DEST/validation.csv" hydra.run.dir="outputs/gpu_run/measure_${L}_${H}_${B}_${S}"
 done
+save
 "$PY" - "$DEST/validation.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

@@ -19,7 +19,7 @@ from vtrain.calibration.gemm_tables import GemmParams, GemmTable, Hardware, pred
 from vtrain.calibration.gpu_derive import TRANSFERS, derive
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import load_gpu_config
-from vtrain.cost.gemm import GemmCurve
+from vtrain.cost.gemm import GemmCurve, borrowed_efficiency
 from vtrain.errors import VtrainError
 
 torch = pytest.importorskip("torch")
@@ -35,6 +35,14 @@ def test_grids_hold_the_xla_single_matrix_shapes_and_training_shapes():
     assert len(sg.shapes("all")) == 143 and (4096, 4096, 4096) in sg.shapes("xla")
     with pytest.raises(VtrainError, match="--grid=big is not one of xla, training, all"):
         sg.shapes("big")
+
+
+def test_block_scales_have_the_layouts_cublas_wants():
+    """1x128 activation scales outer-dim-major; 128x128 weight scales with each row of k/128 padded to a
+    multiple of 4 (PyTorch's tests pad them so: _pad_128x128_scales)."""
+    a, b = sg._scales("fp8_blockwise", 256, 384, 640, torch.device("cpu"))
+    assert a.shape == (256, 5) and a.stride() == (1, 256)
+    assert b.shape == (5, 3) and b.stride() == (1, 8)
 
 
 def test_each_recipe_multiplies_what_it_claims_on_cpu():
@@ -59,8 +67,8 @@ def test_measure_times_what_the_device_runs_and_names_what_it_cannot(tmp_path):
     rows, skipped = sg.measure("h200", dev, [(32, 128, 128), (64, 128, 256)], recipes, warmup=0, repeats=1)
     assert {(r["recipe"], r["fast_accum"]) for r in rows} == {("bf16", 0), ("fp8", 1), ("fp8_rowwise", 1)}
     assert len(rows) == 6 and all(float(r["time_s"]) > 0 for r in rows)
-    # the CPU kernels have no block scaling: the recipe is dropped after its first shape, with torch's reason
-    assert len(skipped) == 1 and skipped[0].startswith("fp8_blockwise (fast_accum=0): ")
+    # the CPU kernels have no block scaling: each shape is tried, and one line says how many failed and why
+    assert skipped == ["fp8_blockwise: 2 shape(s), from 32x128x128: Invalid scaling configuration."]
     r = rows[-1]
     assert float(r["tflops"]) == pytest.approx(2 * 64 * 128 * 256 / float(r["time_s"]) / 1e12, rel=1e-3)
     path = tmp_path / "t" / sg.TABLE_FILE
@@ -110,6 +118,12 @@ def test_malformed_table_is_one_line(tmp_path):
     bad.write_text("gpu,device,torch,recipe,fast_accum,m,n,k,flop_count,time_s\nh200,x,2,fp8,1,1,1,zz,2,1\n")
     with pytest.raises(VtrainError, match=r"gemm_scaled.csv:2: not a row of python -m vtrain.profiler.scaled_gemm"):
         read_scaled_table(bad)
+    bad.write_text("gpu,recipe,fast_accum,m,n,k,flop_count,time_s\nh200,fp8,1,1,1,1,2,1\n")  # no device column
+    with pytest.raises(VtrainError, match=r"gemm_scaled.csv:2: not a row of"):
+        read_scaled_table(bad)
+    bad.write_text("gpu,device,torch,recipe,fast_accum,m,n,k,flop_count,time_s\nh200,x,2,fp8,1,1,1,1,2,0\n")
+    with pytest.raises(VtrainError, match=r"gemm_scaled.csv:2: m, n, k, flop_count and time_s must be finite"):
+        read_scaled_table(bad)
     with pytest.raises(VtrainError, match="No such file"):
         read_scaled_table(tmp_path / "none.csv")
 
@@ -148,6 +162,9 @@ def test_a_recipe_reaches_the_best_matmul_in_its_eta_ratio():
     slower = dataclasses.replace(g, gemm_efficiency_by_precision={**g.gemm_efficiency_by_precision,
                                                                   "fp8_rowwise": 0.5 * fp8.eta_max})
     assert GemmCurve.for_gpu(slower, "fp8_rowwise").ceiling == pytest.approx(0.5 * fp8.ceiling)
+    # a format's ceiling never rises above the measured best when per-tensor fp8's efficiency is set lower
+    low_fp8 = dataclasses.replace(g, gemm_efficiency_by_precision={**g.gemm_efficiency_by_precision, "fp8": 0.4})
+    assert GemmCurve.for_gpu(low_fp8, "fp8_rowwise").ceiling == pytest.approx(fp8.ceiling)
     assert GemmCurve.for_gpu(g, "bf16").ceiling == g.gemm_ceiling_by_precision["bf16"]
     # a config of one's own that lists no rowwise efficiency: per-tensor fp8's, not the bf16 default
     bare = dataclasses.replace(g, gemm_efficiency_by_precision={k: v for k, v in g.gemm_efficiency_by_precision.items()
@@ -203,3 +220,19 @@ def test_a_plan_whose_recipe_copies_another_formats_efficiency_says_so():
             "fp8_rowwise kernels") in notes
     assert not any("GEMMs are priced at" in n for n in simulate(compose([*base, "training.precision=fp8"])).notes)
     assert not any("GEMMs are priced at" in n for n in simulate(compose([*base, "training.precision=fp16"])).notes)
+    # a value of one's own is no copy; a config without the key borrows per-tensor fp8's (B200: no rowwise entry)
+    own = [*base, "training.precision=fp8_rowwise", "+gpu=h100_sxm", "gpu.gemm_efficiency_by_precision.fp8_rowwise=0.4"]
+    assert not any("GEMMs are priced at" in n for n in simulate(compose(own)).notes)
+    b200 = ["+model=llama3_8b", "+cluster=b200x1024", "parallelism.dp=8", "training.global_batch_size=8",
+            "training.precision=fp8_rowwise"]
+    assert any(n.startswith("caution: fp8_rowwise GEMMs are priced at fp8's") for n in simulate(compose(b200)).notes)
+
+
+def test_borrowed_efficiency_reads_what_was_priced():
+    g = gpu_spec(load_gpu_config("h100_sxm"))
+    assert borrowed_efficiency(g, "fp8_rowwise") == "fp8" and borrowed_efficiency(g, "fp8") is None
+    changed = dataclasses.replace(g, gemm_efficiency_by_precision={**g.gemm_efficiency_by_precision,
+                                                                   "fp8_blockwise": 0.5})
+    assert borrowed_efficiency(changed, "fp8_blockwise") is None  # changed from fp8's: the user's own value
+    assert borrowed_efficiency(gpu_spec(load_gpu_config("b200")), "fp8_rowwise") == "fp8"  # no key at all
+    assert borrowed_efficiency(gpu_spec(load_gpu_config("b200")), "mxfp8") == "fp8"

@@ -16,6 +16,7 @@ device, not an absolute rate, so it survives clocks, power caps and library vers
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -56,14 +57,18 @@ def read_scaled_table(path: Path) -> ScaledTable:
             for i, r in enumerate(csv.DictReader(fh), start=2):
                 try:
                     key = (r["recipe"], r["fast_accum"] == "1")
-                    rows.setdefault(key, []).append([float(r[c]) for c in ("m", "n", "k", "flop_count", "time_s")])
+                    values = [float(r[c]) for c in ("m", "n", "k", "flop_count", "time_s")]
+                    labels = {c: r[c] for c in ("gpu", "device", "torch")}
                 except (KeyError, TypeError, ValueError):
                     raise VtrainError(f"{path}:{i}: not a row of python -m vtrain.profiler.scaled_gemm") from None
-                for c in ("gpu", "device", "torch"):
-                    if meta.setdefault(c, r[c]) != r[c]:
-                        raise VtrainError(f"{path}:{i}: {c}={r[c]} differs from the first row's {meta[c]}")
-    except OSError as exc:
-        raise VtrainError(f"{path}: {exc.strerror}") from None
+                if not all(math.isfinite(v) and v > 0 for v in values):
+                    raise VtrainError(f"{path}:{i}: m, n, k, flop_count and time_s must be finite and > 0")
+                rows.setdefault(key, []).append(values)
+                for c, v in labels.items():
+                    if meta.setdefault(c, v) != v:
+                        raise VtrainError(f"{path}:{i}: {c}={v} differs from the first row's {meta[c]}")
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise VtrainError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not rows:
         raise VtrainError(f"{path}: no rows")
     tables = {}

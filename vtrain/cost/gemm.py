@@ -22,8 +22,9 @@ formula the A100 fit was made with, unchanged.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 from vtrain.workload.system import TFLOPS, GpuSpec
 
@@ -72,8 +73,25 @@ def ceiling_of(gpu: GpuSpec, precision: str, eta_max: float) -> float:
         return ceilings[precision]
     if precision.startswith("fp8_") and "fp8" in ceilings:
         fp8_eta = gpu.gemm_efficiency_by_precision.get("fp8", gpu.gemm_max_efficiency)
-        return ceilings["fp8"] * eta_max / fp8_eta
+        return min(ceilings["fp8"], ceilings["fp8"] * eta_max / fp8_eta)  # never above the measured best
     return 1.0
+
+
+def borrowed_efficiency(gpu: GpuSpec, precision: str) -> Optional[str]:
+    """The format whose large-GEMM efficiency GEMMs at ``precision`` are priced at because no table measured
+    this GPU's own kernels; None when the precision has its own (measured, or set by the user).
+
+    A config without the precision's key borrows per-tensor fp8's (a scaled-FP8 recipe) or the default; a
+    shipped one whose provenance says "no table for <p> = <q> ...: copied" (bench/fit_gemm.py) borrows q's,
+    unless its value was changed from q's."""
+    effs = gpu.gemm_efficiency_by_precision
+    if precision not in effs:
+        return "fp8" if precision.startswith("fp8_") and "fp8" in effs else "gemm_max_efficiency"
+    note = gpu.provenance.get("gemm_efficiency_by_precision", "")
+    copied = re.search(rf"no table for [^:]*\b{re.escape(precision)} = (\w+)", note)
+    if copied and effs.get(copied.group(1)) == effs[precision]:
+        return copied.group(1)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,9 +77,11 @@ def _scales(recipe: str, m: int, n: int, k: int, dev: torch.device) -> Tuple[tor
         return torch.ones((), device=dev, dtype=f32), torch.ones((), device=dev, dtype=f32)
     if recipe == "fp8_rowwise":  # one scale per row of a and per column of b, contiguous
         return torch.ones(m, 1, device=dev, dtype=f32), torch.ones(1, n, device=dev, dtype=f32)
-    # 1x128 blocks of a (outer-dim-major, as cuBLAS wants them) and 128x128 blocks of b
-    scale_a = torch.ones(k // BLOCK, m, device=dev, dtype=f32).t()
-    scale_b = torch.ones(n // BLOCK, k // BLOCK, device=dev, dtype=f32).t()
+    # 1x128 blocks of a (outer-dim-major, as cuBLAS wants them) and 128x128 blocks of b, whose rows of k/128
+    # scales are padded to a multiple of 4 (cuBLAS's layout for 128x128 block scales; PyTorch's tests pad so)
+    kb = k // BLOCK
+    scale_a = torch.ones(kb, m, device=dev, dtype=f32).t()
+    scale_b = torch.ones(n // BLOCK, -(-kb // 4) * 4, device=dev, dtype=f32)[:, :kb].t()
     return scale_a, scale_b
 
 
@@ -124,32 +126,28 @@ def _row(gpu: str, dev: torch.device, recipe: Recipe, m: int, n: int, k: int, t:
 def measure(gpu: str, dev: torch.device, grid: Iterable[Tuple[int, int, int]], recipes: Sequence[Recipe] = RECIPES,
             warmup: int = 2, repeats: int = 5, log: Optional[Callable[[str], None]] = None
             ) -> Tuple[List[Dict[str, object]], List[str]]:
-    """Rows of the table and the reasons a recipe or shape was skipped (unsupported on this device/torch)."""
+    """Rows of the table, and what was skipped: one line per recipe and reason (unsupported on this device or
+    torch), with how many shapes and the first of them. Each shape is tried on its own."""
     rows: List[Dict[str, object]] = []
-    skipped: List[str] = []
-    dead: Dict[Recipe, str] = {}  # a recipe whose first shape failed: the device or torch cannot run it
+    failed: Dict[Tuple[str, str], List[str]] = {}  # (recipe label, reason) -> shapes
     for m, n, k in grid:
         for r in recipes:
-            if r in dead:
-                continue
-            label = f"{r.name}{' fast-accum' if r.fast_accum else ''} {m}x{n}x{k}"
+            name = f"{r.name}{' fast-accum' if r.fast_accum else ''}"
             try:
                 fn = gemm(r, m, n, k, dev)
                 t = time_op(fn, dev, warmup=warmup, repeats=repeats)
             except (RuntimeError, ValueError, NotImplementedError) as exc:
-                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                if not any(row["recipe"] == r.name and row["fast_accum"] == int(r.fast_accum) for row in rows):
-                    dead[r] = reason
-                    skipped.append(f"{r.name} (fast_accum={int(r.fast_accum)}): {reason}")
-                else:
-                    skipped.append(f"{label}: {reason}")
+                text = str(exc).strip()
+                reason = text.splitlines()[0] if text else type(exc).__name__
+                failed.setdefault((name, reason), []).append(f"{m}x{n}x{k}")
                 continue
             finally:
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(_row(gpu, dev, r, m, n, k, t))
             if log:
-                log(f"{label}: {t.median_s * 1e6:9.1f} us  {2 * m * n * k / t.median_s / 1e12:7.1f} TFLOP/s")
+                log(f"{name} {m}x{n}x{k}: {t.median_s * 1e6:9.1f} us  {2 * m * n * k / t.median_s / 1e12:7.1f} TFLOP/s")
+    skipped = [f"{name}: {len(at)} shape(s), from {at[0]}: {reason}" for (name, reason), at in failed.items()]
     return rows, skipped
 
 
@@ -174,7 +172,7 @@ def writable_folder(path: Path) -> List[Path]:
         for d in missing:
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
-        raise VtrainError(f"--out={path}: cannot write there ({exc.strerror})") from None
+        raise VtrainError(f"--out={path}: cannot write there ({exc.strerror or exc})") from None
     return list(reversed(missing))
 
 
@@ -215,7 +213,10 @@ def main(argv: Sequence[str]) -> int:
         print(f"skipped: {s}")
     if not rows:
         for d in reversed(created):  # only the folders this run made, and only while empty
-            d.rmdir()
+            try:
+                d.rmdir()
+            except OSError:
+                break
         print("error: no GEMM could be timed on this device", file=sys.stderr)
         return 1
     path = args.out / TABLE_FILE

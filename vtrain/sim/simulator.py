@@ -5,7 +5,6 @@ memos of priced passes (vtrain/sim/pass_memo.py) and recent pipeline runs (vtrai
 exact."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
@@ -13,6 +12,7 @@ from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.comm.sharding import deferred_sync
 from vtrain.cost.base import CostModel
+from vtrain.cost.gemm import borrowed_efficiency
 from vtrain.errors import ConfigError
 from vtrain.graph.options import graph_options
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
@@ -36,7 +36,7 @@ from vtrain.sim.schedule import CompiledSchedule, splits_backward
 from vtrain.sim.stage_costs import StageCosts, recomputed_layers
 from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
-from vtrain.workload.enums import Precision, Recompute, Schedule, parse_recompute_modules
+from vtrain.workload.enums import Recompute, Schedule, parse_recompute_modules
 from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
@@ -226,18 +226,18 @@ def _provenance(w: Workload) -> Dict[str, str]:
     return out
 
 
-def _notes(prov: Dict[str, str], precision: Precision) -> Tuple[str, ...]:
+def _notes(prov: Dict[str, str], w: Workload) -> Tuple[str, ...]:
     out: Tuple[str, ...] = ()
     transferred = sorted(k for k, v in prov.items() if v.startswith("transferred"))
     if transferred:
         gpu = sum(k.startswith("gpu.") for k in transferred)
         out += (f"caution: {len(transferred)} constants are transferred, not fitted to this GPU and stack ({gpu} "
                 f"gpu, {len(transferred) - gpu} stack; report.json lists their sources): a first-principles estimate",)
-    eta_source = prov.get("gpu.gemm_efficiency_by_precision", "")
-    copied = re.search(rf"no table for [^:]*\b{precision.value} = (\w+)", eta_source)
-    if precision.low and copied:  # bench/fit_gemm.py writes "no table for <p> = <q> (...): copied"
-        out += (f"caution: {precision.value} GEMMs are priced at {copied.group(1)}'s efficiency: no table measures "
-                f"this GPU's {precision.value} kernels",)
+    p = w.plan.precision.value
+    borrowed = borrowed_efficiency(w.cluster.gpu, p) if w.plan.precision.low else None
+    if borrowed:
+        out += (f"caution: {p} GEMMs are priced at {borrowed}'s efficiency: no table measures this GPU's {p} "
+                "kernels",)
     return out
 
 
@@ -362,7 +362,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         iterations=iterations, time_to_train_s=time_to_train, gpu_hours=gpu_hours,
         cost_usd=cost_usd, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
         cost_model=cost.name, stack=stack.name, provenance=prov, extrapolated_ops=tuple(sorted(cost.extrapolated())),
-        notes=(_notes(prov, w.plan.precision) + ((iv.note,) if iv.note else ())
+        notes=(_notes(prov, w) + ((iv.note,) if iv.note else ())
                + _convention_note(w, iteration, peak_flops, hw_flops)),
         iteration_time_lo_s=iteration * iv.lo_factor, iteration_time_hi_s=iteration * iv.hi_factor,
         time_to_train_lo_s=time_to_train * iv.lo_factor, time_to_train_hi_s=time_to_train * iv.hi_factor,
