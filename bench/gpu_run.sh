@@ -3,8 +3,9 @@
 # single-GPU training iterations. Writes profiles/h200/gemm_scaled.csv (bf16, per-tensor, rowwise and
 # blockwise FP8 GEMMs side by side: the FP8 recipes' efficiency, bench/fit_gemm.py), profiles/h200/
 # {meta.json,ops.csv} and profiles/h200/validation.csv (one row per configuration: predicted_s,
-# measured_s, error). Needs a CUDA build of torch; takes about 4-6 minutes on an H200 (FP8 recipes
-# < 1 min, profile ~1-2 min, 6 measured configurations ~20-30 s each).
+# measured_s, error), and profiles/h200/attention_lengths.csv (SDPA over sequence lengths: the fused-
+# attention rate, bench/fit_attention.py). Needs a CUDA build of torch; takes about 4-6 minutes on an H200
+# (FP8 recipes < 1 min, attention < 1 min, profile ~1-2 min, 6 measured configurations ~20-30 s each).
 #   usage: bash bench/gpu_run.sh            (PYTHON=... to pick the interpreter)
 # On the lent machine (no Hydra there): `bash bench/device_site.sh` here first, then the one call its header
 # gives. Where $OUT is set (that machine), profiles/h200/ is copied under it after each step and at the end.
@@ -32,6 +33,15 @@ if "$PY" -m vtrain.profiler.scaled_gemm --gpu h200 --out "$DEST" --grid all; the
     echo "bench/gpu_run.sh: the FP8 fit failed; run it here: python bench/fit_gemm.py --scaled $DEST/gemm_scaled.csv"
 else
   echo "bench/gpu_run.sh: the FP8 recipes step failed; going on with the profile"
+fi
+save
+
+# Fused attention (SDPA's flash kernel, as torchtitan runs it) over 2K-32K tokens and ring-step blocks
+if "$PY" -m vtrain.profiler.attention_lengths --gpu h200 --out "$DEST"; then
+  "$PY" bench/fit_attention.py --table "$DEST/attention_lengths.csv" ||
+    echo "bench/gpu_run.sh: the attention fit failed; run it here: python bench/fit_attention.py"
+else
+  echo "bench/gpu_run.sh: the attention step failed; going on with the profile"
 fi
 save
 

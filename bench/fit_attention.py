@@ -1,0 +1,122 @@
+"""The fused-attention rate a measured SDPA table implies, against what the cost model prices it at.
+
+    python bench/fit_attention.py                               # profiles/h200/attention_lengths.csv
+    python bench/fit_attention.py --table PATH [--stack torchtitan_fsdp2] [--write]
+
+The table comes from ``python -m vtrain.profiler.attention_lengths`` (bench/gpu_run.sh runs it on the lent
+GPU). For each row it prints the efficiency the kernel reached (the model's FLOP count of
+:class:`vtrain.graph.ops.FlashAttention`, causal half included, over time x the bf16 peak), forward, backward
+and both, and the error of the model's time: ``flops / (peak x gpu.flash_attention_efficiency x
+stack.attention_kernel_efficiency x power_clock_fraction)``. The implied stack factor is the median over the
+causal rows of (efficiency / the GPU's fused-attention efficiency); ``--write`` sets it as the stack's
+``attention_kernel_efficiency`` with its provenance. How the rate moves with length (the ring-step blocks of
+context parallelism) is printed, not modelled: one constant per stack.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import math
+import sys
+from pathlib import Path
+from statistics import median
+from typing import Dict, List
+
+from vtrain.calibration.yaml_write import update_yaml
+from vtrain.cli.args import ArgumentParser
+from vtrain.config.build import gpu_spec, stack_spec
+from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
+from vtrain.errors import VtrainError
+from vtrain.graph.ops import FlashAttention
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TABLE = ROOT / "profiles" / "h200" / "attention_lengths.csv"
+COLUMNS = ("gpu", "device", "torch", "backend", "causal", "batch_heads", "q_len", "kv_len", "head_dim", "fwd_s",
+           "bwd_s")
+
+
+def read_rows(path: Path) -> List[Dict[str, str]]:
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise VtrainError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not rows or any(c not in rows[0] for c in COLUMNS):
+        raise VtrainError(f"{path}: not a table of python -m vtrain.profiler.attention_lengths")
+    for i, r in enumerate(rows, start=2):
+        try:
+            ok = all(math.isfinite(float(r[c])) and float(r[c]) > 0 for c in ("q_len", "kv_len", "fwd_s", "bwd_s"))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok or r["gpu"] != rows[0]["gpu"]:
+            raise VtrainError(f"{path}:{i}: lengths and times must be numbers > 0, all rows of one gpu")
+    return rows
+
+
+def ops(r: Dict[str, str]) -> List[FlashAttention]:
+    bh, q, kv, d, causal = int(r["batch_heads"]), int(r["q_len"]), int(r["kv_len"]), int(r["head_dim"]), r["causal"]
+    return [FlashAttention("flash_attn", bh, q, d, causal=causal == "1", kv_len=kv),
+            FlashAttention("flash_attn.bwd", bh, q, d, backward=True, causal=causal == "1", kv_len=kv)]
+
+
+def main(argv: List[str]) -> int:
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
+    ap.add_argument("--stack", default="torchtitan_fsdp2", help="the stack whose attention factor to compare/set")
+    ap.add_argument("--write", action="store_true", help="set the stack's attention_kernel_efficiency")
+    args = ap.parse_args(argv)
+    try:
+        stacks = group_options("stack")
+        if args.stack not in stacks:
+            raise VtrainError(f"--stack={args.stack} is not a stack/ config; one of: {', '.join(stacks)}")
+        rows = read_rows(args.table)
+        gpu_name = rows[0]["gpu"]
+        if gpu_name not in group_options("gpu"):
+            raise VtrainError(f"{args.table}: gpu={gpu_name} is not a gpu/ config")
+        if not rows[0]["device"].startswith("NVIDIA"):  # CUDA's device names; a CPU table checks code only
+            raise VtrainError(f"{args.table}: measured on {rows[0]['device']}, not an NVIDIA GPU")
+    except VtrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    gpu = gpu_spec(load_gpu_config(gpu_name))
+    stack = stack_spec(load_stack_config(args.stack))
+    if gpu.flash_attention_efficiency is None:
+        print(f"error: gpu={gpu_name} has no flash_attention_efficiency to compare with", file=sys.stderr)
+        return 2
+    peak = gpu.peak_tflops["bf16"] * 1e12
+    rate = peak * gpu.flash_attention_efficiency * stack.attention_kernel_efficiency * gpu.power_clock_fraction
+    print(f"{args.table}: {rows[0]['device']}, torch {rows[0]['torch']}, SDPA backend {rows[0]['backend']}; "
+          f"model: gpu={gpu_name} flash {gpu.flash_attention_efficiency:.3f} x stack={args.stack} "
+          f"{stack.attention_kernel_efficiency:.3f} of the {peak / 1e12:.0f} TFLOP/s bf16 peak")
+    print(f"{'case':>18} | {'fwd eff':>7} | {'bwd eff':>7} | {'both':>6} | model time error")
+    factors = []
+    for r in rows:
+        fwd, bwd = ops(r)
+        t_fwd, t_bwd = float(r["fwd_s"]), float(r["bwd_s"])
+        eff = (fwd.flops + bwd.flops) / ((t_fwd + t_bwd) * peak)
+        model_s = (fwd.flops + bwd.flops) / rate
+        case = f"{'causal' if r['causal'] == '1' else 'block'} {r['q_len']}x{r['kv_len']}"
+        print(f"{case:>18} | {fwd.flops / (t_fwd * peak):7.3f} | {bwd.flops / (t_bwd * peak):7.3f} | {eff:6.3f} | "
+              f"{model_s / (t_fwd + t_bwd) - 1:+.1%}")
+        if r["causal"] == "1":
+            factors.append(eff / gpu.flash_attention_efficiency / gpu.power_clock_fraction)
+    if not factors:
+        print("no causal rows: no stack factor implied")
+        return 0
+    factor = round(median(factors), 3)
+    print(f"implied {args.stack}.attention_kernel_efficiency: {factor} (median of {len(factors)} causal rows; "
+          f"configured {stack.attention_kernel_efficiency})")
+    if args.write:
+        date = datetime.date.today().strftime("%Y-%m")
+        shown = args.table.resolve()
+        shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else Path(shown.name)
+        update_yaml(CONF_DIR / "stack" / f"{args.stack}.yaml", {"attention_kernel_efficiency": factor},
+                    {"attention_kernel_efficiency": f"fitted: SDPA ({rows[0]['backend']}) on {rows[0]['device']}, "
+                     f"torch {rows[0]['torch']}, median of {len(factors)} causal lengths over gpu={gpu_name}'s "
+                     f"flash_attention_efficiency ({shown}), bench/fit_attention.py, {date}"})
+        print(f"wrote stack/{args.stack}.yaml")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""Fused attention over lengths: the SDPA table (vtrain/profiler/attention_lengths.py, real torch on CPU at
+small shapes) and the rate bench/fit_attention.py reads from it."""
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vtrain.graph.ops import FlashAttention
+
+torch = pytest.importorskip("torch")
+from vtrain.profiler import attention_lengths as al  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_cases_are_whole_causal_sequences_then_ring_step_blocks():
+    assert al.cases(8192) == [al.Case(True, n, n) for n in (2048, 4096, 8192)] + [al.Case(False, 8192, 8192)]
+    assert len(al.cases(32768)) == 8 and al.cases(1024) == []
+
+
+def test_the_calls_run_sdpa_forward_and_its_backward():
+    fwd, bwd = al.attention_calls(al.Case(True, 32, 32), torch.device("cpu"), heads=2, head_dim=16,
+                                  dtype=torch.float32)
+    out = fwd()
+    assert out.shape == (1, 2, 32, 16)
+    dq, dk, dv = bwd()
+    assert dq.shape == dk.shape == dv.shape == (1, 2, 32, 16) and float(dq.abs().sum()) > 0
+
+
+def test_measure_writes_rows_the_model_can_price(tmp_path):
+    todo = [al.Case(True, 64, 64), al.Case(False, 32, 32)]
+    rows, skipped = al.measure("h200", torch.device("cpu"), todo, warmup=0, repeats=1, heads=2, head_dim=16)
+    assert skipped == [] and [(r["causal"], r["q_len"]) for r in rows] == [(1, 64), (0, 32)]
+    assert all(float(r["fwd_s"]) > 0 and float(r["bwd_s"]) > 0 for r in rows)
+    path = tmp_path / al.TABLE_FILE
+    al.write_table(path, rows)
+    back = list(csv.DictReader(path.open()))
+    assert [r["backend"] for r in back] == ["default", "default"] and back[0]["batch_heads"] == "2"
+
+
+def _table(path, device="NVIDIA H200", fwd_s=None):
+    """A table whose times are what the model prices at 0.3 of the bf16 peak, fwd and bwd alike."""
+    rows = []
+    for causal, n in ((1, 4096), (1, 8192), (0, 8192)):
+        f = FlashAttention("f", 32, n, 128, causal=bool(causal))
+        b = FlashAttention("b", 32, n, 128, backward=True, causal=bool(causal))
+        rate = 989.4e12 * 0.3
+        rows.append({"gpu": "h200", "device": device, "torch": "2.11", "backend": "flash", "causal": causal,
+                     "batch_heads": 32, "q_len": n, "kv_len": n, "head_dim": 128,
+                     "fwd_s": fwd_s if fwd_s is not None else f.flops / rate, "bwd_s": b.flops / rate})
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=al.COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_fit_reads_the_implied_factor(tmp_path):
+    _table(tmp_path / "t.csv")
+    p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    # 0.3 of the peak over h200's fused-attention efficiency 0.5271 (gpu/h200.yaml)
+    assert f"implied torchtitan_fsdp2.attention_kernel_efficiency: {round(0.3 / 0.5271, 3)}" in p.stdout
+    assert "causal 4096x4096 |   0.300 |   0.300 |  0.300 |" in p.stdout
+
+
+@pytest.mark.parametrize("kind, msg", [("cpu", "measured on AMD EPYC, not an NVIDIA GPU"),
+                                       ("zero", "t.csv:2: lengths and times must be numbers > 0"),
+                                       ("stack", "--stack=nope is not a stack/ config")])
+def test_fit_refuses_in_one_line(tmp_path, kind, msg):
+    _table(tmp_path / "t.csv", device="AMD EPYC" if kind == "cpu" else "NVIDIA H200",
+           fwd_s=0 if kind == "zero" else None)
+    extra = ["--stack", "nope"] if kind == "stack" else []
+    p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv"), *extra],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr
+
+
+def test_cli_bad_arguments_are_one_line(tmp_path):
+    for argv, msg in ((["--gpu", "h200", "--out", str(tmp_path), "--max-len", "8"], "--max-len: 8 must be >= 16"),
+                      (["--gpu", "h200", "--out", str(tmp_path), "--max-len", "1000", "--device", "cpu"],
+                       "--max-len=1000 is below the shortest case"),
+                      (["--gpu", "x", "--out", str(tmp_path)], "--gpu=x is not a gpu/ config")):
+        p = subprocess.run([sys.executable, "-m", "vtrain.profiler.attention_lengths", *argv], capture_output=True,
+                           text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,167 @@
+"""Time PyTorch's fused attention (``F.scaled_dot_product_attention``) over sequence lengths on one device.
+
+Why: the cost model prices fused attention at one rate per GPU (``gpu.flash_attention_efficiency``, from one
+8K FlashAttention-3 measurement) times a stack factor (``stack.attention_kernel_efficiency``: torchtitan's
+SDPA kernel, FlashAttention-2 class, taken from the FlashAttention-3 paper's FA2/FA3 ratio). No shipped
+table times the kernel torchtitan runs, nor at the lengths its context-parallel runs reach (a ring step is
+one rank's queries against another rank's keys, non-causal, s/cp each). This table does, for
+``bench/fit_attention.py`` (which prints the rate each row implies and can set the torchtitan stacks' factor).
+
+Cases (Llama-3 8B's attention: 32 query heads of 128, K/V repeated to 32 heads before SDPA as torchtitan
+does, batch 1, bf16): whole causal sequences of 2K-32K tokens, and non-causal square blocks of 8K-32K (ring
+steps). Each case times the forward and the backward (``torch.autograd.grad`` of the output) with
+:func:`vtrain.profiler.timing.time_op`. On CUDA the flash backend is asked for, as torchtitan lists it first;
+the backend used is recorded.
+
+    python -m vtrain.profiler.attention_lengths --gpu h200 --out profiles/h200 [--device cuda] [--max-len 32768]
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from vtrain.cli.args import ArgumentParser, int_at_least
+from vtrain.errors import VtrainError
+from vtrain.profiler.device import device_name, torch_device
+from vtrain.profiler.scaled_gemm import writable_folder
+from vtrain.profiler.timing import time_op
+
+TABLE_FILE = "attention_lengths.csv"
+COLUMNS = ("gpu", "device", "torch", "backend", "causal", "batch_heads", "q_len", "kv_len", "head_dim", "fwd_s",
+           "bwd_s")
+HEADS, HEAD_DIM = 32, 128  # Llama-3 8B (model/llama3_8b.yaml)
+CAUSAL_LENS = (2048, 4096, 8192, 16384, 32768)
+BLOCK_LENS = (8192, 16384, 32768)
+
+
+@dataclass(frozen=True)
+class Case:
+    causal: bool
+    q_len: int
+    kv_len: int
+
+
+def cases(max_len: int) -> List[Case]:
+    """Whole causal sequences, then non-causal ring-step blocks, up to ``max_len`` tokens."""
+    out = [Case(True, n, n) for n in CAUSAL_LENS if n <= max_len]
+    return out + [Case(False, n, n) for n in BLOCK_LENS if n <= max_len]
+
+
+@contextlib.contextmanager
+def flash_backend(dev: torch.device) -> Iterator[str]:
+    """Ask SDPA for its flash kernel on CUDA (torchtitan's first choice); elsewhere its default."""
+    if dev.type != "cuda":
+        yield "default"
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        yield "flash"
+
+
+def attention_calls(case: Case, dev: torch.device, heads: int = HEADS, head_dim: int = HEAD_DIM,
+                    dtype: torch.dtype = torch.bfloat16) -> Tuple[Callable[[], Any], Callable[[], Any]]:
+    """(forward, backward) zero-argument calls of SDPA at the case's shape, on fresh random inputs."""
+    def rand(n: int) -> torch.Tensor:
+        return torch.randn(1, heads, n, head_dim, device=dev, dtype=dtype, requires_grad=True)
+
+    q, k, v = rand(case.q_len), rand(case.kv_len), rand(case.kv_len)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    out = sdpa(q, k, v, is_causal=case.causal)
+    grad = torch.randn_like(out)
+    return ((lambda: sdpa(q, k, v, is_causal=case.causal)),
+            (lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)))
+
+
+def measure(gpu: str, dev: torch.device, todo: Sequence[Case], warmup: int = 2, repeats: int = 5,
+            heads: int = HEADS, head_dim: int = HEAD_DIM, log: Optional[Callable[[str], None]] = None
+            ) -> Tuple[List[Dict[str, object]], List[str]]:
+    """Rows of the table and one line per case that could not run (with torch's reason)."""
+    rows: List[Dict[str, object]] = []
+    skipped: List[str] = []
+    for c in todo:
+        label = f"{'causal' if c.causal else 'block'} {c.q_len}x{c.kv_len}"
+        try:
+            with flash_backend(dev) as backend:
+                fwd, bwd = attention_calls(c, dev, heads, head_dim)
+                t_fwd = time_op(fwd, dev, warmup=warmup, repeats=repeats)
+                t_bwd = time_op(bwd, dev, warmup=warmup, repeats=repeats)
+        except (RuntimeError, ValueError, NotImplementedError) as exc:
+            text = str(exc).strip()
+            skipped.append(f"{label}: {text.splitlines()[0] if text else type(exc).__name__}")
+            continue
+        finally:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+        rows.append({"gpu": gpu, "device": device_name(dev), "torch": torch.__version__, "backend": backend,
+                     "causal": int(c.causal), "batch_heads": heads, "q_len": c.q_len, "kv_len": c.kv_len,
+                     "head_dim": head_dim, "fwd_s": f"{t_fwd.median_s:.6g}", "bwd_s": f"{t_bwd.median_s:.6g}"})
+        if log:
+            log(f"{label}: forward {t_fwd.median_s * 1e3:8.2f} ms  backward {t_bwd.median_s * 1e3:8.2f} ms")
+    return rows, skipped
+
+
+def write_table(path: Path, rows: Sequence[Dict[str, object]]) -> None:
+    """Write the table whole (a temporary file renamed over the target)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str]) -> int:
+    from vtrain.config.compose import group_options
+
+    ap = ArgumentParser(prog="python -m vtrain.profiler.attention_lengths", description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", required=True, help="the gpu/ config the device stands for (h200, h100_sxm, ...)")
+    ap.add_argument("--out", required=True, type=Path, help=f"folder of the table ({TABLE_FILE})")
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:<index> or cpu (cpu: a check of the code only)")
+    ap.add_argument("--max-len", type=int_at_least(16), default=max(CAUSAL_LENS + BLOCK_LENS),
+                    help="the longest sequence or block timed")
+    ap.add_argument("--warmup", type=int_at_least(0), default=2)
+    ap.add_argument("--repeats", type=int_at_least(1), default=5)
+    args = ap.parse_args(argv)
+    try:
+        if args.gpu not in group_options("gpu"):
+            raise VtrainError(f"--gpu={args.gpu} is not a gpu/ config; one of: {', '.join(group_options('gpu'))}")
+        if args.out.exists() and not args.out.is_dir():
+            raise VtrainError(f"--out={args.out} is a file, not a folder")
+        todo = cases(args.max_len)
+        if not todo:
+            raise VtrainError(f"--max-len={args.max_len} is below the shortest case ({min(CAUSAL_LENS)} tokens)")
+        try:
+            dev = torch_device(args.device)
+        except VtrainError as exc:  # worded for task=profile's field
+            raise VtrainError(str(exc).replace("profile.device=", "--device=", 1)) from None
+        created = writable_folder(args.out)
+    except VtrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows, skipped = measure(args.gpu, dev, todo, warmup=args.warmup, repeats=args.repeats, log=print)
+    for s in skipped:
+        print(f"skipped: {s}")
+    if not rows:
+        for d in reversed(created):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        print("error: no attention case could be timed on this device", file=sys.stderr)
+        return 1
+    path = args.out / TABLE_FILE
+    write_table(path, rows)
+    print(f"{len(rows)} attention cases on {device_name(dev)} -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
