@@ -30,8 +30,11 @@ def test_int_at_least_and_new_file(tmp_path):
     (["bench/fit_intervals.py", "--plot", "/nonexistent/x.png"], "folder /nonexistent does not exist"),
     (["bench/fit_gemm.py", "--bogus"], "fit_gemm.py: error: unrecognized arguments: --bogus"),
     (["sweeps/cheapest_by_deadline.py", "--days", "abc"], "--days=abc: must be comma-separated numbers"),
+    (["bench/figures.sh", "--all"], "bench/figures.sh: unknown argument --all (only --cv)"),
+    (["bench/fit_attention.py", "--stack", "nope"], "--stack=nope is not a stack/ config"),
 ])
 def test_script_bad_argument_is_one_line(argv, msg):
-    p = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    cmd = ["bash", *argv] if argv[0].endswith(".sh") else [sys.executable, *argv]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 2, (argv, p.stdout, p.stderr)
     assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr
