@@ -28,11 +28,10 @@ from vtrain.config.build import gpu_spec, stack_spec
 from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
 from vtrain.errors import VtrainError
 from vtrain.graph.ops import FlashAttention
+from vtrain.profiler.attention_lengths import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TABLE = ROOT / "profiles" / "h200" / "attention_lengths.csv"
-COLUMNS = ("gpu", "device", "torch", "backend", "causal", "batch_heads", "q_len", "kv_len", "head_dim", "fwd_s",
-           "bwd_s")
 
 
 def read_rows(path: Path) -> List[Dict[str, str]]:

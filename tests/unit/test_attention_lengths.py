@@ -11,6 +11,7 @@ from vtrain.graph.ops import FlashAttention
 
 torch = pytest.importorskip("torch")
 from vtrain.profiler import attention_lengths as al  # noqa: E402
+from vtrain.profiler.table_run import write_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ def test_measure_writes_rows_the_model_can_price(tmp_path):
     assert skipped == [] and [(r["causal"], r["q_len"]) for r in rows] == [(1, 64), (0, 32)]
     assert all(float(r["fwd_s"]) > 0 and float(r["bwd_s"]) > 0 for r in rows)
     path = tmp_path / al.TABLE_FILE
-    al.write_table(path, rows)
+    write_table(path, rows, al.COLUMNS)
     back = list(csv.DictReader(path.open()))
     assert [r["backend"] for r in back] == ["default", "default"] and back[0]["batch_heads"] == "2"
 

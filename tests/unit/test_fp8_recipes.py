@@ -24,6 +24,7 @@ from vtrain.errors import VtrainError
 
 torch = pytest.importorskip("torch")
 from vtrain.profiler import scaled_gemm as sg  # noqa: E402
+from vtrain.profiler.table_run import write_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = GemmParams(0.8, 29.74, 181.2, 5.15e-6, 0.348)  # the H100 curve shape (gpu/h100_sxm.yaml)
@@ -72,7 +73,7 @@ def test_measure_times_what_the_device_runs_and_names_what_it_cannot(tmp_path):
     r = rows[-1]
     assert float(r["tflops"]) == pytest.approx(2 * 64 * 128 * 256 / float(r["time_s"]) / 1e12, rel=1e-3)
     path = tmp_path / "t" / sg.TABLE_FILE
-    sg.write_table(path, rows)
+    write_table(path, rows, sg.COLUMNS)
     table = read_scaled_table(path)
     assert table.gpu == "h200" and table.torch_version == torch.__version__
     assert sorted(table.tables) == [("bf16", False), ("fp8", True), ("fp8_rowwise", True)]
@@ -192,7 +193,7 @@ def test_cli_bad_arguments_are_one_line(tmp_path):
 
 def test_fit_gemm_refuses_a_table_not_measured_on_hopper(tmp_path):
     rows, _ = sg.measure("h200", torch.device("cpu"), [(32, 32, 32)], (sg.Recipe("fp8", True),), 0, 1)
-    sg.write_table(tmp_path / sg.TABLE_FILE, rows)
+    write_table(tmp_path / sg.TABLE_FILE, rows, sg.COLUMNS)
     p = subprocess.run([sys.executable, "bench/fit_gemm.py", "--scaled", str(tmp_path / sg.TABLE_FILE)],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "not a Hopper GPU" in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -18,19 +18,16 @@ the backend used is recorded.
 from __future__ import annotations
 
 import contextlib
-import csv
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from vtrain.cli.args import ArgumentParser, int_at_least
+from vtrain.cli.args import int_at_least
 from vtrain.errors import VtrainError
-from vtrain.profiler.device import device_name, torch_device
-from vtrain.profiler.scaled_gemm import writable_folder
+from vtrain.profiler.device import device_name
+from vtrain.profiler.table_run import check_args, finish, open_device, table_parser
 from vtrain.profiler.timing import time_op
 
 TABLE_FILE = "attention_lengths.csv"
@@ -108,59 +105,22 @@ def measure(gpu: str, dev: torch.device, todo: Sequence[Case], warmup: int = 2, 
     return rows, skipped
 
 
-def write_table(path: Path, rows: Sequence[Dict[str, object]]) -> None:
-    """Write the table whole (a temporary file renamed over the target)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str]) -> int:
-    from vtrain.config.compose import group_options
-
-    ap = ArgumentParser(prog="python -m vtrain.profiler.attention_lengths", description=__doc__.splitlines()[0])
-    ap.add_argument("--gpu", required=True, help="the gpu/ config the device stands for (h200, h100_sxm, ...)")
-    ap.add_argument("--out", required=True, type=Path, help=f"folder of the table ({TABLE_FILE})")
-    ap.add_argument("--device", default="cuda", help="cuda, cuda:<index> or cpu (cpu: a check of the code only)")
+    ap = table_parser("python -m vtrain.profiler.attention_lengths", __doc__.splitlines()[0], TABLE_FILE)
     ap.add_argument("--max-len", type=int_at_least(16), default=max(CAUSAL_LENS + BLOCK_LENS),
                     help="the longest sequence or block timed")
-    ap.add_argument("--warmup", type=int_at_least(0), default=2)
-    ap.add_argument("--repeats", type=int_at_least(1), default=5)
     args = ap.parse_args(argv)
     try:
-        if args.gpu not in group_options("gpu"):
-            raise VtrainError(f"--gpu={args.gpu} is not a gpu/ config; one of: {', '.join(group_options('gpu'))}")
-        if args.out.exists() and not args.out.is_dir():
-            raise VtrainError(f"--out={args.out} is a file, not a folder")
+        check_args(args)
         todo = cases(args.max_len)
         if not todo:
             raise VtrainError(f"--max-len={args.max_len} is below the shortest case ({min(CAUSAL_LENS)} tokens)")
-        try:
-            dev = torch_device(args.device)
-        except VtrainError as exc:  # worded for task=profile's field
-            raise VtrainError(str(exc).replace("profile.device=", "--device=", 1)) from None
-        created = writable_folder(args.out)
+        dev, created = open_device(args)
     except VtrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows, skipped = measure(args.gpu, dev, todo, warmup=args.warmup, repeats=args.repeats, log=print)
-    for s in skipped:
-        print(f"skipped: {s}")
-    if not rows:
-        for d in reversed(created):
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        print("error: no attention case could be timed on this device", file=sys.stderr)
-        return 1
-    path = args.out / TABLE_FILE
-    write_table(path, rows)
-    print(f"{len(rows)} attention cases on {device_name(dev)} -> {path}")
-    return 0
+    return finish(args.out / TABLE_FILE, COLUMNS, rows, skipped, created, "attention case", device_name(dev))
 
 
 if __name__ == "__main__":

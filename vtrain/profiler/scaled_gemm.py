@@ -17,20 +17,15 @@ Each GEMM is ``out[m, n] = a[m, k] @ b[n, k]^T`` with ``a`` row-major and ``b`` 
 """
 from __future__ import annotations
 
-import argparse
-import csv
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from vtrain.cli.args import ArgumentParser, int_at_least
 from vtrain.errors import VtrainError
-from vtrain.profiler.device import device_name, torch_device
+from vtrain.profiler.device import device_name
+from vtrain.profiler.table_run import check_args, finish, open_device, table_parser
 from vtrain.profiler.timing import Timing, time_op
 
 TABLE_FILE = "gemm_scaled.csv"
@@ -151,78 +146,19 @@ def measure(gpu: str, dev: torch.device, grid: Iterable[Tuple[int, int, int]], r
     return rows, skipped
 
 
-def write_table(path: Path, rows: Sequence[Dict[str, object]]) -> None:
-    """Write the table whole (a temporary file renamed over the target: never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
-
-
-def writable_folder(path: Path) -> List[Path]:
-    """Make ``path`` (and missing parents) and check a file can be written there; returns the folders made."""
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=path).close()
-    except OSError as exc:
-        for d in missing:
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-        raise VtrainError(f"--out={path}: cannot write there ({exc.strerror or exc})") from None
-    return list(reversed(missing))
-
-
-def _args(argv: Sequence[str]) -> argparse.Namespace:
-    ap = ArgumentParser(prog="python -m vtrain.profiler.scaled_gemm", description=__doc__.splitlines()[0])
-    ap.add_argument("--gpu", required=True, help="the gpu/ config the device stands for (h200, h100_sxm, ...)")
-    ap.add_argument("--out", required=True, type=Path, help=f"folder of the table ({TABLE_FILE})")
-    ap.add_argument("--device", default="cuda", help="cuda, cuda:<index> or cpu (cpu: a check of the code only)")
-    ap.add_argument("--grid", default="all", help=f"shapes: {', '.join(GRIDS)}")
-    ap.add_argument("--warmup", type=int_at_least(0), default=2)
-    ap.add_argument("--repeats", type=int_at_least(1), default=5)
-    return ap.parse_args(argv)
-
-
 def main(argv: Sequence[str]) -> int:
-    from vtrain.config.compose import group_options
-
+    ap = table_parser("python -m vtrain.profiler.scaled_gemm", __doc__.splitlines()[0], TABLE_FILE)
+    ap.add_argument("--grid", default="all", help=f"shapes: {', '.join(GRIDS)}")
+    args = ap.parse_args(argv)
     try:
-        args = _args(argv)
-    except SystemExit as exc:  # argparse printed its usage line and the error
-        return 2 if exc.code else 0
-    try:
-        if args.gpu not in group_options("gpu"):
-            raise VtrainError(f"--gpu={args.gpu} is not a gpu/ config; one of: {', '.join(group_options('gpu'))}")
-        if args.out.exists() and not args.out.is_dir():
-            raise VtrainError(f"--out={args.out} is a file, not a folder")
+        check_args(args)
         grid = shapes(args.grid)
-        try:
-            dev = torch_device(args.device)
-        except VtrainError as exc:  # worded for task=profile's field
-            raise VtrainError(str(exc).replace("profile.device=", "--device=", 1)) from None
-        created = writable_folder(args.out)  # before the minutes of measuring, not after
+        dev, created = open_device(args)
     except VtrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows, skipped = measure(args.gpu, dev, grid, warmup=args.warmup, repeats=args.repeats, log=print)
-    for s in skipped:
-        print(f"skipped: {s}")
-    if not rows:
-        for d in reversed(created):  # only the folders this run made, and only while empty
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        print("error: no GEMM could be timed on this device", file=sys.stderr)
-        return 1
-    path = args.out / TABLE_FILE
-    write_table(path, rows)
-    print(f"{len(rows)} GEMMs on {device_name(dev)} -> {path}")
-    return 0
+    return finish(args.out / TABLE_FILE, COLUMNS, rows, skipped, created, "GEMM", device_name(dev))
 
 
 if __name__ == "__main__":
