@@ -43,8 +43,9 @@ MEASURED = ("h100_sxm", "b200")
 HOPPER = ("bf16", "fp16", "fp8", "fp8_rowwise", "fp8_blockwise")
 BLACKWELL = ("bf16", "fp16", "fp8", "fp8_blockwise", "mxfp8", "nvfp4")
 SAME_RATE = {"fp16": "bf16", "fp8_rowwise": "fp8", "fp8_blockwise": "fp8", "mxfp8": "fp8", "nvfp4": "fp8"}
-# the FP8 recipes a side-by-side kernel measurement (vtrain/calibration/fp8_recipes.py) may set relative to fp8
-RECIPE_MEASURED_ON = {"H100": "Hopper (sm_90: the same cuBLASLt and CUTLASS kernels on H100, H200 and H800)"}
+# the fitted GPUs whose transfers take a side-by-side FP8-recipe measurement (vtrain/calibration/fp8_recipes.py):
+# Hopper, sm_90, where H100, H200 and H800 run the same cuBLASLt and CUTLASS kernels
+RECIPE_SOURCES = ("H100",)
 
 TRANSFERS: List[Transfer] = [
     Transfer("h100_sxm", "H100", "NVIDIA H100 SXM", "NVIDIA H100 SXM", HOPPER, "H200",
@@ -105,7 +106,7 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
                 notes.append(note)
         eta[p] = round(value, 4)
     measured_recipes: Dict[str, str] = {}
-    if tr.source in RECIPE_MEASURED_ON and "fp8" in eta:
+    if tr.source in RECIPE_SOURCES and "fp8" in eta:
         for p, (ratio, source) in (recipe_ratios or {}).items():
             if p in eta:
                 eta[p] = round(eta["fp8"] * ratio, 4)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 from vtrain.workload.system import TFLOPS, GpuSpec
 
@@ -63,6 +63,12 @@ def high_precision_of(gpu: GpuSpec, precision: str) -> str:
     return "bf16" if "bf16" in gpu.peak_tflops else "fp16"
 
 
+def fp8_fallback(precision: str, table: Mapping[str, float]) -> Optional[str]:
+    """The entry a scaled-FP8 recipe missing from ``table`` reads instead: per-tensor fp8's (the same tensor
+    cores), when the table has one; None for any other precision."""
+    return "fp8" if precision.startswith("fp8_") and "fp8" in table else None
+
+
 def ceiling_of(gpu: GpuSpec, precision: str, eta_max: float) -> float:
     """The best achievable matmul of ``precision`` as a fraction of its peak (1: none known).
 
@@ -71,7 +77,7 @@ def ceiling_of(gpu: GpuSpec, precision: str, eta_max: float) -> float:
     ceilings = gpu.gemm_ceiling_by_precision
     if precision in ceilings:
         return ceilings[precision]
-    if precision.startswith("fp8_") and "fp8" in ceilings:
+    if fp8_fallback(precision, ceilings):
         fp8_eta = gpu.gemm_efficiency_by_precision.get("fp8", gpu.gemm_max_efficiency)
         return min(ceilings["fp8"], ceilings["fp8"] * eta_max / fp8_eta)  # never above the measured best
     return 1.0
@@ -86,7 +92,7 @@ def borrowed_efficiency(gpu: GpuSpec, precision: str) -> Optional[str]:
     unless its value was changed from q's."""
     effs = gpu.gemm_efficiency_by_precision
     if precision not in effs:
-        return "fp8" if precision.startswith("fp8_") and "fp8" in effs else "gemm_max_efficiency"
+        return fp8_fallback(precision, effs) or "gemm_max_efficiency"
     note = gpu.provenance.get("gemm_efficiency_by_precision", "")
     copied = re.search(rf"no table for [^:]*\b{re.escape(precision)} = (\w+)", note)
     if copied and effs.get(copied.group(1)) == effs[precision]:
@@ -126,9 +132,8 @@ class GemmCurve:
             align_eff[a] = gpu.gemm_misaligned_efficiency ** (math.log2(align / a) / math.log2(align))
             a //= 2
         effs = gpu.gemm_efficiency_by_precision
-        # a scaled-FP8 recipe a config gives no efficiency of its own runs at per-tensor fp8's (same tensor cores)
-        same_cores = "fp8" if precision.startswith("fp8_") and "fp8" in effs else precision
-        eta_max = effs.get(precision, effs.get(same_cores, gpu.gemm_max_efficiency))
+        fallback = fp8_fallback(precision, effs)  # a scaled-FP8 recipe with no efficiency of its own: fp8's
+        eta_max = effs.get(precision, effs[fallback] if fallback else gpu.gemm_max_efficiency)
         return cls(precision=precision, peak_flops_per_s=peak_tflops * TFLOPS, eta_max=eta_max,
                    half_mn=gpu.gemm_half_efficiency_dim, half_k=half_k, fixed_time_s=gpu.gemm_fixed_time_s,
                    wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff,
