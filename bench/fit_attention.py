@@ -22,16 +22,16 @@ from pathlib import Path
 from statistics import median
 from typing import Dict, List
 
-from vtrain.calibration.yaml_write import update_yaml
+from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec, stack_spec
 from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
+from vtrain.cost.profile_io import default_profiles_root
 from vtrain.errors import VtrainError
 from vtrain.graph.ops import FlashAttention
 from vtrain.profiler.attention_lengths import COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TABLE = ROOT / "profiles" / "h200" / "attention_lengths.csv"
+DEFAULT_TABLE = default_profiles_root() / "h200" / "attention_lengths.csv"
 
 
 def read_rows(path: Path) -> List[Dict[str, str]]:
@@ -107,12 +107,10 @@ def main(argv: List[str]) -> int:
           f"configured {stack.attention_kernel_efficiency})")
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
-        shown = args.table.resolve()
-        shown = shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else Path(shown.name)
         update_yaml(CONF_DIR / "stack" / f"{args.stack}.yaml", {"attention_kernel_efficiency": factor},
                     {"attention_kernel_efficiency": f"fitted: SDPA ({rows[0]['backend']}) on {rows[0]['device']}, "
                      f"torch {rows[0]['torch']}, median of {len(factors)} causal lengths over gpu={gpu_name}'s "
-                     f"flash_attention_efficiency ({shown}), bench/fit_attention.py, {date}"})
+                     f"flash_attention_efficiency ({provenance_path(args.table)}), bench/fit_attention.py, {date}"})
         print(f"wrote stack/{args.stack}.yaml")
     return 0
 

@@ -42,15 +42,15 @@ from vtrain.calibration.gemm_tables import (
     run_spread_pct,
 )
 from vtrain.calibration.gpu_derive import TRANSFERS, derive, read_flash_tflops
-from vtrain.calibration.yaml_write import update_yaml
+from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import CONF_DIR, load_gpu_config
 from vtrain.cost.gemm import GemmCurve
+from vtrain.cost.profile_io import default_profiles_root
 from vtrain.errors import VtrainError
 
-ROOT = Path(__file__).resolve().parents[1]
-SCALED_DEFAULT = ROOT / "profiles" / "h200" / "gemm_scaled.csv"
+SCALED_DEFAULT = default_profiles_root() / "h200" / "gemm_scaled.csv"
 GPUS = {"H100": ("h100_sxm", "NVIDIA H100 SXM", ("bf16",)), "B200": ("b200", "NVIDIA B200 SXM", ("bf16", "fp8"))}
 TABLE = "vtrain/data/modern_gpus/xla_gemm_perf_table_h100_b200.csv"
 FITTED_ON = {"H100": f"XLA GEMM table sm_90 bf16, 375 shapes ({TABLE})",
@@ -103,11 +103,11 @@ def scaled_recipes(path: Path, table: ScaledTable, shape: GemmParams, xla_bf16: 
             print(f"  bf16 vs the XLA H100 table at its {len(r)} single-matrix shapes: median time ratio "
                   f"XLA/this {float(np.median(r)):.3f}")
     out: Dict[str, Tuple[float, str]] = {}
+    source = f"measured on {table.device} side by side with per-tensor fp8, {provenance_path(path)}"
     for recipe, ratio in fit.ratio.items():
         print(f"  {recipe}: effective eta / per-tensor fp8's (torchao's accumulation per GEMM) {ratio:.3f}; "
               f"median time ratio over the shapes >= 4096^3 {fit.shape_ratio.get(recipe, float('nan')):.3f}")
-        shown = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path.name
-        out[recipe] = (ratio, f"measured on {table.device} side by side with per-tensor fp8, {shown}")
+        out[recipe] = (ratio, source)
     return out
 
 

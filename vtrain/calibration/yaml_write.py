@@ -13,6 +13,15 @@ from typing import Any, Dict, Mapping, Union
 Value = Union[float, int, str, Mapping[str, Any]]
 
 
+def provenance_path(path: Path) -> str:
+    """A data file as a provenance note names it: relative to the project when inside it, else by its name
+    (never a machine's absolute path)."""
+    from vtrain.cost.profile_io import project_root
+
+    full, root = path.resolve(), project_root()
+    return str(full.relative_to(root)) if full.is_relative_to(root) else full.name
+
+
 def fmt(value: Any) -> str:
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}"
