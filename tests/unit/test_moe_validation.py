@@ -8,7 +8,7 @@ from vtrain.config.compose import load_gpu_config, load_stack_config
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow, read_measurements
 from vtrain.validation.datasets import resolve_dataset
-from vtrain.validation.rows import row_workload
+from vtrain.validation.rows import MODERN_DEFAULTS, RowDefaults, row_workload
 from vtrain.validation.run import summary_of, validate_rows
 
 ROW = {"model": "qwen3_235b_a22b", "gpu": "h100_sxm", "num_gpus": "256", "global_batch": "2048", "micro_batch": "1",
@@ -34,6 +34,26 @@ def test_model_column_fills_the_shape_and_row_columns_override_it():
     w2 = workload(moe_top_k="4", moe_imbalance="1.3", capacity_factor="none")
     assert w2.model.moe_top_k == 4 and w2.model.moe_imbalance == 1.3 and w2.model.capacity_factor is None
     assert workload(capacity_factor="1.25").model.capacity_factor == 1.25
+
+
+def test_a_modern_moe_row_silent_on_etp_splits_its_experts_by_ep_alone():
+    """NVIDIA's recipes and torchtitan run ETP 1; Megatron-LM's CLI default (ETP = TP) stays for the A100-era
+    rows, whose software had no ETP. Qwen3-235B at TP 2, EP 32 on 16 DP ranks only fits with ETP 1."""
+    cfg = compose(["+cluster=h100x1024", "+model=tiny"])
+    row = MeasuredRow(1, {**ROW, "etp": ""})
+    load_gpu = functools.lru_cache(None)(load_gpu_config)
+    modern = row_workload(row, cfg.cluster, load_gpu, load_stack_config, defaults=None)
+    assert modern.plan.expert_tp == 1 and modern.stack.name == "megatron_core_te"
+    titan = row_workload(row, cfg.cluster, load_gpu, load_stack_config, defaults=MODERN_DEFAULTS)
+    assert titan.plan.expert_tp == 1
+    with pytest.raises(ConfigError, match="ep=32 must divide dp\\*cp=16"):
+        row_workload(row, cfg.cluster, load_gpu, load_stack_config, defaults=RowDefaults())
+    stated = row_workload(MeasuredRow(1, {**ROW, "etp": "2", "ep": "16"}), cfg.cluster, load_gpu,
+                          load_stack_config, defaults=None)
+    assert stated.plan.expert_tp == 2
+    dense = row_workload(MeasuredRow(1, {**ROW, "model": "llama3_70b", "ep": "", "etp": ""}), cfg.cluster,
+                         load_gpu, load_stack_config, defaults=None)
+    assert dense.plan.expert_tp == 2 and dense.plan.ep == 1
 
 
 def test_rows_with_context_parallelism_or_zero3_are_modelled():

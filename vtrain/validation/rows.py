@@ -68,26 +68,31 @@ class RowDefaults:
     # a row silent on recompute ran with the lightest mode that fits (it ran, so its memory fitted): the
     # validator tries these in order (:func:`vtrain.validation.run.validate_rows`); empty: plan's recompute
     recompute_to_fit: Tuple[Recompute, ...] = ()
+    # the expert tensor-parallel degree of a mixture-of-experts row silent on etp: 0 is tp (Megatron-LM's
+    # --expert-tensor-parallel-size default, arguments.py), 1 experts split by EP alone
+    moe_etp: int = 0
 
 
-# Modern runs (torchtitan, Megatron-Core): bf16, flash attention, DP overlapped, model shapes from model/
+# Modern runs (torchtitan, Megatron-Core): bf16, flash attention, DP overlapped, model shapes from model/;
+# experts unsplit by TP (torchtitan's parallelism.expert_tensor_parallel_degree defaults to 1)
 MODERN_DEFAULTS = RowDefaults(
     model={"vocab_divisible_by": 128},
     plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
           "flash_attention": True, "overlap_grad_reduce": True},
-    stack="torchtitan_fsdp2")
+    stack="torchtitan_fsdp2", moe_etp=1)
 # A row of a CSV of one's own on a Hopper or Blackwell GPU: Megatron-Core with Transformer Engine, as NVIDIA's
 # published recipes run it (NeMo / Megatron-Bridge: bf16, fused attention, distributed optimizer with
 # overlapped gradient reduction, sequence parallelism whenever tp > 1, vocabulary padded to 128, gradients
 # kept and reduced in bf16: NeMo's scripts/performance helpers set grad_reduce_in_fp32=False for every
-# compute dtype, set_precision_configs)
+# compute dtype, set_precision_configs; experts split by EP alone: every MoE base config of Megatron-Bridge's
+# scripts/performance sets expert_tensor_parallel_size=1, as every row of the Megatron-MoE-ModelZoo table does)
 MEGATRON_CORE_DEFAULTS = RowDefaults(
     model={"vocab_divisible_by": 128},
     plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
           "flash_attention": True, "overlap_grad_reduce": True, "distributed_optimizer": True,
           "fp32_grads": False},
     stack="megatron_core_te", sequence_parallel_with_tp=True, recipe_overlaps=True,
-    recompute_to_fit=(Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL))
+    recompute_to_fit=(Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), moe_etp=1)
 
 
 def era_defaults(gpu: Any) -> RowDefaults:
@@ -629,6 +634,8 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
     if "fp32_grads" not in p and stack_name_ != defaults.stack:  # NVIDIA's recipes' bf16 gradients are theirs:
         plan_d.pop("fp32_grads", None)  # torchtitan (reduce_dtype fp32) and DeepSpeed accumulate in fp32
+    if model.is_moe and "etp" not in p and defaults.moe_etp:
+        plan_d["etp"] = defaults.moe_etp
     if defaults.sequence_parallel_with_tp and "sequence_parallel" not in p:
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
     if defaults.recipe_overlaps and "tp_comm_overlap" not in p:
