@@ -125,7 +125,7 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
 
 @pytest.mark.parametrize("args,message", [
     (["task=simulate", "+model=gpt9000", "+cluster=a100x1024"],
-     "model=gpt9000 is unknown; one of: bloom_176b, bloom_7b1, deepseek_v3, gpt175b"),
+     "model=gpt9000 is unknown; one of: bloom_176b, bloom_7b1, deepseek_v2, deepseek_v2_lite, deepseek_v3, gpt175b"),
     (["task=simulate", "+model=gpt175b", "+cluster=nowhere"], "cluster=nowhere is unknown"),
     (["task=simulate", "+model=gpt175b"], "cluster is not set: add +cluster=<name>, one of:"),
     (["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "+gpu=tpu"], "gpu=tpu is unknown"),

@@ -331,7 +331,7 @@ def test_published_model_names_name_the_model_configs(tmp_path, cfg):
     ok, bad = run(cfg, p)
     assert ok.predicted_ms is not None and ok.skipped_reason is None
     assert bad.skipped_reason.startswith("row 2: model='../../Llama9' names no model/ config; "
-                                         "one of: bloom_176b, bloom_7b1, deepseek_v3")
+                                         "one of: bloom_176b, bloom_7b1, deepseek_v2, deepseek_v2_lite, deepseek_v3")
 
 
 def test_dp_follows_from_the_gpus_when_a_table_gives_gpus_or_nodes_instead(tmp_path, cfg):

@@ -21,6 +21,8 @@ PUBLISHED = [
     ("qwen3_30b_a3b", 30.5, 3.3, True),  # model card (3.3B activated)
     ("llama4_maverick", 400, 17, True),  # Meta, Llama 4 release
     ("llama4_scout", 109, 17, True),  # Meta, Llama 4 release (Scout: 109B total, 17B active)
+    ("deepseek_v2", 236, 21, False),  # DeepSeek-V2 report (arXiv 2405.04434): 236B total, 21B activated
+    ("qwen2_57b_a14b", 57, 14, True),  # Qwen2 report (arXiv 2407.10671), Table 1: 57B, 14B activated
 ]
 
 
@@ -36,6 +38,14 @@ def test_published_total_and_active_parameters(name, total_b, active_b, embeddin
                                               ("nemotron4_340b", 341)])
 def test_other_published_totals(name, published_b):
     assert spec(name).total_params() / 1e9 == pytest.approx(published_b, rel=0.02)
+
+
+def test_deepseek_v2_lite_counts():
+    """DeepSeek-V2 report, Appendix B: 15.7B total, "2.4B" activated. Counted as for V2 and V3 (output head in,
+    input embedding out) it is 2.45B: the publisher's figure is that, cut to one decimal."""
+    m = spec("deepseek_v2_lite")
+    assert m.total_params(mtp=False) / 1e9 == pytest.approx(15.7, rel=0.01)
+    assert 2.4 <= m.active_params(embedding=False) / 1e9 < 2.5
 
 
 def test_deepseek_v3_mtp_module_and_layer_kinds():

@@ -187,6 +187,10 @@ def test_measured_memory_in_gb_is_converted_to_gib(tmp_path, cfg):
     ("Llama3.1-70B-Instruct", "llama3_70b"), ("Mixtral-8x7B-v0.1", "mixtral_8x7b"), ("GPT-3 175B", "gpt175b"),
     ("Llama4 Scout 17Bx16E", "llama4_scout"), ("GPT3 175B (Megatron)", "gpt175b"),
     ("Llama3 70B pretrain", "llama3_70b"),
+    # NeMo's long-context rows: the context length after the model, the length itself in seq_len
+    ("LLAMA3_8B_16k", "llama3_8b"), ("Llama3 70B 64K", "llama3_70b"), ("Llama 3.1 405B 16K", "llama3_1_405b"),
+    ("foo_16k", "foo_16k"),
+    ("DeepSeek-V2-Lite", "deepseek_v2_lite"), ("Qwen2-57B-A14B", "qwen2_57b_a14b"),
     # fine-tuning is not pretraining (LoRA freezes the base weights; SFT packs sequences): unknown, skipped
     ("Llama3 70B LoRA", "llama3_70b_lora"), ("Llama3 8B SFT", "llama3_8b_sft"),
 ])

@@ -271,6 +271,9 @@ MODEL_ALIASES = {"gpt3_175b": "gpt175b", "gpt_175b": "gpt175b", "gpt3": "gpt175b
 # not "DeepSeek-V3"): the same architecture
 MODEL_FLAVOUR = re.compile(r"(_(hf|instruct|base|chat|pretrain|pretraining|pre_training))+$")
 MODEL_SUFFIX = re.compile(r"(?<=\d[bmt])(_(hf|instruct|base|chat)|_v\d+(_\d+)*)+$")
+# a context length after the model, as NeMo's tables name their long-context rows ("LLAMA3_8B_16k",
+# "Llama3 70B 64K"): the same model, its sequence length in the row's seq_len
+MODEL_CONTEXT = re.compile(r"_\d+k(_(context|ctx|seq|seqlen))?$")
 
 
 def _model_configs() -> Tuple[str, ...]:
@@ -285,7 +288,8 @@ def model_name(raw: str) -> str:
     dashes and dots aside ("Llama-3.1-70B", "Nemotron-4 340B", "Mixtral 8x22B"), a Hugging Face
     organisation before "/" ("meta-llama/Llama-3.1-8B") and a checkpoint suffix (:data:`MODEL_SUFFIX`,
     :data:`MODEL_FLAVOUR`) dropped, a family's version joined to it (llama3, qwen3, nemotron4, gpt3;
-    "DeepSeekV3" as deepseek_v3), a leading "meta_" dropped, then :data:`MODEL_ALIASES`."""
+    "DeepSeekV3" as deepseek_v3), a leading "meta_" dropped, then :data:`MODEL_ALIASES`; a context length
+    after a known model (:data:`MODEL_CONTEXT`, "LLAMA3_8B_16k") is dropped."""
     label = re.sub(r"\s*\([^()]*\)\s*$", "", raw.strip()) or raw.strip()  # "Llama3 8B (16k)": a label after it
     key = re.sub(r"[\s.\-]+", "_", label.lower().rsplit("/", 1)[-1]).strip("_")
     if key in _model_configs():
@@ -294,7 +298,11 @@ def model_name(raw: str) -> str:
     key = re.sub(r"(?<=[a-z])v(?=\d)", "_v", key)
     key = re.sub(r"^meta_(llama)", r"\1", key)
     key = re.sub(r"^(llama|qwen|nemotron|gpt)_(\d)", r"\1\2", key)
-    return MODEL_ALIASES.get(key, key)
+    name = MODEL_ALIASES.get(key, key)
+    if name not in _model_configs() and MODEL_CONTEXT.search(key):
+        bare = MODEL_CONTEXT.sub("", key)
+        name = MODEL_ALIASES.get(bare, bare) if MODEL_ALIASES.get(bare, bare) in _model_configs() else name
+    return name
 
 
 def gpu_name(row: MeasuredRow, cluster_cfg: Any) -> str:
