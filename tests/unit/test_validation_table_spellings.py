@@ -381,3 +381,38 @@ def test_llm_foundry_mpt_rows_and_their_mp_mode(tmp_path, cfg):
     assert _workload(cfg, tmp_path, model="mpt-7b", tp="1", mp_mode="DEFAULT").plan.fp32_grads is True
     with pytest.raises(ConfigError, match=r"^row 1: mp_mode=HALF is not supported"):
         _workload(cfg, tmp_path, model="mpt-7b", tp="1", mp_mode="HALF")
+
+
+# --- defaults by the stack a row states
+
+FOUNDRY = {"Model": "7b", "SeqLen (T)": "2048", "# GPUs": "8", "GPU": "a100_80gb", "MicroBatchSize": "6",
+           "GradAccum": "1", "GlobalBatchSize": "48", "Throughput (T/s/GPU)": "3000", "Precision": "amp_bf16",
+           "MP Mode": "DEFAULT", "Sharding Strategy": "FULL_SHARD", "Activation Checkpointing": "False"}
+
+
+def _row(tmp_path, values):
+    (row,) = read_measurements(_csv(tmp_path, [values]))
+    return row
+
+
+def test_a_model_named_by_size_alone_is_llm_foundrys_mpt_shape_with_its_defaults(tmp_path, cfg):
+    """llm-foundry's benchmark table names its models "7b", "760m": its MPT shapes, run as llm-foundry runs
+    them on whatever GPU (flash attention, bf16, no recompute), not as vTrain's fp16 A100 runs."""
+    w = row_workload(_row(tmp_path, FOUNDRY), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.model.name == "mpt_7b" and w.stack.name == "llm_foundry_fsdp"
+    assert w.plan.flash_attention and w.plan.precision.value == "bf16" and w.plan.recompute.value == "none"
+    assert w.plan.sharding_stage == 3 and w.cluster.gpu.name == "a100_80gb"
+    with pytest.raises(ConfigError, match="model='7b' names no model/ config"):
+        row_workload(_row(tmp_path, {**FOUNDRY, "framework": "NeMo"}), cfg.cluster, load_gpu_config,
+                     load_stack_config, defaults=None)
+
+
+@pytest.mark.parametrize("framework,stack,flash,precision", [
+    ("", "megatron_deepspeed_2022", False, "fp16"),  # vTrain's A100 runs: the GPU's era
+    ("torchtitan", "torchtitan_fsdp2", True, "bf16"), ("NeMo", "megatron_core_te", True, "bf16"),
+])
+def test_an_a100_row_takes_the_defaults_of_the_stack_it_names(tmp_path, cfg, framework, stack, flash, precision):
+    values = {**BASE, "gpu": "A100 80GB", "framework": framework}
+    w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert (w.stack.name, w.plan.flash_attention, w.plan.precision.value) == (stack, flash, precision)
+    assert w.plan.sequence_parallel == (stack == "megatron_core_te")

@@ -276,6 +276,12 @@ MODEL_SUFFIX = re.compile(r"(?<=\d[bmt])(_(hf|instruct|base|chat)|_v\d+(_\d+)*)+
 MODEL_CONTEXT = re.compile(r"_\d+k(_(context|ctx|seq|seqlen))?$")
 
 
+# a model named by its size alone ("70b", "760m", llm-foundry's benchmark table): the family of the stack's own
+# benchmark shapes, where the stack has one (llm-foundry: the MPT shapes of model/mpt_*.yaml)
+BARE_SIZE = re.compile(r"\d+(\.\d+)?[mbt]")
+STACK_MODEL_FAMILY = {"llm_foundry_fsdp": "mpt"}
+
+
 def _model_configs() -> Tuple[str, ...]:
     """The model/ config names, read once."""
     from vtrain.config.compose import group_options
@@ -356,12 +362,41 @@ def row_cluster(row: MeasuredRow, cluster_cfg: Any) -> Any:
     return _home_cluster(home) if home else cluster_cfg
 
 
+def stated_stack(row: MeasuredRow, stack: Optional[str]) -> Optional[str]:
+    """The stack a row states: its ``stack`` or ``framework`` column (:func:`stack_name`), else validate.stack,
+    else llm-foundry's for a model named by its size alone (:data:`BARE_SIZE`: only llm-foundry's benchmark
+    table names its models so); None when nothing says."""
+    if row.get("stack") is not None or row.get("framework") is not None:
+        return stack_name(row, None, RowDefaults())
+    if stack:
+        return stack
+    return "llm_foundry_fsdp" if BARE_SIZE.fullmatch(table_key(str(row.get("model") or ""))) else None
+
+
+def stack_defaults(name: str) -> Optional[RowDefaults]:
+    """What a row of stack ``name`` leaves unsaid, whatever GPU it ran on: torchtitan's and llm-foundry's
+    (:data:`MODERN_DEFAULTS`: bf16, flash attention, no recompute unless stated), Megatron-Core's as NVIDIA's
+    recipes run it (:data:`MEGATRON_CORE_DEFAULTS`), Megatron-DeepSpeed 2022's (:class:`RowDefaults`); None
+    for a stack without defaults of its own (its GPU's era decides)."""
+    if name.startswith("torchtitan") or name == "llm_foundry_fsdp":
+        return replace(MODERN_DEFAULTS, stack=name)
+    if name == "megatron_core_te":
+        return MEGATRON_CORE_DEFAULTS
+    if name.startswith("megatron_deepspeed_2022"):
+        return replace(RowDefaults(), stack=name)
+    return None
+
+
 def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
-                defaults: Optional[RowDefaults]) -> RowDefaults:
-    """The defaults that apply to ``row``: the dataset's, or (None) those of the GPU it ran on."""
+                defaults: Optional[RowDefaults], stack: Optional[str] = None) -> RowDefaults:
+    """The defaults that apply to ``row``: the dataset's, or (None) those of the stack the row states
+    (:func:`stated_stack`, :func:`stack_defaults`: an llm-foundry row on A100 ran flash attention in bf16,
+    not vTrain's fp16 Megatron-DeepSpeed), else those of the GPU it ran on (:func:`era_defaults`)."""
     if defaults is not None:
         return defaults
-    return era_defaults(gpu_spec(load_gpu(gpu_name(row, cluster_cfg))))
+    given = stated_stack(row, stack)
+    own = stack_defaults(given) if given is not None else None
+    return own if own is not None else era_defaults(gpu_spec(load_gpu(gpu_name(row, cluster_cfg))))
 
 
 # numbers as tables write them: "14,123.5" (thousands grouped), "8K" (a multiple), "1200 ms" (a unit)
@@ -593,15 +628,18 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     simulated as measured."""
     prefix = f"row {row.index}:"
     gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
+    defaults = defaults_of(row, cluster_cfg, load_gpu, defaults, stack)
     cluster_cfg = row_cluster(row, cluster_cfg)
-    defaults = defaults if defaults is not None else era_defaults(gpu)
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
     base: Dict[str, Any] = {}
+    sized = BARE_SIZE.fullmatch(table_key(str(row.get("model") or "")))
+    stack_name_ = stack_name(row, stated_stack(row, stack), defaults)
     if row.get("model"):
         raw_model = str(row.get("model"))
+        family = STACK_MODEL_FAMILY.get(stack_name_)
         try:
-            base = model_config_fields(model_name(raw_model))
+            base = model_config_fields(f"{family}_{sized.group(0)}" if sized and family else model_name(raw_model))
         except ConfigError:
             from vtrain.config.compose import group_options
 
@@ -631,7 +669,6 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     method = row.get("recompute_method")  # Megatron's --recompute-method: block keeps the count's meaning
     if method is not None and table_key(str(method)) == "uniform":  # groups of N layers, every layer run again
         p.pop("recompute_num_layers", None)
-    stack_name_ = stack_name(row, stack, defaults)
     stack_spec_ = stack_spec(load_stack(stack_name_))
     if "zero_stage" not in p and stack_spec_.zero_stage is not None:  # FSDP stacks shard unless told otherwise
         p["zero_stage"] = stack_spec_.zero_stage

@@ -154,7 +154,7 @@ def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, de
                   stack: Optional[str]) -> Tuple[Workload, Report]:
     """The row's workload and report; a row silent on recompute whose defaults say so
     (``RowDefaults.recompute_to_fit``) takes the first of those modes that fits."""
-    modes = defaults_of(row, cfg.cluster, load_gpu, defaults).recompute_to_fit
+    modes = defaults_of(row, cfg.cluster, load_gpu, defaults, stack).recompute_to_fit
     tries: Sequence[Optional[Recompute]] = modes if modes and row.get("recompute") is None else (None,)
     for i, mode in enumerate(tries):
         w = row_workload(row, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=mode)
