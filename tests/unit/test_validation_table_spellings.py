@@ -416,3 +416,16 @@ def test_an_a100_row_takes_the_defaults_of_the_stack_it_names(tmp_path, cfg, fra
     w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
     assert (w.stack.name, w.plan.flash_attention, w.plan.precision.value) == (stack, flash, precision)
     assert w.plan.sequence_parallel == (stack == "megatron_core_te")
+
+
+def test_a_table_without_a_global_batch_gives_it_by_its_gradient_accumulation(tmp_path, cfg):
+    values = {k: v for k, v in BASE.items() if k not in ("global_batch", "micro_batch")}
+    p = _csv(tmp_path, [{**values, "MBS": "2", "GA": "4"}], "ga.csv")
+    (row,) = read_measurements(p)
+    w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert (w.plan.micro_batch_size, w.plan.dp, w.plan.global_batch_size) == (2, 32, 2 * 4 * 32)
+    stated = _workload(cfg, tmp_path, GradAccum="4")  # a stated global batch wins
+    assert stated.plan.global_batch_size == 128
+    with pytest.raises(ConfigError, match="row 1: grad_accum=0 must be an integer >= 1"):
+        row_workload(read_measurements(_csv(tmp_path, [{**values, "MBS": "1", "GA": "0"}], "ga0.csv"))[0], cfg.cluster,
+                     load_gpu_config, load_stack_config, defaults=None)

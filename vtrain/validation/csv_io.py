@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 REQUIRED = ("seq_len",)  # tp, pp: an absent column is 1, as an empty cell is
 MICRO = ("micro_batch", "local_batch")  # at least one: the micro-batch, or torchtitan's per-rank batch
-BATCH = ("global_batch", "global_batch_tokens")  # at least one: sequences, or tokens (divided by seq_len)
+# at least one: sequences, or tokens (divided by seq_len), or what the global batch follows from: the gradient
+# accumulation steps (micro_batch x grad_accum x dp) or torchtitan's per-rank batch (local_batch x dp)
+BATCH = ("global_batch", "global_batch_tokens", "grad_accum", "local_batch")
 GPUS = ("dp", "num_gpus", "num_nodes")  # at least one: dp, or the GPUs it follows from (tp*cp*pp*dp)
 SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
 # at least one: the iteration time (ms, or s as published tables often give it), the throughput (tokens per GPU
@@ -107,7 +109,10 @@ HEADER_ALIASES = {
     # Megatron / NeMo gradient and optimizer dtypes (ParallelPlan.fp32_grads, optimizer_moments)
     "grad_reduce_in_fp32": "fp32_grads", "accumulate_allreduce_grads_in_fp32": "fp32_grads",
     "exp_avg_dtype": "optimizer_moments", "adam_moments_dtype": "optimizer_moments",
-    "fsdp_mixed_precision": "mp_mode", "mixed_precision_mode": "mp_mode"}
+    "fsdp_mixed_precision": "mp_mode", "mixed_precision_mode": "mp_mode",
+    # gradient accumulation: micro-batches per data-parallel rank and step (NeMo's "GA", llm-foundry's "GradAccum")
+    "ga": "grad_accum", "grad_accum_steps": "grad_accum", "gradient_accumulation": "grad_accum",
+    "gradient_accumulation_steps": "grad_accum", "grad_acc": "grad_accum", "accumulation_steps": "grad_accum"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}

@@ -584,9 +584,10 @@ def _sharding(row: MeasuredRow, p: Mapping[str, Any], given_stage: bool) -> Dict
 
 
 def _batches(row: MeasuredRow, plan_d: Mapping[str, Any], prefix: str) -> Dict[str, Any]:
-    """Batch sizes given in other units: ``global_batch_tokens`` (a global batch in tokens: over seq_len) and
+    """Batch sizes given in other units: ``global_batch_tokens`` (a global batch in tokens: over seq_len),
     torchtitan's ``local_batch`` (each data-parallel rank's batch: split into pp micro-batches under a
-    pipeline, torchtitan's default ``pipeline_parallel_microbatches``; the global batch is dp of them)."""
+    pipeline, torchtitan's default ``pipeline_parallel_microbatches``; the global batch is dp of them) and,
+    where no global batch is given, ``grad_accum`` (micro-batches per rank and step: micro x grad_accum x dp)."""
     out: Dict[str, Any] = {}
     seq, pp, dp = plan_d.get("seq_len"), int(plan_d.get("pp", 1)), plan_d.get("dp")
     tokens = row.get("global_batch_tokens")
@@ -605,6 +606,12 @@ def _batches(row: MeasuredRow, plan_d: Mapping[str, Any], prefix: str) -> Dict[s
             out["micro_batch_size"] = n // pp
         if "global_batch_size" not in plan_d and "global_batch_size" not in out and dp:
             out["global_batch_size"] = n * int(dp)
+    accum = row.get("grad_accum")
+    micro = out.get("micro_batch_size", plan_d.get("micro_batch_size"))
+    if accum is not None and "global_batch_size" not in plan_d and "global_batch_size" not in out and micro and dp:
+        n = int(parse_cell(row, "grad_accum", accum, int))
+        check_value(f"{prefix} grad_accum", n, POSITIVE_INT)
+        out["global_batch_size"] = int(micro) * n * int(dp)
     return out
 
 
