@@ -429,3 +429,14 @@ def test_a_table_without_a_global_batch_gives_it_by_its_gradient_accumulation(tm
     with pytest.raises(ConfigError, match="row 1: grad_accum=0 must be an integer >= 1"):
         row_workload(read_measurements(_csv(tmp_path, [{**values, "MBS": "1", "GA": "0"}], "ga0.csv"))[0], cfg.cluster,
                      load_gpu_config, load_stack_config, defaults=None)
+
+
+@pytest.mark.parametrize("header,cell,dispatcher", [
+    ("Dispatcher", "A2A", "alltoall"), ("Dispatcher", "DeepEP", "deepep"), ("moe_token_dispatcher_type", "alltoall",
+                                                                            "alltoall"),
+    ("moe_flex_dispatcher_backend", "hybridep", "deepep"), ("Token Dispatcher", "All-to-All", "alltoall"),
+])
+def test_moe_dispatchers_as_megatron_and_its_tables_name_them(tmp_path, cfg, header, cell, dispatcher):
+    values = {**BASE, "model": "qwen3_30b_a3b", "tp": "1", "ep": "8", header: cell}
+    w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.plan.moe_dispatcher.value == dispatcher

@@ -112,7 +112,11 @@ HEADER_ALIASES = {
     "fsdp_mixed_precision": "mp_mode", "mixed_precision_mode": "mp_mode",
     # gradient accumulation: micro-batches per data-parallel rank and step (NeMo's "GA", llm-foundry's "GradAccum")
     "ga": "grad_accum", "grad_accum_steps": "grad_accum", "gradient_accumulation": "grad_accum",
-    "gradient_accumulation_steps": "grad_accum", "grad_acc": "grad_accum", "accumulation_steps": "grad_accum"}
+    "gradient_accumulation_steps": "grad_accum", "grad_acc": "grad_accum", "accumulation_steps": "grad_accum",
+    # the MoE token dispatcher (Megatron-Core's --moe-token-dispatcher-type, the flex dispatcher's backend)
+    "dispatcher": "moe_dispatcher", "token_dispatcher": "moe_dispatcher", "moe_token_dispatcher": "moe_dispatcher",
+    "moe_token_dispatcher_type": "moe_dispatcher", "moe_flex_dispatcher_backend": "moe_dispatcher",
+    "ep_backend": "moe_dispatcher", "expert_parallel_comm_backend": "moe_dispatcher"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}

@@ -31,7 +31,7 @@ from vtrain.config.specs import spec_from
 from vtrain.config.validate import check_model, check_plan
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow
-from vtrain.workload.enums import CpComm, NormType, PositionEmbedding, Precision, Recompute, Schedule
+from vtrain.workload.enums import CpComm, MoeDispatcher, NormType, PositionEmbedding, Precision, Recompute, Schedule
 from vtrain.workload.fields import POSITIVE_INT, Domain, check_value, domain_of
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -170,6 +170,11 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
     # Megatron-Core's --cp-comm-type spellings, and what papers call the schemes
     CpComm: {"all_gather": "allgather", "ring": "p2p", "ring_attention": "p2p", "ulysses": "a2a",
              "all_to_all": "a2a", "alltoall": "a2a"},
+    # Megatron-Core's dispatcher names and its flex dispatcher's backends (DeepEP, HybridEP: fused NVLink/RDMA
+    # kernels holding SMs), torchtitan's expert_parallel_comm_backend ("standard": NCCL all-to-all)
+    MoeDispatcher: {"a2a": "alltoall", "all_to_all": "alltoall", "alltoall_seq": "alltoall", "nccl": "alltoall",
+                    "standard": "alltoall", "all_gather": "allgather", "deep_ep": "deepep", "hybridep": "deepep",
+                    "hybrid_ep": "deepep", "flex": "deepep", "flex_deepep": "deepep", "flex_hybridep": "deepep"},
     Schedule: {"interleaved_1f1b": "interleaved", "1f1b_interleaved": "interleaved", "vpp": "interleaved",
                "zb_h1": "zero_bubble", "zb": "zero_bubble", "zb_v": "zbv", "dualpipe_v": "dualpipev"},
     # an "Activation checkpointing" column holding a yes or a no: whole layers checkpointed (torch.utils.checkpoint
