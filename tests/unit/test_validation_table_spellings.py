@@ -246,6 +246,7 @@ def test_a_row_on_a_40gb_a100_is_simulated_on_that_part(tmp_path, cfg):
 @pytest.mark.parametrize("raw,precision", [
     ("FP8 (delayed)", "fp8"), ("FP8 (Delayed Scaling)", "fp8"), ("FP8 current scaling", "fp8"), ("fp8-cs", "fp8"),
     ("amp_bf16", "bf16"), ("amp_fp8", "fp8"), ("BF16 (AMP)", "bf16"), ("float8 (rowwise)", "fp8_rowwise"),
+    ("torchao float8", "fp8"), ("16-mixed", "fp16"), ("bf16-true", "bf16"),  # Lightning's precision flags
 ])
 def test_precision_spellings(tmp_path, cfg, raw, precision):
     assert _workload(cfg, tmp_path, precision=raw).plan.precision.value == precision
@@ -253,7 +254,11 @@ def test_precision_spellings(tmp_path, cfg, raw, precision):
 
 @pytest.mark.parametrize("raw,value", [
     ("mxfp8_cublas", "mxfp8"), ("mxfp8_cublas_rceil", "mxfp8"), ("MXFP8 (E4M3)", "mxfp8"), ("NVFP4 (E2M1)", "nvfp4"),
-    ("FP8 subchannel", "fp8_blockwise"),
+    ("FP8 subchannel", "fp8_blockwise"), ("FP8-SC", "fp8_blockwise"),
+    # Megatron-Bridge's mixed-precision recipe names
+    ("bf16_with_fp8_current_scaling_mixed", "fp8"), ("bf16_with_fp8_delayed_scaling_mixed", "fp8"),
+    ("bf16_with_mxfp8_mixed", "mxfp8"), ("bf16_with_fp8_subchannel_scaling_mixed", "fp8_blockwise"),
+    ("bf16_with_nvfp4_mixed", "nvfp4"),
 ])
 def test_torchao_and_block_scaled_recipe_names(tmp_path, cfg, raw, value):
     w = _workload(cfg, tmp_path, precision=raw, gpu="B200")  # MX and NVFP4 need a Blackwell GPU

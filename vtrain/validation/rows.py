@@ -166,7 +166,8 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
                 "float8": "fp8", "fp8_cs": "fp8", "fp8_ds": "fp8", "fp8_mx": "mxfp8",
                 "fp8_blockscaled": "fp8_blockwise", "fp8_block": "fp8_blockwise", "fp4": "nvfp4",
                 "mx_fp8": "mxfp8", "nv_fp4": "nvfp4", "fp8_e4m3": "fp8", "fp8_hybrid_e4m3": "fp8",
-                "mxfp8_e4m3": "mxfp8", "nvfp4_e2m1": "nvfp4", "fp8_subchannel": "fp8_blockwise"},
+                "mxfp8_e4m3": "mxfp8", "nvfp4_e2m1": "nvfp4", "fp8_subchannel": "fp8_blockwise",
+                "fp8_sc": "fp8_blockwise", "fp8_bs": "fp8_blockwise", "16": "fp16", "32": "fp32"},
     # Megatron-Core's --cp-comm-type spellings, and what papers call the schemes
     CpComm: {"all_gather": "allgather", "ring": "p2p", "ring_attention": "p2p", "ulysses": "a2a",
              "all_to_all": "a2a", "alltoall": "a2a"},
@@ -193,7 +194,11 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
 PRECISION_WORDS = {"amp": "", "mixed": "", "scaling": "", "recipe": "", "te": "", "float8": "fp8", "bfloat16": "bf16",
                    "float16": "fp16", "float32": "fp32",
                    # torchao's MX recipe names: the GEMM backend and the scale rounding ("mxfp8_cublas_rceil")
-                   "cublas": "", "cutlass": "", "rceil": "", "floor": ""}
+                   "cublas": "", "cutlass": "", "rceil": "", "floor": "",
+                   # the library ("torchao float8") and Lightning's "bf16-true" (bf16 without autocast)
+                   "torchao": "", "true": ""}
+# Megatron-Bridge's mixed-precision recipe names ("bf16_with_fp8_current_scaling_mixed"): the format after "with"
+PRECISION_RECIPE = re.compile(r"^(bf16|fp16)_with_")
 
 
 def enum_key(tp: type, raw: str) -> str:
@@ -201,6 +206,7 @@ def enum_key(tp: type, raw: str) -> str:
     precision, then :data:`ENUM_ALIASES`."""
     key = table_key(raw)
     if tp is Precision:
+        key = PRECISION_RECIPE.sub("", key)
         key = "_".join(w for w in (PRECISION_WORDS.get(w, w) for w in key.split("_")) if w) or key
     return ENUM_ALIASES.get(tp, {}).get(key, key)
 
