@@ -445,3 +445,15 @@ def test_moe_dispatchers_as_megatron_and_its_tables_name_them(tmp_path, cfg, hea
     values = {**BASE, "model": "qwen3_30b_a3b", "tp": "1", "ep": "8", header: cell}
     w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
     assert w.plan.moe_dispatcher.value == dispatcher
+
+
+def test_megatron_and_torchtitan_argument_names_as_headers(tmp_path, cfg):
+    values = {**{k: v for k, v in BASE.items() if k not in ("tp", "pp")}, "model": "qwen3_30b_a3b",
+              "tensor_parallel_degree": "1", "pipeline_parallel_degree": "2", "expert_parallel_degree": "8",
+              "moe_a2a_overlap": "true", "recompute_granularity": "selective", "use_distributed_optimizer": "true",
+              "decoder_last_pipeline_num_layers": "20", "moe_router_topk": "4", "schedule": "interleaved",
+              "virtual_stages": "2"}
+    w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert (w.plan.tp, w.plan.pp, w.plan.ep, w.plan.dp) == (1, 2, 8, 32)
+    assert w.plan.overlap_moe_comm and w.plan.recompute.value == "selective" and w.plan.distributed_optimizer
+    assert w.plan.last_stage_layers == 20 and w.model.moe_top_k == 4

@@ -116,7 +116,21 @@ HEADER_ALIASES = {
     # the MoE token dispatcher (Megatron-Core's --moe-token-dispatcher-type, the flex dispatcher's backend)
     "dispatcher": "moe_dispatcher", "token_dispatcher": "moe_dispatcher", "moe_token_dispatcher": "moe_dispatcher",
     "moe_token_dispatcher_type": "moe_dispatcher", "moe_flex_dispatcher_backend": "moe_dispatcher",
-    "ep_backend": "moe_dispatcher", "expert_parallel_comm_backend": "moe_dispatcher"}
+    "ep_backend": "moe_dispatcher", "expert_parallel_comm_backend": "moe_dispatcher",
+    # Megatron-LM's / Megatron-Bridge's argument names for plan and model fields
+    "moe_a2a_overlap": "overlap_moe_comm", "a2a_overlap": "overlap_moe_comm",
+    "overlap_moe_expert_parallel_comm": "overlap_moe_comm",
+    "account_for_embedding_in_pipeline_split": "account_for_embedding",
+    "account_for_loss_in_pipeline_split": "account_for_loss",
+    "decoder_first_pipeline_num_layers": "first_stage_layers", "decoder_last_pipeline_num_layers": "last_stage_layers",
+    "use_distributed_optimizer": "distributed_optimizer", "recompute_granularity": "recompute",
+    "activation_recompute": "recompute", "cp_comm_type": "cp_comm", "virtual_pipeline": "virtual_stages",
+    "num_attention_heads": "num_heads", "num_query_groups": "num_kv_heads", "num_moe_experts": "num_experts",
+    "moe_router_topk": "moe_top_k", "moe_shared_expert_intermediate_size": "shared_expert_ffn_hidden_size",
+    # torchtitan's [parallelism] names (data_parallel_shard_degree: the FSDP degree)
+    "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp",
+    "expert_parallel_degree": "ep", "expert_tensor_parallel_degree": "etp", "data_parallel_shard_degree": "fsdp",
+    "compile": "torch_compile"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}
