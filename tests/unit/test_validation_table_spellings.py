@@ -457,3 +457,19 @@ def test_megatron_and_torchtitan_argument_names_as_headers(tmp_path, cfg):
     assert (w.plan.tp, w.plan.pp, w.plan.ep, w.plan.dp) == (1, 2, 8, 32)
     assert w.plan.overlap_moe_comm and w.plan.recompute.value == "selective" and w.plan.distributed_optimizer
     assert w.plan.last_stage_layers == 20 and w.model.moe_top_k == 4
+
+
+def test_an_mfu_column_is_a_measurement_of_the_bf16_peak_by_megatrons_count(tmp_path, cfg):
+    from vtrain.validation.megatron_flops import megatron_flops_per_iteration
+
+    values = {k: v for k, v in BASE.items() if k != "step_time_s"}
+    rows = [{**values, "MFU (%)": "45%"}, {**values, "MFU (%)": "45"}, {**values, "MFU (%)": "0.45"},
+            {**values, "MFU (%)": "450"}, {**values, "MFU (%)": "45", "Tokens/sec/GPU": "1000"}]
+    results = validate_rows(read_measurements(_csv(tmp_path, rows, "mfu.csv")), cfg, defaults=None)
+    w = _workload(cfg, tmp_path)
+    flops = megatron_flops_per_iteration(w.model, 128, 8192, 2)
+    expected_ms = flops / (0.45 * 989.0e12 * 64) * 1e3  # H100 SXM: 989 TFLOP/s dense bf16
+    assert [r.quantity for r in results[:3]] == ["mfu"] * 3
+    assert all(r.measured_ms == pytest.approx(expected_ms, rel=1e-3) for r in results[:3])
+    assert results[3].skipped_reason == "row 4: mfu=450 is above 200% of the bf16 peak"
+    assert results[4].quantity == "tokens_per_s_per_gpu"  # a throughput, where given, is the measurement

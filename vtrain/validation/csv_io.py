@@ -30,9 +30,10 @@ BATCH = ("global_batch", "global_batch_tokens", "grad_accum", "local_batch")
 GPUS = ("dp", "num_gpus", "num_nodes")  # at least one: dp, or the GPUs it follows from (tp*cp*pp*dp)
 SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
 # at least one: the iteration time (ms, or s as published tables often give it), the throughput (tokens per GPU
-# or of the whole job, sequences of the job), or Megatron-Core's model TFLOP/s per GPU
+# or of the whole job, sequences of the job), Megatron-Core's model TFLOP/s per GPU, or the MFU (of the bf16
+# peak, Megatron's FLOP count; read only where none of the others is given)
 MEASURED = ("iteration_time_ms", "iteration_time_s", "step_time_s", "tokens_per_s_per_gpu", "tokens_per_s",
-            "samples_per_s", "model_tflops_per_gpu")
+            "samples_per_s", "model_tflops_per_gpu", "mfu")
 OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
             "recompute",
             "sequence_parallel", "schedule", "virtual_stages", "distributed_optimizer", "precision",
@@ -130,7 +131,9 @@ HEADER_ALIASES = {
     # torchtitan's [parallelism] names (data_parallel_shard_degree: the FSDP degree)
     "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp",
     "expert_parallel_degree": "ep", "expert_tensor_parallel_degree": "etp", "data_parallel_shard_degree": "fsdp",
-    "compile": "torch_compile"}
+    "compile": "torch_compile",
+    "mfu_%": "mfu", "mfu_pct": "mfu", "mfu_percent": "mfu", "model_flops_utilization": "mfu",
+    "model_flop_utilization": "mfu"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them
 RATE_WORDS = {"sec": "s", "second": "s", "seconds": "s", "tok": "tokens", "token": "tokens", "tflop": "tflops",
               "sample": "samples"}

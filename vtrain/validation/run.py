@@ -82,7 +82,7 @@ def _positive(row: MeasuredRow, column: str) -> Optional[float]:
     return value
 
 
-RATES = ("tokens_per_s_per_gpu", "samples_per_s", "model_tflops_per_gpu")  # measured as the inverse of time
+RATES = ("tokens_per_s_per_gpu", "samples_per_s", "model_tflops_per_gpu", "mfu")  # measured as the inverse of time
 
 
 def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
@@ -109,13 +109,32 @@ def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     samples = _positive(row, "samples_per_s")
     if samples is not None:
         return w.plan.global_batch_size / samples * 1e3, "samples_per_s"
-    tflops = _positive(row, "model_tflops_per_gpu")
+    tflops, quantity = _positive(row, "model_tflops_per_gpu"), "model_tflops_per_gpu"
+    mfu = _mfu(row)
+    if tflops is None and mfu is not None:  # a fraction of the bf16 dense peak, as Megatron and torchtitan report it
+        tflops, quantity = mfu * w.cluster.gpu.peak_tflops["bf16"], "mfu"
     if tflops is not None:
         from vtrain.validation.megatron_flops import megatron_flops_per_iteration
 
         flops = megatron_flops_per_iteration(w.model, w.plan.global_batch_size, w.plan.seq_len, w.plan.tp)
-        return flops / (tflops * 1e12 * gpus) * 1e3, "model_tflops_per_gpu"
+        return flops / (tflops * 1e12 * gpus) * 1e3, quantity
     raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
+
+
+def _mfu(row: MeasuredRow) -> Optional[float]:
+    """A row's model FLOPs utilisation as a fraction: "45.2%", "45.2" (a number above 2 is a percentage) or
+    "0.452"; None when empty, else a one-line error (an MFU above 100% of the bf16 peak is an FP8 run's at most
+    twice that)."""
+    raw = row.get("mfu")
+    if raw is None:
+        return None
+    percent = raw.strip().endswith("%")
+    value = _positive(MeasuredRow(row.index, {"mfu": raw.strip().rstrip("%").strip()}), "mfu")
+    assert value is not None  # the cell is not empty
+    fraction = value / 100.0 if percent or value > 2.0 else value
+    if fraction > 2.0:
+        raise ConfigError(f"row {row.index}: mfu={raw} is above 200% of the bf16 peak")
+    return fraction
 
 
 def check_measured_ms(row: MeasuredRow, measured: float) -> float:
