@@ -81,7 +81,9 @@ class SearchConfig:
     cp: List[int] = field(default_factory=lambda: [1])  # context-parallel degrees (2*cp must divide seq_len)
     precisions: Optional[List[str]] = None  # None: training.precision; e.g. [bf16, fp8]
     ep: Optional[List[int]] = None  # MoE: None = every degree dividing num_experts (and dp*cp per plan)
-    etp: List[int] = field(default_factory=lambda: [0])  # MoE expert TP degrees; 0 = tp (Megatron-Core default)
+    # MoE expert TP degrees: 0 = tp (Megatron-LM's CLI default), 1 = experts split by EP alone (what NVIDIA's MoE
+    # recipes and torchtitan run: Megatron-Bridge scripts/performance, torchtitan expert_tensor_parallel_degree)
+    etp: List[int] = field(default_factory=lambda: [0, 1])
     moe_dispatchers: Optional[List[str]] = None  # MoE: None = parallelism.moe_dispatcher
     cp_comms: Optional[List[str]] = None  # plans with cp > 1: None = parallelism.cp_comm; e.g. [p2p, allgather, a2a]
     recompute_num_layers: List[int] = field(default_factory=lambda: [0])  # recompute=full: block depths, 0 = all
