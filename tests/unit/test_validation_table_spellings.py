@@ -473,3 +473,26 @@ def test_an_mfu_column_is_a_measurement_of_the_bf16_peak_by_megatrons_count(tmp_
     assert all(r.measured_ms == pytest.approx(expected_ms, rel=1e-3) for r in results[:3])
     assert results[3].skipped_reason == "row 4: mfu=450 is above 200% of the bf16 peak"
     assert results[4].quantity == "tokens_per_s_per_gpu"  # a throughput, where given, is the measurement
+
+
+NEMO_STYLE = """\
+| Model | #-GPUs | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | GA | Tokens / sec / GPU |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| LLAMA3_8B | 8 | 128 | 1 | 8192 | 0 | 1 | 1 | 2 | n/a | 1 | 32 | 10000 |
+| LLAMA3_8B_16k | 8 | 64 | 1 | 16384 | 0 | 2 | 1 | 2 | n/a | 1 | 32 | 9000 |
+| LLAMA3_70B | 64 | 128 | 1 | 8192 | 0 | 4 | 4 | 2 | 5 | 1 | 64 | 1000 |
+| Mixtral_8x7B | 64 | 256 | 1 | 4096 | 0 | 1 | 4 | 1 | 8 | 8 | 32 | 8000 |
+| DeepSeekV3 | 1024 | 8192 | 1 | 4096 | 0 | 2 | 16 | 1 | 1 | 64 | 128 | 1000 |
+| Qwen3_235B_a22b | 256 | 2048 | 1 | 4096 | 0 | 2 | 8 | 1 | 4 | 32 | 128 | 1000 |
+| Qwen3_30B_a3B | 8 | 512 | 2 | 4096 | 0 | 1 | 1 | 1 | n/a | 8 | 32 | 10000 |
+"""
+
+
+def test_a_nemo_style_table_of_dense_and_moe_recipes_simulates_every_row(tmp_path, cfg):
+    """The layout of NeMo's performance summaries (synthetic throughputs): long-context model names, GA beside
+    GBS, MoE recipes whose EP is only valid at ETP 1 (TP 2 x EP 64 over 32 DP ranks). No row is skipped."""
+    p = tmp_path / "nemo.md"
+    p.write_text(NEMO_STYLE)
+    results = validate_rows(read_measurements(p), cfg, defaults=None)
+    assert [r.skipped_reason for r in results] == [None] * 7
+    assert all(r.predicted_ms is not None and r.predicted_ms > 0 for r in results)
