@@ -420,7 +420,7 @@ def test_an_a100_row_takes_the_defaults_of_the_stack_it_names(tmp_path, cfg, fra
     values = {**BASE, "gpu": "A100 80GB", "framework": framework}
     w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
     assert (w.stack.name, w.plan.flash_attention, w.plan.precision.value) == (stack, flash, precision)
-    assert w.plan.sequence_parallel == (stack == "megatron_core_te")
+    assert w.plan.sequence_parallel == (stack != "megatron_deepspeed_2022")  # torchtitan: TP is always SP
 
 
 def test_a_table_without_a_global_batch_gives_it_by_its_gradient_accumulation(tmp_path, cfg):

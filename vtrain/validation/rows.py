@@ -74,12 +74,13 @@ class RowDefaults:
 
 
 # Modern runs (torchtitan, Megatron-Core): bf16, flash attention, DP overlapped, model shapes from model/;
-# experts unsplit by TP (torchtitan's parallelism.expert_tensor_parallel_degree defaults to 1)
+# sequence parallelism whenever tp > 1 (torchtitan's TP plan puts SequenceParallel on every norm: there is no TP
+# without it); experts unsplit by TP (torchtitan's parallelism.expert_tensor_parallel_degree defaults to 1)
 MODERN_DEFAULTS = RowDefaults(
     model={"vocab_divisible_by": 128},
     plan={"schedule": Schedule.ONE_F_ONE_B, "recompute": Recompute.NONE, "precision": Precision.BF16,
           "flash_attention": True, "overlap_grad_reduce": True},
-    stack="torchtitan_fsdp2", moe_etp=1)
+    stack="torchtitan_fsdp2", sequence_parallel_with_tp=True, moe_etp=1)
 # A row of a CSV of one's own on a Hopper or Blackwell GPU: Megatron-Core with Transformer Engine, as NVIDIA's
 # published recipes run it (NeMo / Megatron-Bridge: bf16, fused attention, distributed optimizer with
 # overlapped gradient reduction, sequence parallelism whenever tp > 1, vocabulary padded to 128, gradients
