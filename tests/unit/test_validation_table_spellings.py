@@ -496,3 +496,11 @@ def test_a_nemo_style_table_of_dense_and_moe_recipes_simulates_every_row(tmp_pat
     results = validate_rows(read_measurements(p), cfg, defaults=None)
     assert [r.skipped_reason for r in results] == [None] * 7
     assert all(r.predicted_ms is not None and r.predicted_ms > 0 for r in results)
+
+
+def test_validate_stack_gives_a_row_without_a_stack_column_that_stacks_defaults(tmp_path, cfg):
+    row = _row(tmp_path, {**BASE, "gpu": "A100 80GB"})
+    era = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    titan = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None, stack="torchtitan_fsdp2")
+    assert (era.stack.name, era.plan.flash_attention) == ("megatron_deepspeed_2022", False)
+    assert (titan.stack.name, titan.plan.flash_attention, titan.plan.sharding_stage) == ("torchtitan_fsdp2", True, 3)
