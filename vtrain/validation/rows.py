@@ -9,10 +9,11 @@ measurements (Megatron-DeepSpeed, fp16, full recompute, 1F1B, GPT blocks with La
 positions, tied embeddings, vocabulary 50257 unpadded — each TP rank holds 50257 // t rows, whose
 alignment the measured output-layer times follow, README "Accuracy" — no DP overlap, no flash attention).
 A row of a CSV of one's own takes the defaults of the stack it names (:func:`stack_defaults`), else those of
-its GPU's era (:func:`era_defaults`). A gated MLP (``gated_mlp=true``) switches the model defaults to Llama's (RMSNorm, RoPE, no biases, no
-dropout, untied output). ``schedule=interleaved`` without ``virtual_stages`` uses 2 chunks where layers divide;
-``virtual_stages`` > 1 without a ``schedule`` is the interleaved schedule (Megatron's VP). An empty ``tp`` or
-``pp`` cell is 1, as an absent ``cp``, ``ep`` or ``virtual_stages`` column is.
+its GPU's era (:func:`era_defaults`). A gated MLP (``gated_mlp=true``) switches the model defaults to Llama's
+(RMSNorm, RoPE, no biases, no dropout, untied output). ``schedule=interleaved`` without ``virtual_stages``
+uses 2 chunks where layers divide; ``virtual_stages`` > 1 without a ``schedule`` is the interleaved schedule
+(Megatron's VP). An empty ``tp`` or ``pp`` cell is 1, as an absent ``cp``, ``ep`` or ``virtual_stages``
+column is.
 A ``model`` column names a ``model/`` config whose fields fill every model column the row leaves empty (the
 dataset's model defaults then do not apply); mixture-of-experts, MLA and MTP columns (``num_experts``,
 ``moe_top_k``, ``ep``, ``etp``, ``moe_dispatcher``, ``capacity_factor`` — ``none`` for dropless —, ...) are
