@@ -213,6 +213,7 @@ def test_a_row_naming_a_model_config_by_its_own_name_is_simulated(tmp_path, cfg)
     ("H100 PCIe", "h100_pcie"),  # no gpu/ config for the PCIe part: unknown, not taken for the SXM one
     # a system naming its GPU among other words; two GPUs named, or none, stay unknown (skipped, not guessed)
     ("DGX H100 (8x H100 80GB)", "h100_sxm"), ("8x B200 (HGX)", "b200"), ("GB200-NVL72 (4 GPUs/node)", "gb200"),
+    ("8xH100", "h100_sxm"), ("H100x8", "h100_sxm"), ("A100x8 80GB", "a100_80gb"),  # a count joined to the name
     ("H100 vs A100", "h100_vs_a100"), ("Eos", "h100_sxm"), ("Selene", "a100_80gb"), ("H100 NVL", "h100_nvl"),
     ("8x H100 NVL", "8x_h100_nvl"),
 ])

@@ -131,13 +131,16 @@ GPU_NOISE = re.compile(r"^(sxm\d?|hbm\d?e?)$")
 GPU_SYSTEM = re.compile(r"^(hgx|dgx|nvl\d+|superchip|\d+(gb|gib))$")
 # another part of a GPU than the one its gpu/ config models ("H100 PCIe", "H100 NVL", a MIG slice): never read as it
 GPU_VARIANT = re.compile(r"^(pcie|nvl|mig|\d+g\.\d+gb)$")
+# a count of GPUs joined to the name ("8xH100", "H100x8"); "8x H100" splits into words and loses it anyway
+GPU_COUNT = re.compile(r"^\d+x(?=[a-z])|(?<=\d)x\d+$")
 
 
 def gpu_key(raw: str) -> str:
     """A ``gpu`` cell as a gpu/ config name: :func:`table_key`, then the vendor, SXM and HBM words dropped
     (:data:`GPU_PREFIXES`, :data:`GPU_NOISE`) where the name is not an alias already, then :data:`GPU_ALIASES`
-    ("NVIDIA A100-SXM4-80GB" is a100_80gb, "H100 80GB HBM3" h100_sxm, "H200 SXM 141GB" h200)."""
-    key = table_key(raw)
+    ("NVIDIA A100-SXM4-80GB" is a100_80gb, "H100 80GB HBM3" h100_sxm, "H200 SXM 141GB" h200); a GPU count
+    joined to the name ("8xH100", "H100x8": :data:`GPU_COUNT`) is dropped."""
+    key = "_".join(GPU_COUNT.sub("", w) for w in table_key(raw).split("_"))
     if key in GPU_ALIASES:
         return GPU_ALIASES[key]
     words = key.split("_")
