@@ -505,3 +505,14 @@ def test_validate_stack_gives_a_row_without_a_stack_column_that_stacks_defaults(
     titan = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None, stack="torchtitan_fsdp2")
     assert (era.stack.name, era.plan.flash_attention) == ("megatron_deepspeed_2022", False)
     assert (titan.stack.name, titan.plan.flash_attention, titan.plan.sharding_stage) == ("torchtitan_fsdp2", True, 3)
+
+
+@pytest.mark.parametrize("raw,mode", [("Full (uniform)", "full"), ("Selective (core_attn, moe_act)", "selective"),
+                                      ("selective_op", "selective_op"), ("SAC", "selective_op")])
+def test_a_recompute_mode_with_its_details_is_the_mode(tmp_path, cfg, raw, mode):
+    assert _workload(cfg, tmp_path, recompute=raw).plan.recompute.value == mode
+
+
+def test_an_unknown_recompute_mode_is_still_a_skip_reason(tmp_path, cfg):
+    with pytest.raises(ConfigError, match="recompute=partial is not supported"):
+        _workload(cfg, tmp_path, recompute="partial")

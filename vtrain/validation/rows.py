@@ -214,7 +214,11 @@ def enum_key(tp: type, raw: str) -> str:
     if tp is Precision:
         key = PRECISION_RECIPE.sub("", key)
         key = "_".join(w for w in (PRECISION_WORDS.get(w, w) for w in key.split("_")) if w) or key
-    return ENUM_ALIASES.get(tp, {}).get(key, key)
+    key = ENUM_ALIASES.get(tp, {}).get(key, key)
+    if tp is Recompute and key not in {r.value for r in Recompute}:
+        # a mode with its details ("Full (uniform)", "selective (core_attn, moe_act)"): the mode
+        key = next((m for m in ("full", "selective") if key.startswith(m + "_")), key)
+    return key
 
 
 # what published tables call the software stacks of stack/ (a ``stack`` or ``framework`` column)
