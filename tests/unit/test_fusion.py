@@ -26,3 +26,22 @@ def test_a_compiled_moe_model_is_faster_than_eager_but_below_100pct_mfu_on_every
         r = simulate(compose([*MIXTRAL, "stack=torchtitan_fsdp2_compile", f"parallelism.schedule={schedule}"]))
         assert 0.5 * eager.iteration_time_s < r.iteration_time_s < eager.iteration_time_s
         assert 0 < r.mfu < 1
+
+
+def test_a_fused_loss_moves_the_logits_once_forward_and_twice_backward():
+    """flash-attn's cross-entropy (llm-foundry's default loss) and a compiled loss are one kernel over the bf16
+    logits: 2 B per logit forward, 2 + 2 B backward, against the 12 + 2 and 8 + 2 B of Megatron's fp32 loss."""
+    from vtrain.graph.options import GraphOptions
+
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=8", "training.global_batch_size=8", "training.seq_len=1024"]))
+    tp = build_comm_plan(w, partition(w.model, w.plan)).tp
+    logits = w.plan.tokens_per_rank * w.model.vocab_shard(1)
+    for fused, fwd_b, bwd_b, kernels in ((False, 14, 10, 4), (True, 2, 4, 1)):
+        head = build_model_graph(w.model, w.plan, tp, opts=GraphOptions(fused_loss=fused)).head
+        (ce,) = [op for op in head.forward.ops if getattr(op, "name", "") == "cross_entropy"]
+        (ce_b,) = [op for op in head.backward.ops if getattr(op, "name", "") == "cross_entropy.bwd"]
+        assert (ce.bytes, ce_b.bytes, ce.kernels) == (logits * fwd_b, logits * bwd_b, kernels)
+    mpt = ["+model=mpt_125m", "+cluster=a100x1024", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
+           "training.global_batch_size=64", "parallelism.zero_stage=3"]
+    assert simulate(compose([*mpt, "stack=llm_foundry_fsdp"])).iteration_time_s > 0

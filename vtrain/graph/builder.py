@@ -341,8 +341,10 @@ def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Compon
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
 
-def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGraph:
-    """Final norm, vocab-parallel logits GEMM and fp32 cross-entropy (Megatron's vocab-parallel CE)."""
+def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms,
+               opts: GraphOptions = GraphOptions()) -> ComponentGraph:
+    """Final norm, vocab-parallel logits GEMM and the cross-entropy: fp32 (Megatron's vocab-parallel CE), or
+    one fused kernel (``opts.fused_loss``: reads the logits; its backward reads them and writes the gradient)."""
     t, dt = plan.tp, plan.dtype_bytes
     h, v = model.hidden_size, model.vocab_shard(t)  # padded vocab shard
     tokens = plan.tokens_per_rank  # b * s / cp
@@ -350,10 +352,14 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> ComponentGr
     act = float(local * h * dt)
     logits, logits_b = gemm_fwd_bwd("logits", tokens, v, h, dt)
     logit_bytes = float(tokens * v)
-    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *tp.logits.enter, logits,
-                     MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4), *tp.cross_entropy]
-    bwd: List[Op] = [MemoryOp("cross_entropy.bwd", logit_bytes * (4 * 2 + dt), 2), *logits_b,
-                     *tp.logits.enter_backward, MemoryOp("final_norm.bwd", 3 * act)]
+    if opts.fused_loss:
+        loss = MemoryOp("cross_entropy", logit_bytes * dt, 1, eager=True)
+        loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * 2 * dt, 1, eager=True)
+    else:
+        loss = MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4)
+        loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * (4 * 2 + dt), 2)
+    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *tp.logits.enter, logits, loss, *tp.cross_entropy]
+    bwd: List[Op] = [loss_b, *logits_b, *tp.logits.enter_backward, MemoryOp("final_norm.bwd", 3 * act)]
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
 
 
@@ -374,6 +380,6 @@ def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Opt
         from vtrain.graph.mtp import build_mtp
 
         mtp = build_mtp(model, plan)
-    return ModelGraph(dense, build_embedding(model, plan, tp), build_head(model, plan, tp), moe_layer, mtp)
+    return ModelGraph(dense, build_embedding(model, plan, tp), build_head(model, plan, tp, opts), moe_layer, mtp)
 
 

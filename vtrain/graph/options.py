@@ -22,6 +22,7 @@ class GraphOptions:
     fuse_elementwise: bool = False  # StackSpec.fuse_elementwise: vtrain.graph.fusion
     layout_copies: bool = False  # StackSpec.tp_layout_copies: vtrain.graph.layout
     symm_mem_tp: bool = False  # StackSpec.tp_overlap_symm_mem: vtrain.graph.layout
+    fused_loss: bool = False  # StackSpec.fused_loss: vtrain.graph.builder.build_head
 
 
 def graph_options(stack: StackSpec) -> GraphOptions:
@@ -30,4 +31,4 @@ def graph_options(stack: StackSpec) -> GraphOptions:
                         separate_projections=stack.separate_projections, cp_ring_merge=stack.cp_ring_merge,
                         cp_accumulate_fp32=stack.cp_grads_fp32, expands_kv=stack.attention_expands_kv,
                         fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies,
-                        symm_mem_tp=stack.tp_overlap_symm_mem)
+                        symm_mem_tp=stack.tp_overlap_symm_mem, fused_loss=stack.fused_loss)

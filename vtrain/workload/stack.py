@@ -42,6 +42,10 @@ class StackSpec:
                                                   "best (gpu.flash_attention_efficiency)")
     fuse_elementwise: bool = spec(False, doc="a compiler fuses adjacent memory-bound ops into one kernel "
                                              "(torch.compile); see vtrain.graph.fusion")
+    fused_loss: bool = spec(False, doc="the cross-entropy is one kernel over the bf16 logits (flash-attn's "
+                                       "CrossEntropyLoss, a compiled loss): its forward reads the logits once, "
+                                       "its backward reads them and writes their gradient; else the fp32 "
+                                       "cross-entropy kernels of Megatron's vocab-parallel loss")
     fp8_weight_cache: bool = spec(False, doc="keeps FP8 weights (and transposes) across micro-batches "
                                              "(Transformer Engine); torchao casts them per forward")
     fp8_params: bool = spec(False, doc="with an FP8 format the linear layers' weights are stored in FP8, not "
