@@ -151,3 +151,20 @@ def test_nvidia_recipe_rows_reduce_bf16_gradients_and_megatron_lm_rows_fp32():
 
     assert MEGATRON_CORE_DEFAULTS.plan["fp32_grads"] is False
     assert shipped_defaults("megatron_moe_qwen3_blackwell").plan["fp32_grads"] is True
+
+
+def test_a_compiled_block_does_not_keep_the_down_projection_output_per_op_sac_names():
+    """torchtitan's per-op SAC saves wq, wv, w1 and w2's outputs; w2's is read by no backward, so a compiled block
+    (AOTAutograd saves what the backward reads) holds h fewer elements per token than eager checkpointing."""
+    from vtrain import compose
+    from vtrain.config.build import build_workload
+
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=8", "training.global_batch_size=16", "parallelism.micro_batch_size=2",
+                                "training.seq_len=8192", "parallelism.recompute=selective_op"]))
+    eager = layer_activation_bytes(w.model, w.plan)
+    compiled = layer_activation_bytes(w.model, w.plan, keeps_unread=False)
+    assert eager - compiled == 2 * 8192 * 4096 * 2  # b * s * h * 2 B
+    # other recompute modes are unaffected
+    full = replace(w.plan, recompute=Recompute.FULL)
+    assert layer_activation_bytes(w.model, full) == layer_activation_bytes(w.model, full, keeps_unread=False)

@@ -32,14 +32,17 @@ def saved_linear_input_bytes(plan: ParallelPlan) -> float:
     return 1 if plan.precision.low and plan.precision != Precision.FP8_ROWWISE else plan.dtype_bytes
 
 
-def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None) -> float:
+def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Recompute | None = None,
+                           keeps_unread: bool = True) -> float:
     """Activation bytes one transformer layer saves for backward, per micro-batch, per GPU.
 
     Per Korthikanti et al.'s tensors: the two norm inputs, the QKV and FC1 inputs (replicated over TP unless
     sequence parallel), Q, K, V, the projection input, the MLP activation input(s) and the FC2 input (split
     over TP), dropout masks, and the attention scores (unfused) or the log-sum-exp (flash). With context
     parallelism each rank holds s/cp tokens; with a low-precision format the linear layers save their
-    inputs quantized (1 byte: Transformer Engine and torchao keep the FP8 copy for the weight gradient)."""
+    inputs quantized (1 byte: Transformer Engine and torchao keep the FP8 copy for the weight gradient).
+    ``keeps_unread`` (:attr:`StackSpec.sac_keeps_unread`): per-op checkpointing also keeps the saved matmul
+    output no backward reads (the down projection's, torchtitan's 7th matmul)."""
     rc = plan.recompute if recompute is None else recompute
     s_full, b, t, dt = plan.seq_len, plan.micro_batch_size, plan.tp, plan.dtype_bytes
     s = s_full // plan.cp
@@ -49,8 +52,10 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Reco
     if rc == Recompute.FULL:
         return dt * sbh / sp_div
     if rc == Recompute.SELECTIVE_OP:  # the block input and the outputs of the saved matmuls and attention
-        # wq, wv, w1, w2 | qkv, fc1, fc2; none when the GEMM is not aten.mm (NVFP4: Precision.gemm_is_aten_mm)
-        saved_mm = ((2 * h + model.kv_size + f) if model.gated_mlp else (2 * h + 2 * model.kv_size + f)) \
+        # wq, wv, w1, w2 | qkv, fc1, fc2; none when the GEMM is not aten.mm (NVFP4: Precision.gemm_is_aten_mm);
+        # the down projection's output (w2 | fc2, h) is read by no backward: a compiled block does not keep it
+        unread = h if keeps_unread else 0
+        saved_mm = ((h + unread + model.kv_size + f) if model.gated_mlp else (h + unread + 2 * model.kv_size + f)) \
             if plan.precision.gemm_is_aten_mm else 0
         lse = float(a * s * b) * 4.0 / t
         return dt * 2 * sbh / sp_div + dt * float(s * b) * saved_mm / t + lse
@@ -172,5 +177,5 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     layers = sum(split[c * plan.pp] for c in range(plan.chunks))  # stage 0
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
     wb, gb, ob = state_bytes_per_param(plan, masters_sharded=w.stack.fsdp_fp32_shards)
-    acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan)
+    acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan, keeps_unread=w.stack.sac_keeps_unread)
     return params * (wb + gb + ob) + acts + w.stack.memory_reserved_bytes

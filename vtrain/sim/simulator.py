@@ -170,7 +170,7 @@ def stage_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
 
 def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     model, plan, stack = w.model, w.plan, w.stack
-    act_layer = layer_activation_bytes(model, plan)
+    act_layer = layer_activation_bytes(model, plan, keeps_unread=stack.sac_keeps_unread)
     w_b, g_b, o_b = state_bytes_per_param(plan, masters_sharded=stack.fsdp_fp32_shards)
     tokens = plan.tokens_per_rank
     per_logit = stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4

@@ -42,6 +42,11 @@ class StackSpec:
                                                   "best (gpu.flash_attention_efficiency)")
     fuse_elementwise: bool = spec(False, doc="a compiler fuses adjacent memory-bound ops into one kernel "
                                              "(torch.compile); see vtrain.graph.fusion")
+    sac_keeps_unread: bool = spec(True, doc="per-op selective checkpointing keeps every output its policy names, "
+                                            "read by the backward or not (eager torch.utils.checkpoint caches "
+                                            "them); a compiled block keeps only what its backward graph reads "
+                                            "(AOTAutograd's partitioner): the last matmul's output, the MLP's "
+                                            "down projection, is not")
     fused_loss: bool = spec(False, doc="the cross-entropy is one kernel over the bf16 logits (flash-attn's "
                                        "CrossEntropyLoss, a compiled loss): its forward reads the logits once, "
                                        "its backward reads them and writes their gradient; else the fp32 "
