@@ -10,8 +10,9 @@ from vtrain import compose
 from vtrain.config.compose import load_gpu_config, load_stack_config
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import normalise_header, read_measurements
-from vtrain.validation.rows import cell_number, gpu_key, model_name, row_workload
+from vtrain.validation.rows import cell_number, enum_key, gpu_key, model_name, row_workload
 from vtrain.validation.run import validate_rows
+from vtrain.workload.enums import Recompute
 
 BASE = {"num_gpus": "64", "global_batch": "128", "micro_batch": "1", "model": "llama3_8b", "seq_len": "8192",
         "tp": "2", "pp": "1", "gpu": "H100", "step_time_s": "2.0"}
@@ -516,3 +517,61 @@ def test_a_recompute_mode_with_its_details_is_the_mode(tmp_path, cfg, raw, mode)
 def test_an_unknown_recompute_mode_is_still_a_skip_reason(tmp_path, cfg):
     with pytest.raises(ConfigError, match="recompute=partial is not supported"):
         _workload(cfg, tmp_path, recompute="partial")
+
+
+# --- review fixes: MFU edge cases, GA with a local batch, uniform recompute, the flex backend, torchtitan's -1s
+
+def test_mfu_edge_cases_are_one_line_reasons_and_a_tflops_column_wins(tmp_path, cfg):
+    values = {k: v for k, v in BASE.items() if k != "step_time_s"}
+    rows = [{**values, "TFLOPs/GPU": "400", "MFU": "abc"}, {**values, "MFU": "%"},
+            {**values, "gpu": "V100", "model": "gpt_1_7b", "tp": "1", "MFU": "40%"}]
+    results = validate_rows(read_measurements(_csv(tmp_path, rows, "mfu2.csv")), cfg, defaults=None)
+    assert results[0].skipped_reason is None and results[0].quantity == "model_tflops_per_gpu"
+    assert results[1].skipped_reason == "row 2: mfu=% is not a number"
+    assert results[2].skipped_reason is None or "peak" in results[2].skipped_reason  # never a traceback
+
+
+def test_a_torchtitan_mfu_is_converted_by_torchtitans_own_flop_count(tmp_path, cfg):
+    from vtrain.validation.run import reported_flops
+
+    values = {**{k: v for k, v in BASE.items() if k != "step_time_s"}, "tp": "1", "framework": "torchtitan",
+              "MFU": "40"}
+    w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    m = w.model
+    per_token = 6 * m.active_params(embedding=False) + 12 * m.num_layers * m.num_heads * m.head_dim * 8192
+    assert reported_flops(w) == pytest.approx(per_token * 128 * 8192)
+
+
+def test_gradient_accumulation_multiplies_a_local_batch_too(tmp_path, cfg):
+    values = {k: v for k, v in BASE.items() if k not in ("global_batch", "micro_batch")}
+    row = _row(tmp_path, {**values, "tp": "1", "framework": "torchtitan", "Local batch size": "2", "GA": "4"})
+    w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert (w.plan.micro_batch_size, w.plan.dp, w.plan.global_batch_size) == (2, 64, 2 * 4 * 64)
+
+
+def test_torchtitans_minus_one_defaults_are_derived_not_skipped(tmp_path, cfg):
+    values = {k: v for k, v in BASE.items() if k not in ("global_batch", "micro_batch")}
+    row = _row(tmp_path, {**values, "tp": "1", "framework": "torchtitan", "Local batch size": "2",
+                          "global_batch_size": "-1", "data_parallel_shard_degree": "-1"})
+    w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert (w.plan.global_batch_size, w.plan.sharding_stage, w.plan.fsdp_shard_size) == (2 * 64, 3, 0)
+
+
+def test_full_uniform_with_a_layer_count_recomputes_every_layer(tmp_path, cfg):
+    values = {**BASE, "model": "llama3_70b", "tp": "4", "pp": "4", "recompute_num_layers": "1"}
+    uniform = row_workload(_row(tmp_path, {**values, "recompute": "Full (uniform)"}), cfg.cluster, load_gpu_config,
+                           load_stack_config, defaults=None)
+    block = row_workload(_row(tmp_path, {**values, "recompute": "full"}), cfg.cluster, load_gpu_config,
+                         load_stack_config, defaults=None)
+    assert uniform.plan.recompute_num_layers == 0 and block.plan.recompute_num_layers == 1
+    assert enum_key(Recompute, "Selective op (SAC)") == "selective_op" and enum_key(Recompute, "None (off)") == "none"
+
+
+def test_a_flex_dispatcher_with_its_backend_column_is_one_row(tmp_path, cfg):
+    values = {**BASE, "model": "qwen3_30b_a3b", "tp": "1", "ep": "8", "moe_token_dispatcher_type": "flex",
+              "moe_flex_dispatcher_backend": "hybridep"}
+    w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+    assert w.plan.moe_dispatcher.value == "deepep"
+    a2a = row_workload(_row(tmp_path, {**values, "moe_token_dispatcher_type": "alltoall"}), cfg.cluster,
+                       load_gpu_config, load_stack_config, defaults=None)
+    assert a2a.plan.moe_dispatcher.value == "alltoall"

@@ -31,7 +31,7 @@ GPUS = ("dp", "num_gpus", "num_nodes")  # at least one: dp, or the GPUs it follo
 SHAPE = ("hidden_size", "num_heads", "num_layers")  # required unless a `model` column names a model/ config
 # at least one: the iteration time (ms, or s as published tables often give it), the throughput (tokens per GPU
 # or of the whole job, sequences of the job), Megatron-Core's model TFLOP/s per GPU, or the MFU (of the bf16
-# peak, Megatron's FLOP count; read only where none of the others is given)
+# peak, by the reporting stack's FLOP count: validation.run.reported_flops; read where none of the others is)
 MEASURED = ("iteration_time_ms", "iteration_time_s", "step_time_s", "tokens_per_s_per_gpu", "tokens_per_s",
             "samples_per_s", "model_tflops_per_gpu", "mfu")
 OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
@@ -116,7 +116,7 @@ HEADER_ALIASES = {
     "gradient_accumulation_steps": "grad_accum", "grad_acc": "grad_accum", "accumulation_steps": "grad_accum",
     # the MoE token dispatcher (Megatron-Core's --moe-token-dispatcher-type, the flex dispatcher's backend)
     "dispatcher": "moe_dispatcher", "token_dispatcher": "moe_dispatcher", "moe_token_dispatcher": "moe_dispatcher",
-    "moe_token_dispatcher_type": "moe_dispatcher", "moe_flex_dispatcher_backend": "moe_dispatcher",
+    "moe_token_dispatcher_type": "moe_dispatcher",  # (moe_flex_dispatcher_backend: its own column, rows.py)
     "ep_backend": "moe_dispatcher", "expert_parallel_comm_backend": "moe_dispatcher",
     # Megatron-LM's / Megatron-Bridge's argument names for plan and model fields
     "moe_a2a_overlap": "overlap_moe_comm", "a2a_overlap": "overlap_moe_comm",

@@ -217,7 +217,7 @@ def enum_key(tp: type, raw: str) -> str:
     key = ENUM_ALIASES.get(tp, {}).get(key, key)
     if tp is Recompute and key not in {r.value for r in Recompute}:
         # a mode with its details ("Full (uniform)", "selective (core_attn, moe_act)"): the mode
-        key = next((m for m in ("full", "selective") if key.startswith(m + "_")), key)
+        key = next((m for m in ("full", "selective_op", "selective", "none") if key.startswith(m + "_")), key)
     return key
 
 
@@ -580,7 +580,7 @@ def _sharding(row: MeasuredRow, p: Mapping[str, Any], given_stage: bool) -> Dict
         on = raw.strip().lower()
         if on in _FALSE:
             pass
-        elif on in _TRUE:
+        elif on in _TRUE or on == "-1":  # -1: torchtitan's data_parallel_shard_degree default, every DP rank
             out["zero_stage"] = 3
         else:
             degree = int(parse_cell(row, "fsdp", raw, int))
@@ -607,8 +607,9 @@ def _sharding(row: MeasuredRow, p: Mapping[str, Any], given_stage: bool) -> Dict
 def _batches(row: MeasuredRow, plan_d: Mapping[str, Any], prefix: str) -> Dict[str, Any]:
     """Batch sizes given in other units: ``global_batch_tokens`` (a global batch in tokens: over seq_len),
     torchtitan's ``local_batch`` (each data-parallel rank's batch: split into pp micro-batches under a
-    pipeline, torchtitan's default ``pipeline_parallel_microbatches``; the global batch is dp of them) and,
-    where no global batch is given, ``grad_accum`` (micro-batches per rank and step: micro x grad_accum x dp)."""
+    pipeline, torchtitan's default ``pipeline_parallel_microbatches``; the global batch is dp x ``grad_accum``
+    of them) and, where no global batch is given, ``grad_accum`` (micro-batches per rank and step: micro x
+    grad_accum x dp)."""
     out: Dict[str, Any] = {}
     seq, pp, dp = plan_d.get("seq_len"), int(plan_d.get("pp", 1)), plan_d.get("dp")
     tokens = row.get("global_batch_tokens")
@@ -626,14 +627,23 @@ def _batches(row: MeasuredRow, plan_d: Mapping[str, Any], prefix: str) -> Dict[s
                 raise ConfigError(f"{prefix} local_batch={n} must divide into pp={pp} micro-batches (torchtitan)")
             out["micro_batch_size"] = n // pp
         if "global_batch_size" not in plan_d and "global_batch_size" not in out and dp:
-            out["global_batch_size"] = n * int(dp)
-    accum = row.get("grad_accum")
+            out["global_batch_size"] = n * _grad_accum(row, prefix) * int(dp)
     micro = out.get("micro_batch_size", plan_d.get("micro_batch_size"))
-    if accum is not None and "global_batch_size" not in plan_d and "global_batch_size" not in out and micro and dp:
-        n = int(parse_cell(row, "grad_accum", accum, int))
-        check_value(f"{prefix} grad_accum", n, POSITIVE_INT)
-        out["global_batch_size"] = int(micro) * n * int(dp)
+    if "global_batch_size" not in plan_d and "global_batch_size" not in out and micro and dp:
+        accum = _grad_accum(row, prefix)
+        if row.get("grad_accum") is not None:
+            out["global_batch_size"] = int(micro) * accum * int(dp)
     return out
+
+
+def _grad_accum(row: MeasuredRow, prefix: str) -> int:
+    """The row's gradient-accumulation steps (1 when it does not say); a one-line error when not an integer >= 1."""
+    raw = row.get("grad_accum")
+    if raw is None:
+        return 1
+    n = int(parse_cell(row, "grad_accum", raw, int))
+    check_value(f"{prefix} grad_accum", n, POSITIVE_INT)
+    return n
 
 
 def model_config_fields(name: str) -> Dict[str, Any]:
@@ -651,10 +661,12 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
                  stack: Optional[str] = None, recompute: Optional[Recompute] = None) -> Workload:
     """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs): ``stack``
     (validate.stack) overrides the dataset's stack for rows without a ``stack`` column; ``defaults`` None:
-    those of the row's GPU (:func:`era_defaults`); ``recompute`` replaces the defaults' recompute mode for a
-    row without a ``recompute`` column. Raises ConfigError (the skip reason) when the row cannot be
-    simulated as measured."""
+    those of the stack the row names, else of its GPU (:func:`defaults_of`); ``recompute`` replaces the
+    defaults' recompute mode for a row without a ``recompute`` column. Raises ConfigError (the skip reason)
+    when the row cannot be simulated as measured."""
     prefix = f"row {row.index}:"
+    if (row.get("global_batch") or "").strip() == "-1":  # torchtitan's default: local batch x dp (x accumulation)
+        row = MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "global_batch"})
     gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
     defaults = defaults_of(row, cluster_cfg, load_gpu, defaults, stack)
     cluster_cfg = row_cluster(row, cluster_cfg)
@@ -689,13 +701,18 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
                        or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
+    backend = row.get("moe_flex_dispatcher_backend")  # Megatron's flex dispatcher's backend: DeepEP or HybridEP
+    if backend is not None and p.get("moe_dispatcher") in (None, MoeDispatcher.DEEPEP):
+        p["moe_dispatcher"] = MoeDispatcher(enum_key(MoeDispatcher, backend)) \
+            if enum_key(MoeDispatcher, backend) in {d.value for d in MoeDispatcher} else MoeDispatcher.DEEPEP
     if not model.is_moe and p.get("ep", 1) == 1:  # a dense row's "EP 1, ETP 1": no experts to place
         p.pop("ep", None)
         p.pop("etp", None)
     p.update(_sharding(row, p, given_stage="zero_stage" in p))
     p.update(_fsdp_mixed_precision(row, given="fp32_grads" in p))
     method = row.get("recompute_method")  # Megatron's --recompute-method: block keeps the count's meaning
-    if method is not None and table_key(str(method)) == "uniform":  # groups of N layers, every layer run again
+    uniform = "uniform" in table_key(str(row.get("recompute") or "")).split("_")  # "Full (uniform)"
+    if uniform or (method is not None and table_key(str(method)) == "uniform"):  # groups of N, every layer again
         p.pop("recompute_num_layers", None)
     stack_spec_ = stack_spec(load_stack(stack_name_))
     if "zero_stage" not in p and stack_spec_.zero_stage is not None:  # FSDP stacks shard unless told otherwise

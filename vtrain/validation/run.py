@@ -88,8 +88,9 @@ RATES = ("tokens_per_s_per_gpu", "samples_per_s", "model_tflops_per_gpu", "mfu")
 def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     """(measured iteration ms, quantity) of a row: the first of its time columns (ms, then seconds), else its
     throughput (tokens per GPU, of the job, sequences of the job), else Megatron-Core's model TFLOP/s per GPU
-    (converted with Megatron's own FLOP count, :mod:`vtrain.validation.megatron_flops`); the error is reported
-    in that quantity."""
+    (converted with Megatron's own FLOP count, :mod:`vtrain.validation.megatron_flops`), else its MFU (of the
+    GPU's dense bf16 peak, by the FLOP count of the stack that reported it: :func:`reported_flops`); the error
+    is reported in that quantity."""
     tokens_per_iteration = w.plan.global_batch_size * w.plan.seq_len
     gpus = w.plan.num_gpus
     ms = _positive(row, "iteration_time_ms")
@@ -109,16 +110,34 @@ def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     samples = _positive(row, "samples_per_s")
     if samples is not None:
         return w.plan.global_batch_size / samples * 1e3, "samples_per_s"
-    tflops, quantity = _positive(row, "model_tflops_per_gpu"), "model_tflops_per_gpu"
-    mfu = _mfu(row)
-    if tflops is None and mfu is not None:  # a fraction of the bf16 dense peak, as Megatron and torchtitan report it
-        tflops, quantity = mfu * w.cluster.gpu.peak_tflops["bf16"], "mfu"
+    tflops = _positive(row, "model_tflops_per_gpu")
     if tflops is not None:
         from vtrain.validation.megatron_flops import megatron_flops_per_iteration
 
         flops = megatron_flops_per_iteration(w.model, w.plan.global_batch_size, w.plan.seq_len, w.plan.tp)
-        return flops / (tflops * 1e12 * gpus) * 1e3, quantity
+        return flops / (tflops * 1e12 * gpus) * 1e3, "model_tflops_per_gpu"
+    mfu = _mfu(row)
+    if mfu is not None:  # a fraction of the dense bf16 peak, as Megatron and torchtitan report it
+        peak = w.cluster.gpu.peak_tflops.get("bf16") or w.cluster.gpu.peak_tflops.get("fp16")
+        if not peak:
+            raise ConfigError(f"row {row.index}: mfu is given but gpu {w.cluster.gpu.name} has no bf16 or fp16 peak "
+                              "to take it of")
+        return reported_flops(w) / (mfu * peak * 1e12 * gpus) * 1e3, "mfu"
     raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
+
+
+def reported_flops(w: Workload) -> float:
+    """The model FLOPs of one iteration as the row's stack counts them for its MFU: torchtitan's
+    ``get_nparams_and_flops`` (6 x the active parameters without the input embedding + 12 x layers x heads x
+    head dim x sequence per token: attention counted in full, "not accounting for sparsity in causal
+    attention"), else Megatron's (:func:`vtrain.validation.megatron_flops.megatron_flops_per_iteration`)."""
+    from vtrain.validation.megatron_flops import megatron_flops_per_iteration
+
+    m, p = w.model, w.plan
+    if w.stack.name.startswith("torchtitan"):
+        per_token = 6.0 * m.active_params(embedding=False) + 12.0 * m.num_layers * m.num_heads * m.head_dim * p.seq_len
+        return per_token * p.global_batch_size * p.seq_len
+    return megatron_flops_per_iteration(m, p.global_batch_size, p.seq_len, p.tp)
 
 
 def _mfu(row: MeasuredRow) -> Optional[float]:
@@ -130,7 +149,8 @@ def _mfu(row: MeasuredRow) -> Optional[float]:
         return None
     percent = raw.strip().endswith("%")
     value = _positive(MeasuredRow(row.index, {"mfu": raw.strip().rstrip("%").strip()}), "mfu")
-    assert value is not None  # the cell is not empty
+    if value is None:  # "%" alone
+        raise ConfigError(f"row {row.index}: mfu={raw} is not a number")
     fraction = value / 100.0 if percent or value > 2.0 else value
     if fraction > 2.0:
         raise ConfigError(f"row {row.index}: mfu={raw} is above 200% of the bf16 peak")
@@ -186,7 +206,7 @@ def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, de
 def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowDefaults] = RowDefaults(),
                   stack: Optional[str] = None) -> List[RowResult]:
     """Simulate each row on ``cfg.cluster`` (``stack``: validate.stack, for rows without a stack column;
-    ``defaults`` None: by each row's GPU, :func:`vtrain.validation.rows.era_defaults`)."""
+    ``defaults`` None: by the stack each row names, else its GPU, :func:`vtrain.validation.rows.defaults_of`)."""
     from vtrain.config.compose import load_gpu_config, load_stack_config
 
     load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
