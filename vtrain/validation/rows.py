@@ -629,10 +629,9 @@ def _batches(row: MeasuredRow, plan_d: Mapping[str, Any], prefix: str) -> Dict[s
         if "global_batch_size" not in plan_d and "global_batch_size" not in out and dp:
             out["global_batch_size"] = n * _grad_accum(row, prefix) * int(dp)
     micro = out.get("micro_batch_size", plan_d.get("micro_batch_size"))
-    if "global_batch_size" not in plan_d and "global_batch_size" not in out and micro and dp:
-        accum = _grad_accum(row, prefix)
-        if row.get("grad_accum") is not None:
-            out["global_batch_size"] = int(micro) * accum * int(dp)
+    given = "global_batch_size" in plan_d or "global_batch_size" in out
+    if row.get("grad_accum") is not None and not given and micro and dp:
+        out["global_batch_size"] = int(micro) * _grad_accum(row, prefix) * int(dp)
     return out
 
 
@@ -701,10 +700,10 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
                        or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
-    backend = row.get("moe_flex_dispatcher_backend")  # Megatron's flex dispatcher's backend: DeepEP or HybridEP
-    if backend is not None and p.get("moe_dispatcher") in (None, MoeDispatcher.DEEPEP):
-        p["moe_dispatcher"] = MoeDispatcher(enum_key(MoeDispatcher, backend)) \
-            if enum_key(MoeDispatcher, backend) in {d.value for d in MoeDispatcher} else MoeDispatcher.DEEPEP
+    # Megatron's flex dispatcher's backend (DeepEP or HybridEP, both fused NVLink/RDMA kernels: deepep), where the
+    # row names no other dispatcher
+    if model.is_moe and row.get("moe_flex_dispatcher_backend") is not None and p.get("moe_dispatcher") is None:
+        p["moe_dispatcher"] = MoeDispatcher.DEEPEP
     if not model.is_moe and p.get("ep", 1) == 1:  # a dense row's "EP 1, ETP 1": no experts to place
         p.pop("ep", None)
         p.pop("etp", None)
