@@ -673,7 +673,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
     base: Dict[str, Any] = {}
     sized = BARE_SIZE.fullmatch(table_key(str(row.get("model") or "")))
-    stack_name_ = stack_name(row, stated_stack(row, stack), defaults)
+    stack_name_ = stated_stack(row, stack) or defaults.stack
     if row.get("model"):
         raw_model = str(row.get("model"))
         family = STACK_MODEL_FAMILY.get(stack_name_)

@@ -117,12 +117,9 @@ def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
         flops = megatron_flops_per_iteration(w.model, w.plan.global_batch_size, w.plan.seq_len, w.plan.tp)
         return flops / (tflops * 1e12 * gpus) * 1e3, "model_tflops_per_gpu"
     mfu = _mfu(row)
-    if mfu is not None:  # a fraction of the dense bf16 peak, as Megatron and torchtitan report it
-        peak = w.cluster.gpu.peak_tflops.get("bf16") or w.cluster.gpu.peak_tflops.get("fp16")
-        if not peak:
-            raise ConfigError(f"row {row.index}: mfu is given but gpu {w.cluster.gpu.name} has no bf16 or fp16 peak "
-                              "to take it of")
-        return reported_flops(w) / (mfu * peak * 1e12 * gpus) * 1e3, "mfu"
+    if mfu is not None:  # of the peak a report's MFU takes (bf16 also for low precisions: the simulator's own)
+        peak_flops = w.cluster.gpu.peak_flops_per_s(w.plan.precision.activation.value)
+        return reported_flops(w) / (mfu * peak_flops * gpus) * 1e3, "mfu"
     raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
 
 
