@@ -60,3 +60,33 @@ def test_the_eager_fp32_loss_holds_twelve_bytes_per_logit_the_compiled_one_four(
     assert w.stack.loss_bytes_per_logit == 12.0
     assert per_logit["eager"] - per_logit["compiled"] == pytest.approx(8.0 * logits, rel=1e-12)
     assert per_logit["eager"] - per_logit["default"] == pytest.approx(6.0 * logits, rel=1e-12)
+
+
+def test_with_tp_the_eager_loss_runs_vocab_parallel_at_sixteen_bytes_per_logit():
+    """DTensor's loss_parallel (torchtitan's default with TP): its backward, (zeros + exp(x)) * grad, holds the
+    saved fp32 log-probabilities, the zeros, exp(x) and their sum at once: 16 B per logit of the vocab shard.
+    Without TP, a fused loss, or a stack that does not run it, the stack's own figure stands."""
+    from vtrain.sim.memory import LOSS_PARALLEL_BYTES_PER_LOGIT, loss_bytes_per_logit
+
+    tp2 = workload("parallelism.tp=2", "parallelism.dp=4", "parallelism.sequence_parallel=true")
+    assert tp2.stack.loss_parallel and LOSS_PARALLEL_BYTES_PER_LOGIT == 16.0
+    assert loss_bytes_per_logit(tp2.plan, tp2.stack) == 16.0
+    assert loss_bytes_per_logit(workload().plan, tp2.stack) == 12.0  # tp = 1: aten's log_softmax and NLL
+    assert loss_bytes_per_logit(tp2.plan, replace(tp2.stack, fused_loss=True, loss_bytes_per_logit=4.0)) == 4.0
+    assert loss_bytes_per_logit(tp2.plan, replace(tp2.stack, loss_parallel=False)) == 12.0
+    reports = {on: simulate_workload(w, cost_model_for(w))[0]
+               for on, w in ((True, tp2), (False, replace(tp2, stack=replace(tp2.stack, loss_parallel=False))))}
+    logits = tp2.plan.tokens_per_rank * tp2.model.vocab_shard(2)
+    assert reports[True].memory.other_bytes - reports[False].memory.other_bytes == pytest.approx(4.0 * logits)
+
+
+def test_the_compiled_loss_stays_fused_under_tp():
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "stack=torchtitan_fsdp2_compile",
+                                "parallelism.tp=2", "parallelism.pp=1", "parallelism.dp=4"]))
+    from vtrain.sim.memory import loss_bytes_per_logit
+
+    assert w.stack.loss_parallel and w.stack.fused_loss and loss_bytes_per_logit(w.plan, w.stack) == 4.0
+    blocks = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024",
+                                     "stack=torchtitan_fsdp2_compile_blocks", "parallelism.tp=2", "parallelism.pp=1",
+                                     "parallelism.dp=4"]))
+    assert loss_bytes_per_logit(blocks.plan, blocks.stack) == 16.0  # its loss is eager

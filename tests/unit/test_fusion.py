@@ -42,6 +42,27 @@ def test_a_fused_loss_moves_the_logits_once_forward_and_twice_backward():
         (ce,) = [op for op in head.forward.ops if getattr(op, "name", "") == "cross_entropy"]
         (ce_b,) = [op for op in head.backward.ops if getattr(op, "name", "") == "cross_entropy.bwd"]
         assert (ce.bytes, ce_b.bytes, ce.kernels) == (logits * fwd_b, logits * bwd_b, kernels)
+    # loss_parallel's eager kernels apply only when TP splits the vocabulary
+    head = build_model_graph(w.model, w.plan, tp, opts=GraphOptions(loss_parallel=True)).head
+    assert [op.bytes for op in head.forward.ops if getattr(op, "name", "") == "cross_entropy"] == [logits * 14]
     mpt = ["+model=mpt_125m", "+cluster=a100x1024", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
            "training.global_batch_size=64", "parallelism.zero_stage=3"]
     assert simulate(compose([*mpt, "stack=llm_foundry_fsdp"])).iteration_time_s > 0
+
+
+def test_loss_parallel_runs_six_eager_kernels_forward_and_five_backward():
+    """torch.distributed.tensor.parallel.loss: upcast, amax, subtract, exp, sum, subtract (dt + 36 B per logit);
+    backward zeros, exp, add, multiply, downcast (36 + dt B); eager, so neither fused nor scaled."""
+    from vtrain.graph.options import GraphOptions
+
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=4", "parallelism.pp=1",
+                                "parallelism.dp=2", "training.global_batch_size=8", "training.seq_len=1024"]))
+    tp = build_comm_plan(w, partition(w.model, w.plan)).tp
+    logits = w.plan.tokens_per_rank * w.model.vocab_shard(4)
+    head = build_model_graph(w.model, w.plan, tp, opts=GraphOptions(loss_parallel=True)).head
+    (ce,) = [op for op in head.forward.ops if getattr(op, "name", "") == "cross_entropy"]
+    (ce_b,) = [op for op in head.backward.ops if getattr(op, "name", "") == "cross_entropy.bwd"]
+    assert (ce.bytes, ce.kernels, ce.eager) == (logits * 38, 6, True)
+    assert (ce_b.bytes, ce_b.kernels, ce_b.eager) == (logits * 38, 5, True)
+    fused = build_model_graph(w.model, w.plan, tp, opts=GraphOptions(loss_parallel=True, fused_loss=True)).head
+    assert [op.bytes for op in fused.forward.ops if getattr(op, "name", "") == "cross_entropy"] == [logits * 2]

@@ -343,8 +343,9 @@ def build_embedding(model: ModelSpec, plan: ParallelPlan, tp: TpComms) -> Compon
 
 def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms,
                opts: GraphOptions = GraphOptions()) -> ComponentGraph:
-    """Final norm, vocab-parallel logits GEMM and the cross-entropy: fp32 (Megatron's vocab-parallel CE), or
-    one fused kernel (``opts.fused_loss``: reads the logits; its backward reads them and writes the gradient)."""
+    """Final norm, vocab-parallel logits GEMM and the cross-entropy: fp32 (Megatron's vocab-parallel CE), one
+    fused kernel (``opts.fused_loss``: reads the logits; its backward reads them and writes the gradient), or,
+    with tp > 1, DTensor's eager loss_parallel kernels (``opts.loss_parallel``)."""
     t, dt = plan.tp, plan.dtype_bytes
     h, v = model.hidden_size, model.vocab_shard(t)  # padded vocab shard
     tokens = plan.tokens_per_rank  # b * s / cp
@@ -355,6 +356,11 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms,
     if opts.fused_loss:
         loss = MemoryOp("cross_entropy", logit_bytes * dt, 1, eager=True)
         loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * 2 * dt, 1, eager=True)
+    elif opts.loss_parallel and t > 1:
+        # torch.distributed.tensor.parallel.loss: upcast (dt + 4), amax (4), x - max (8), exp (8), sum (4),
+        # shifted - lse (8) | backward: zeros (4), exp(x) (8), + (12), * grad (8), downcast (4 + dt)
+        loss = MemoryOp("cross_entropy", logit_bytes * (dt + 36), 6, eager=True)
+        loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * (36 + dt), 5, eager=True)
     else:
         loss = MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4)
         loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * (4 * 2 + dt), 2)

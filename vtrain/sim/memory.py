@@ -72,6 +72,20 @@ def layer_activation_bytes(model: ModelSpec, plan: ParallelPlan, recompute: Reco
     return replicated / sp_div + (sharded + scores) / t
 
 
+# torch.distributed.tensor.parallel.loss (_nll_loss_and_log_softmax_backward: (grad_input + exp(x)) * grad):
+# the backward holds the saved fp32 log-probabilities x, the zeros grad_input, exp(x) and their sum at once
+LOSS_PARALLEL_BYTES_PER_LOGIT = 16.0
+
+
+def loss_bytes_per_logit(plan: ParallelPlan, stack: StackSpec) -> float:
+    """Bytes the loss holds per logit at its peak: DTensor's loss_parallel with tp > 1
+    (:attr:`StackSpec.loss_parallel`, unless the loss is fused), else the stack's
+    ``loss_bytes_per_logit`` (default: the activation dtype + 4, Megatron's fused vocab-parallel loss)."""
+    if stack.loss_parallel and plan.tp > 1 and not stack.fused_loss:
+        return LOSS_PARALLEL_BYTES_PER_LOGIT
+    return stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4
+
+
 def cp_gathered_kv_bytes(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False) -> float:
     """The other CP ranks' K/V that an all-gather context parallelism holds beside its own while a layer's
     attention runs ((cp - 1) / cp of the sequence's K/V on this TP rank; freed after the attention, so one

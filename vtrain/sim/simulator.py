@@ -26,6 +26,7 @@ from vtrain.sim.memory import (
     fp8_weight_cache_bytes_per_param,
     inflight_layers,
     layer_activation_bytes,
+    loss_bytes_per_logit,
     sharded_working_bytes,
     state_bytes_per_param,
 )
@@ -173,8 +174,7 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     act_layer = layer_activation_bytes(model, plan, keeps_unread=stack.sac_keeps_unread)
     w_b, g_b, o_b = state_bytes_per_param(plan, masters_sharded=stack.fsdp_fp32_shards)
     tokens = plan.tokens_per_rank
-    per_logit = stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4
-    logits_bytes = tokens * model.vocab_shard(plan.tp) * per_logit
+    logits_bytes = tokens * model.vocab_shard(plan.tp) * loss_bytes_per_logit(plan, stack)
     working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
     working += cp_gathered_kv_bytes(model, plan, stack.attention_expands_kv)
     last = part.stage_of(part.chain_len - 1)

@@ -51,6 +51,11 @@ class StackSpec:
                                        "CrossEntropyLoss, a compiled loss): its forward reads the logits once, "
                                        "its backward reads them and writes their gradient; else the fp32 "
                                        "cross-entropy kernels of Megatron's vocab-parallel loss")
+    loss_parallel: bool = spec(False, doc="with tp > 1 the loss runs vocab-parallel in eager DTensor ops "
+                                          "(torch.distributed.tensor.parallel.loss_parallel, torchtitan's "
+                                          "default with TP): six fp32 kernels forward and five backward, and "
+                                          "16 B per logit at the backward's peak (vtrain.sim.memory."
+                                          "loss_bytes_per_logit); a fused loss (fused_loss) takes precedence")
     fp8_weight_cache: bool = spec(False, doc="keeps FP8 weights (and transposes) across micro-batches "
                                              "(Transformer Engine); torchao casts them per forward")
     fp8_params: bool = spec(False, doc="with an FP8 format the linear layers' weights are stored in FP8, not "
