@@ -90,3 +90,15 @@ def test_the_compiled_loss_stays_fused_under_tp():
                                      "stack=torchtitan_fsdp2_compile_blocks", "parallelism.tp=2", "parallelism.pp=1",
                                      "parallelism.dp=4"]))
     assert loss_bytes_per_logit(blocks.plan, blocks.stack) == 16.0  # its loss is eager
+
+
+def test_only_stacks_that_run_dtensor_loss_parallel_say_so():
+    """torchtitan's stacks inherit loss_parallel; llm-foundry (no TP; flash-attn's loss) states it does not."""
+    from vtrain.config.compose import load_stack_config
+
+    said = {name: load_stack_config(name).loss_parallel for name in
+            ("torchtitan_fsdp2", "torchtitan_fsdp2_compile", "torchtitan_fsdp2_compile_blocks", "llm_foundry_fsdp",
+             "megatron_core_te", "deepspeed")}
+    assert said == {"torchtitan_fsdp2": True, "torchtitan_fsdp2_compile": True,
+                    "torchtitan_fsdp2_compile_blocks": True, "llm_foundry_fsdp": False,
+                    "megatron_core_te": False, "deepspeed": False}

@@ -358,7 +358,8 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms,
         loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * 2 * dt, 1, eager=True)
     elif opts.loss_parallel and t > 1:
         # torch.distributed.tensor.parallel.loss: upcast (dt + 4), amax (4), x - max (8), exp (8), sum (4),
-        # shifted - lse (8) | backward: zeros (4), exp(x) (8), + (12), * grad (8), downcast (4 + dt)
+        # shifted - lse (8) | backward: zeros (4), exp(x) (8), + (12), * grad (8), downcast (4 + dt); the ~15
+        # per-token kernels each way (target masks, gather, index_put) are left out: a few us each
         loss = MemoryOp("cross_entropy", logit_bytes * (dt + 36), 6, eager=True)
         loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * (36 + dt), 5, eager=True)
     else:

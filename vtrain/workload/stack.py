@@ -74,7 +74,8 @@ class StackSpec:
         None, unit="B", domain=BYTES_PER_ITEM,
         none_means="the activation dtype + 4 (the logits and their fp32 softmax: Megatron's fused vocab-parallel "
                    "cross-entropy)",
-        doc="memory the output layer and the loss hold per logit at their peak (the last stage)")
+        doc="memory the output layer and the loss hold per logit at their peak (the last stage); with tp > 1 "
+            "a stack with loss_parallel (and no fused_loss) holds loss_parallel's 16 B instead")
     attention_expands_kv: bool = spec(False, doc="grouped K/V heads are repeated to every query head before the "
                                                  "attention kernel (torchtitan's Llama: repeat_kv before SDPA), "
                                                  "so context parallelism exchanges the repeated heads")
