@@ -18,18 +18,34 @@ The GEMM efficiency curve per GPU and precision (size terms, a fixed kernel time
 linear-layer GEMMs run at that precision's peak and efficiency; attention (its batched GEMMs and the fused
 kernel) and everything else stay at bf16 (Transformer Engine's and torchao's recipes).
 Fused attention runs at ``flash_attention_efficiency`` of the peak where the GPU states it, else at the
-large-GEMM efficiency times ``attention_efficiency`` (the A100 fit).
+large-GEMM efficiency times ``attention_efficiency`` (the A100 fit); where the GPU states
+``flash_attention_k0_tokens``, that rate is the 8K causal anchor's and each call's follows its mean keys per
+query (:func:`flash_length_factor`).
 """
 from __future__ import annotations
 
-from typing import FrozenSet
+from typing import FrozenSet, Optional
 
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high_precision_of, wave_efficiency
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm, MemoryOp
 from vtrain.workload.workload import Workload
 
-__all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "wave_efficiency"]
+__all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "flash_length_factor",
+           "wave_efficiency"]
+
+# the mean keys per query of the length flash_attention_efficiency is measured at (8K causal sequences)
+FLASH_ANCHOR_KEYS = 4096.0
+
+
+def flash_length_factor(mean_keys: float, k0: Optional[float]) -> float:
+    """A fused-attention call's rate relative to the 8K causal anchor: per query tile, a fixed cost (Q in,
+    O and log-sum-exp out) worth k0 keys beside the work on its keys, so the rate goes as k / (k + k0)
+    (gpu.flash_attention_k0_tokens; None: 1). Only above the anchor, where it was measured (8K-256K
+    sequences): a shorter call keeps the anchor's rate."""
+    if k0 is None or mean_keys <= FLASH_ANCHOR_KEYS:
+        return 1.0
+    return (mean_keys / (mean_keys + k0)) * ((FLASH_ANCHOR_KEYS + k0) / FLASH_ANCHOR_KEYS)
 
 
 class AnalyticalCostModel:
@@ -56,6 +72,7 @@ class AnalyticalCostModel:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
         # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
         self.flash_rate *= stack.attention_kernel_efficiency * gpu.power_clock_fraction
+        self.flash_k0 = gpu.flash_attention_k0_tokens
         # benchmarked GEMM rate -> rate inside a training step (and on this part's clock)
         self.sustained = gpu.sustained_gemm_fraction * gpu.power_clock_fraction
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
@@ -78,6 +95,7 @@ class AnalyticalCostModel:
                                      op.bytes / self.mem_bw)
         elif isinstance(op, FlashAttention):
             rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
+            rate *= flash_length_factor(op.mean_call_keys, self.flash_k0)
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
             traffic = 1.0 if op.eager else self.elementwise

@@ -162,10 +162,11 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     if plan.flash_attention:
         q_len = s // plan.cp
         calls = ring_steps(plan, opts)
+        keys = call_keys(plan, calls)
         fa = FlashAttention("flash_attn", b * heads, q_len, model.head_dim, dtype_bytes=dt, precision=attn_prec,
-                            kv_len=s, calls=calls)
+                            kv_len=s, calls=calls, call_keys=keys)
         fab = FlashAttention("flash_attn.bwd", b * heads, q_len, model.head_dim, backward=True, dtype_bytes=dt,
-                             precision=attn_prec, kv_len=s, calls=calls)
+                             precision=attn_prec, kv_len=s, calls=calls, call_keys=keys)
         q_elems = float(tokens * heads * model.head_dim)
         merge, merge_b = ring_merges(plan, opts, q_elems, q_elems, tokens * kv_features(model, opts.expands_kv) / t)
         attn_fwd = [*cp.forward, fa, *merge, *cp.forward_after]
@@ -205,6 +206,14 @@ def ring_steps(plan: ParallelPlan, opts: GraphOptions) -> int:
     """Attention kernels per layer and pass: one per ring step where the framework's context parallelism runs
     its ring in Python (``opts.cp_ring_merge``; an all-to-all CP attends once), else one."""
     return plan.cp if opts.cp_ring_merge and plan.cp_comm != CpComm.A2A else 1
+
+
+def call_keys(plan: ParallelPlan, calls: int) -> int:
+    """Keys one attention kernel call holds per query: a ring step's one block of s/cp (a ring run in Python, or
+    Megatron-Core's p2p CP, whose Transformer Engine kernels also run once per step), else the whole sequence
+    (an all-gather CP attends once over the gathered keys; an all-to-all CP over the whole sequence)."""
+    ring = calls > 1 or (plan.cp > 1 and plan.cp_comm == CpComm.P2P)
+    return plan.seq_len // plan.cp if ring else plan.seq_len
 
 
 def ring_merges(plan: ParallelPlan, opts: GraphOptions, q_elems: float, out_elems: float,

@@ -15,7 +15,7 @@ from typing import List, Tuple
 
 from vtrain.comm.cp import CpComms, kv_features
 from vtrain.comm.tp import TpComms
-from vtrain.graph.builder import Block, linear, ring_merges, ring_steps
+from vtrain.graph.builder import Block, call_keys, linear, ring_merges, ring_steps
 from vtrain.graph.ops import FlashAttention, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.model import ModelSpec
@@ -51,9 +51,11 @@ def mla_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpComms,
     rope_op = MemoryOp("mla.rope", 2.0 * tokens * (n + 1) * rope * dt, 2)
     q_len = s // plan.cp
     calls = ring_steps(plan, opts)
-    core = FlashAttention("flash_attn", b * n, q_len, (qk + vd) // 2, dtype_bytes=dt, kv_len=s, calls=calls)
+    keys = call_keys(plan, calls)
+    core = FlashAttention("flash_attn", b * n, q_len, (qk + vd) // 2, dtype_bytes=dt, kv_len=s, calls=calls,
+                          call_keys=keys)
     core_b = FlashAttention("flash_attn.bwd", b * n, q_len, (qk + vd) // 2, backward=True, dtype_bytes=dt,
-                            kv_len=s, calls=calls)
+                            kv_len=s, calls=calls, call_keys=keys)
     merge, merge_b = ring_merges(plan, opts, float(tokens * n * qk), float(tokens * n * vd),
                                  tokens * kv_features(model) / t)
     proj, proj_b = linear("proj", tokens, h, n * vd, plan)

@@ -89,6 +89,14 @@ class FlashAttention:
         return self.kv_len or self.seq_len
 
     calls: int = 1  # kernels it runs as (PyTorch's ring attention: one per context-parallel step)
+    call_keys: int = 0  # keys one kernel call holds per query before causal masking (0: keys / calls); a ring's
+    # step sees one rank's block of s/cp keys
+
+    @property
+    def mean_call_keys(self) -> float:
+        """The mean number of keys a query attends to within one kernel call (causal: half of its keys)."""
+        keys = self.call_keys or self.keys / self.calls
+        return keys * (0.5 if self.causal else 1.0)
 
     @property
     def flops(self) -> float:

@@ -68,7 +68,16 @@ class GpuSpec:
                                      doc="wave-quantization factor raised to this (1: full waves; <1: partly hidden)")
     flash_attention_efficiency: Optional[float] = spec(
         None, domain=FRACTION, none_means="gemm max efficiency x attention_efficiency",
-        doc="fused attention (fwd and bwd) as a fraction of the bf16/fp16 peak")
+        doc="fused attention (fwd and bwd) as a fraction of the bf16/fp16 peak, at 8K-token causal sequences "
+            "(4,096 keys per query on average: the measurement's length)")
+    flash_attention_k0_tokens: Optional[float] = spec(
+        None, unit="tokens", domain=Domain(lo=0.0, hi=1.0e6, lo_open=True),
+        none_means="one rate at every length",
+        doc="keys per query at which a fused-attention kernel call spends as long on its fixed per-query-tile "
+            "work (loading Q, rescaling and writing O and its log-sum-exp) as on its keys: above the 8K anchor "
+            "the rate goes as k / (k + k0) in the mean keys k a query attends to in one call, scaled to "
+            "flash_attention_efficiency at k = 4,096 (shorter calls keep the anchor's rate; "
+            "bench/fit_attention_length.py)")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
