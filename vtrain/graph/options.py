@@ -23,7 +23,7 @@ class GraphOptions:
     layout_copies: bool = False  # StackSpec.tp_layout_copies: vtrain.graph.layout
     symm_mem_tp: bool = False  # StackSpec.tp_overlap_symm_mem: vtrain.graph.layout
     fused_loss: bool = False  # StackSpec.fused_loss: vtrain.graph.builder.build_head
-    loss_parallel: bool = False  # StackSpec.loss_parallel: vtrain.graph.builder.build_head
+    loss_parallel: bool = False  # StackSpec.eager_loss_parallel: vtrain.graph.builder.build_head
 
 
 def graph_options(stack: StackSpec) -> GraphOptions:
@@ -33,4 +33,4 @@ def graph_options(stack: StackSpec) -> GraphOptions:
                         cp_accumulate_fp32=stack.cp_grads_fp32, expands_kv=stack.attention_expands_kv,
                         fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies,
                         symm_mem_tp=stack.tp_overlap_symm_mem, fused_loss=stack.fused_loss,
-                        loss_parallel=stack.loss_parallel)
+                        loss_parallel=stack.eager_loss_parallel)

@@ -79,9 +79,9 @@ LOSS_PARALLEL_BYTES_PER_LOGIT = 16.0
 
 def loss_bytes_per_logit(plan: ParallelPlan, stack: StackSpec) -> float:
     """Bytes the loss holds per logit at its peak: DTensor's loss_parallel with tp > 1
-    (:attr:`StackSpec.loss_parallel`, unless the loss is fused), else the stack's
+    (:attr:`StackSpec.eager_loss_parallel`: unless the loss is fused), else the stack's
     ``loss_bytes_per_logit`` (default: the activation dtype + 4, Megatron's fused vocab-parallel loss)."""
-    if stack.loss_parallel and plan.tp > 1 and not stack.fused_loss:
+    if stack.eager_loss_parallel and plan.tp > 1:
         return LOSS_PARALLEL_BYTES_PER_LOGIT
     return stack.loss_bytes_per_logit if stack.loss_bytes_per_logit is not None else plan.dtype_bytes + 4
 

@@ -136,3 +136,9 @@ class StackSpec:
     @property
     def memory_reserved_bytes(self) -> float:
         return self.memory_reserved_gib * 2**30
+
+    @property
+    def eager_loss_parallel(self) -> bool:
+        """Whether, with tp > 1, the loss runs DTensor's eager loss_parallel kernels: a fused loss takes
+        precedence (the compiled loss fuses them; flash-attn's is one kernel)."""
+        return self.loss_parallel and not self.fused_loss
