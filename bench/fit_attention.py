@@ -1,16 +1,17 @@
 """The fused-attention rate a measured SDPA table implies, against what the cost model prices it at.
 
     python bench/fit_attention.py                               # profiles/h200/attention_lengths.csv
-    python bench/fit_attention.py --table PATH [--stack torchtitan_fsdp2] [--write]
+    python bench/fit_attention.py --table PATH [--stack torchtitan_fsdp2] [--backend flash|cudnn] [--write]
 
 The table comes from ``python -m vtrain.profiler.attention_lengths`` (bench/gpu_run.sh runs it on the lent
-GPU). For each row it prints the efficiency the kernel reached (the model's FLOP count of
-:class:`vtrain.graph.ops.FlashAttention`, causal half included, over time x the bf16 peak), forward, backward
-and both, and the error of the model's time: ``flops / (peak x gpu.flash_attention_efficiency x
-stack.attention_kernel_efficiency x power_clock_fraction)``. The implied stack factor is the median over the
-causal rows of (efficiency / the GPU's fused-attention efficiency); ``--write`` sets it as the stack's
-``attention_kernel_efficiency`` with its provenance. How the rate moves with length (the ring-step blocks of
-context parallelism) is printed, not modelled: one constant per stack.
+GPU). For each row of one SDPA backend (``--backend``, flash by default) it prints the efficiency the kernel
+reached (the model's FLOP count of :class:`vtrain.graph.ops.FlashAttention`, causal half included, over time x
+the bf16 peak), forward, backward and both, and the error of the model's time: ``flops / (peak x
+gpu.flash_attention_efficiency x stack.attention_kernel_efficiency x power_clock_fraction)``. The implied
+stack factor is the median over the causal rows of (efficiency / the GPU's fused-attention efficiency);
+``--write`` sets it as the stack's ``attention_kernel_efficiency`` with its provenance. How the rate moves
+with length (the ring-step blocks of context parallelism) is printed, not modelled here: one constant per
+stack (``bench/fit_attention_length.py`` fits the length curve).
 """
 from __future__ import annotations
 
@@ -62,13 +63,18 @@ def main(argv: List[str]) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
     ap.add_argument("--stack", default="torchtitan_fsdp2", help="the stack whose attention factor to compare/set")
+    ap.add_argument("--backend", default="flash", help="the SDPA backend's rows to read (flash: torchtitan's kernel)")
     ap.add_argument("--write", action="store_true", help="set the stack's attention_kernel_efficiency")
     args = ap.parse_args(argv)
     try:
         stacks = group_options("stack")
         if args.stack not in stacks:
             raise VtrainError(f"--stack={args.stack} is not a stack/ config; one of: {', '.join(stacks)}")
-        rows = read_rows(args.table)
+        table = read_rows(args.table)
+        rows = [r for r in table if r["backend"] == args.backend]
+        if not rows:
+            raise VtrainError(f"{args.table}: no row of backend {args.backend}; it holds "
+                              f"{', '.join(sorted({r['backend'] for r in table}))}")
         gpu_name = rows[0]["gpu"]
         if gpu_name not in group_options("gpu"):
             raise VtrainError(f"{args.table}: gpu={gpu_name} is not a gpu/ config")

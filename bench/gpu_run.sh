@@ -36,10 +36,11 @@ else
 fi
 save
 
-# Fused attention (SDPA's flash kernel, as torchtitan runs it) over 2K-32K tokens and ring-step blocks
+# Fused attention (SDPA's flash kernel, as torchtitan runs it, and cuDNN's) over 2K-128K tokens and ring-step blocks
 if "$PY" -m vtrain.profiler.attention_lengths --gpu h200 --out "$DEST"; then
   "$PY" bench/fit_attention.py --table "$DEST/attention_lengths.csv" ||
     echo "bench/gpu_run.sh: the attention fit failed; run it here: python bench/fit_attention.py"
+  "$PY" bench/fit_attention.py --table "$DEST/attention_lengths.csv" --backend cudnn --stack megatron_core_te || true
 else
   echo "bench/gpu_run.sh: the attention step failed; going on with the profile"
 fi

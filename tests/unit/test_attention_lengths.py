@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cases_are_whole_causal_sequences_then_ring_step_blocks():
     assert al.cases(8192) == [al.Case(True, n, n) for n in (2048, 4096, 8192)] + [al.Case(False, 8192, 8192)]
     assert len(al.cases(32768)) == 8 and al.cases(1024) == []
+    assert al.cases(131072)[6] == al.Case(True, 131072, 131072) and len(al.cases(131072)) == 10
+
+
+def test_both_fused_kernels_on_cuda_sdpa_default_elsewhere():
+    assert al.backends(torch.device("cpu")) == ("default",)
+    assert al.backends(torch.device("cuda")) == ("flash", "cudnn")
 
 
 def test_the_calls_run_sdpa_forward_and_its_backward():
@@ -69,11 +75,12 @@ def test_fit_reads_the_implied_factor(tmp_path):
 
 @pytest.mark.parametrize("kind, msg", [("cpu", "measured on AMD EPYC, not an NVIDIA GPU"),
                                        ("zero", "t.csv:2: lengths and times must be numbers > 0"),
-                                       ("stack", "--stack=nope is not a stack/ config")])
+                                       ("stack", "--stack=nope is not a stack/ config"),
+                                       ("backend", "t.csv: no row of backend cudnn; it holds flash")])
 def test_fit_refuses_in_one_line(tmp_path, kind, msg):
     _table(tmp_path / "t.csv", device="AMD EPYC" if kind == "cpu" else "NVIDIA H200",
            fwd_s=0 if kind == "zero" else None)
-    extra = ["--stack", "nope"] if kind == "stack" else []
+    extra = {"stack": ["--stack", "nope"], "backend": ["--backend", "cudnn"]}.get(kind, [])
     p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv"), *extra],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr

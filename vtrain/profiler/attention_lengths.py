@@ -6,14 +6,17 @@ SDPA kernel, FlashAttention-2 class, taken from the FlashAttention-3 paper's FA2
 table times the kernel torchtitan runs, nor at the lengths its context-parallel runs reach (a ring step is
 one rank's queries against another rank's keys, non-causal, s/cp each). This table does, for
 ``bench/fit_attention.py`` (which prints the rate each row implies and can set the torchtitan stacks' factor).
+The cuDNN backend (the kernel family Transformer Engine's fused attention runs on Hopper) is timed at the same
+cases, so the length curve of each kernel can be read apart (``bench/fit_attention_length.py`` fits one per GPU).
 
 Cases (Llama-3 8B's attention: 32 query heads of 128, K/V repeated to 32 heads before SDPA as torchtitan
 does, batch 1, bf16): whole causal sequences of 2K-32K tokens, and non-causal square blocks of 8K-32K (ring
 steps). Each case times the forward and the backward (``torch.autograd.grad`` of the output) with
-:func:`vtrain.profiler.timing.time_op`. On CUDA the flash backend is asked for, as torchtitan lists it first;
-the backend used is recorded.
+:func:`vtrain.profiler.timing.time_op`. On CUDA each case runs once per backend, flash (torchtitan lists it
+first) then cuDNN; the backend is recorded per row, and a backend that cannot run a case is skipped with
+torch's reason.
 
-    python -m vtrain.profiler.attention_lengths --gpu h200 --out profiles/h200 [--device cuda] [--max-len 32768]
+    python -m vtrain.profiler.attention_lengths --gpu h200 --out profiles/h200 [--device cuda] [--max-len 131072]
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ TABLE_FILE = "attention_lengths.csv"
 COLUMNS = ("gpu", "device", "torch", "backend", "causal", "batch_heads", "q_len", "kv_len", "head_dim", "fwd_s",
            "bwd_s")
 HEADS, HEAD_DIM = 32, 128  # Llama-3 8B (model/llama3_8b.yaml)
-CAUSAL_LENS = (2048, 4096, 8192, 16384, 32768)
+CAUSAL_LENS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)  # up to 128K: the long-context rows' lengths
 BLOCK_LENS = (8192, 16384, 32768)
 
 
@@ -51,16 +54,25 @@ def cases(max_len: int) -> List[Case]:
     return out + [Case(False, n, n) for n in BLOCK_LENS if n <= max_len]
 
 
+CUDA_BACKENDS = ("flash", "cudnn")  # SDPA's FlashAttention-2 (torchtitan's first choice), cuDNN's fused kernel
+
+
+def backends(dev: torch.device) -> Tuple[str, ...]:
+    """The SDPA backends timed on the device: both fused kernels on CUDA, SDPA's default elsewhere."""
+    return CUDA_BACKENDS if dev.type == "cuda" else ("default",)
+
+
 @contextlib.contextmanager
-def flash_backend(dev: torch.device) -> Iterator[str]:
-    """Ask SDPA for its flash kernel on CUDA (torchtitan's first choice); elsewhere its default."""
-    if dev.type != "cuda":
-        yield "default"
+def sdpa_backend(name: str) -> Iterator[str]:
+    """Ask SDPA for one backend (``flash`` or ``cudnn``); ``default`` leaves SDPA's own choice."""
+    if name == "default":
+        yield name
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        yield "flash"
+    kind = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+    with sdpa_kernel([kind]):
+        yield name
 
 
 def attention_calls(case: Case, dev: torch.device, heads: int = HEADS, head_dim: int = HEAD_DIM,
@@ -83,10 +95,10 @@ def measure(gpu: str, dev: torch.device, todo: Sequence[Case], warmup: int = 2, 
     """Rows of the table and one line per case that could not run (with torch's reason)."""
     rows: List[Dict[str, object]] = []
     skipped: List[str] = []
-    for c in todo:
-        label = f"{'causal' if c.causal else 'block'} {c.q_len}x{c.kv_len}"
+    for c, backend in ((c, b) for c in todo for b in backends(dev)):
+        label = f"{backend} {'causal' if c.causal else 'block'} {c.q_len}x{c.kv_len}"
         try:
-            with flash_backend(dev) as backend:
+            with sdpa_backend(backend):
                 fwd, bwd = attention_calls(c, dev, heads, head_dim)
                 t_fwd = time_op(fwd, dev, warmup=warmup, repeats=repeats)
                 t_bwd = time_op(bwd, dev, warmup=warmup, repeats=repeats)
