@@ -90,10 +90,11 @@ def scaled_recipes(path: Path, table: ScaledTable, shape: GemmParams, xla_bf16: 
     hw = hardware(table.gpu, "fp8")
     fit = fit_recipes(table, shape, hw)
     print(f"\nFP8 recipes side by side ({path}: {table.device}, torch {table.torch_version}; the H100 curve "
-          f"shape, eta fitted per recipe and accumulation):")
+          f"shape, eta fitted per recipe and accumulation on the shapes >= 4096^3, median |error| over all):")
     for (recipe, fast), eta in sorted(fit.eta.items()):
-        print(f"  {recipe:14s} fast_accum={int(fast)}  eta {eta:.3f}  median |error| "
-              f"{fit.median_error_pct[(recipe, fast)]:.1f}%  (n={len(table.tables[(recipe, fast)].time_s)})")
+        print(f"  {recipe:14s} fast_accum={int(fast)}  eta {eta:.3f} (on {fit.fitted_rows[(recipe, fast)]})  "
+              f"median |error| {fit.median_error_pct[(recipe, fast)]:.1f}%  "
+              f"(n={len(table.tables[(recipe, fast)].time_s)})")
     own_bf16 = table.tables.get(("bf16", False))
     if own_bf16 is not None:
         xla = {(m, n, k): t for b, m, n, k, t in zip(xla_bf16.b, xla_bf16.m, xla_bf16.n, xla_bf16.k, xla_bf16.time_s)

@@ -4,7 +4,12 @@ Data: ``profiles/<gpu>/gemm_scaled.csv``, written by ``python -m vtrain.profiler
 per-tensor, rowwise and blockwise ``torch._scaled_mm`` at the same shapes, with and without fast
 accumulation). Method: keep the GPU's fitted GEMM curve shape (size terms, fixed time, wave exponent: the
 H100 fit for Hopper) and fit only the large-GEMM efficiency eta of each (recipe, fast_accum) table
-(:func:`vtrain.calibration.gemm_tables.fit_eta_only`). A training step runs three GEMMs per linear layer
+(:func:`vtrain.calibration.gemm_tables.fit_eta_only`), on the table's large shapes (m·n·k >= 4096³, where the
+curve's size terms and fixed time are a few percent): eta is the large-GEMM rate by definition, and the
+recipes differ most where the shared curve shape does not follow them, at small shapes (on the H200, rowwise
+runs 25% slower than per-tensor at <= 1024³ and 1.4% slower at the training shapes; fitted over all shapes,
+that small-shape penalty leaked into eta as a 10% slower rowwise recipe). The error over all shapes is
+reported, not fitted. A training step runs three GEMMs per linear layer
 (output, input gradient, weight gradient) of equal FLOPs; torchao sets fast accumulation per GEMM
 (``torchao/float8/config.py``: ``Float8LinearConfig``'s defaults, which its ``tensorwise`` and ``rowwise``
 recipes both keep, turn it on for the output GEMM only; an older ``all_axiswise`` recipe had it on for all
@@ -34,7 +39,8 @@ GEMM_FAST_ACCUM: Dict[str, Tuple[bool, bool, bool]] = {"fp8": (True, False, Fals
                                                        "fp8_rowwise": (True, False, False),
                                                        "fp8_blockwise": (False, False, False)}
 REFERENCE = "fp8"
-LARGE_MNK = 4096**3  # the model-free cross-check uses shapes this large (their fixed time is < 1%)
+LARGE_MNK = 4096**3  # eta is fitted on shapes this large (their fixed time is < 1%), as is the model-free check
+MIN_LARGE_ROWS = 3  # fewer large shapes than this: eta is fitted on the whole table
 Key = Tuple[str, bool]  # (recipe, fast_accum)
 
 
@@ -82,7 +88,8 @@ def read_scaled_table(path: Path) -> ScaledTable:
 @dataclass(frozen=True)
 class RecipeFit:
     eta: Dict[Key, float]  # fitted large-GEMM efficiency of each measured (recipe, fast_accum)
-    median_error_pct: Dict[Key, float]  # in-sample median |error| of the fit
+    median_error_pct: Dict[Key, float]  # median |error| of the fit over all the table's shapes
+    fitted_rows: Dict[Key, int]  # how many (large) shapes eta was fitted on
     ratio: Dict[str, float]  # recipe -> effective eta / per-tensor FP8's effective eta
     shape_ratio: Dict[str, float]  # model-free cross-check: median over large shapes of the step-time ratio
 
@@ -100,11 +107,15 @@ def fit_recipes(table: ScaledTable, shape: GemmParams, hw: Hardware) -> RecipeFi
     """Fit each (recipe, fast_accum) table's eta on ``shape`` and the effective ratios to per-tensor FP8."""
     eta: Dict[Key, float] = {}
     err: Dict[Key, float] = {}
+    used: Dict[Key, int] = {}
     for key, t in table.tables.items():
         if key[0] not in GEMM_FAST_ACCUM:
             continue
-        p = fit_eta_only(shape, t, hw)
+        large = t.where(t.m * t.n * t.k >= LARGE_MNK)
+        fit_on = large if len(large.time_s) >= MIN_LARGE_ROWS else t  # a table of small shapes only: all of it
+        p = fit_eta_only(shape, fit_on, hw)
         eta[key] = p.eta_max
+        used[key] = len(fit_on.time_s)
         err[key] = float(np.median(errors_pct(predict_s(p, t, hw), t.time_s)))
     complete = [r for r, modes in GEMM_FAST_ACCUM.items() if all((r, f) in eta for f in modes)]
     if REFERENCE not in complete:
@@ -120,5 +131,5 @@ def fit_recipes(table: ScaledTable, shape: GemmParams, hw: Hardware) -> RecipeFi
         if not common:
             continue
         shape_ratio[r] = float(median(sum(t[s] for t in theirs) / sum(t[s] for t in mine) for s in common))
-    return RecipeFit(eta, err, ratio, shape_ratio)
+    return RecipeFit(eta, err, used, ratio, shape_ratio)
 
