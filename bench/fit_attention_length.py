@@ -1,32 +1,40 @@
 """How the fused-attention rate follows the keys a query attends to (gpu.flash_attention_k0_tokens), fitted on
-the one measured sequence-length sweep we have: MLENG's Llama-3.1-8B on 8 H200 (FlashAttention-3) and 8 B200
-(FlashAttention-4 beta), DeepSpeed ZeRO-3, full checkpointing, micro-batch 1, 8K-256K tokens
-(vtrain/data/modern_gpus/mleng_llama31_8b_deepspeed_h200_vs_b200.csv, table seqlen_sweep).
+the two measured length tables we have:
+
+- MLENG's Llama-3.1-8B on 8 H200 (FlashAttention-3) and 8 B200 (FlashAttention-4 beta), DeepSpeed ZeRO-3, full
+  checkpointing, micro-batch 1, 8K-256K tokens (vtrain/data/modern_gpus/mleng_llama31_8b_deepspeed_h200_vs_b200.csv,
+  table seqlen_sweep): whole training steps, so above the 8K anchor.
+- SDPA's flash (FlashAttention-2) and cuDNN kernels timed alone on a lent H200 at 2K-128K causal sequences
+  (profiles/h200/attention_lengths.csv, ``python -m vtrain.profiler.attention_lengths``): below the anchor too.
 
     python bench/fit_attention_length.py [--write]
 
 Model: per query tile a kernel call does fixed work (Q in, O and its log-sum-exp out) worth k0 keys beside the
 work on its keys, so its rate goes as k / (k + k0) in the mean keys k per query (causal: half the sequence),
-scaled to gpu.flash_attention_efficiency at the 8K anchor (k = 4,096; vtrain/cost/analytical.py). At 256K
-tokens attention is 82% of the model FLOPs, at 8K 13%, so the sweep pins how the rate grows with length.
+scaled to gpu.flash_attention_efficiency at the 8K anchor (k = 4,096; vtrain/cost/analytical.py), below the
+anchor as above it; above it the gain is capped where the GPU says so (gpu.flash_attention_max_length_factor).
 
-Each row is simulated as it ran (the `deepspeed` stack, ZeRO-3, full recompute) for every k0 on a grid. The runs
-also offload AdamW to the CPU, which vtrain does not model: a per-step constant C per GPU (the CPU step and its
-copies, the same at every length) is fitted beside k0, in closed form, as a nuisance. The fit is on these 12
-rows only. Validated on other data (README, "Hopper and Blackwell"):
-- Blackwell: the one long-context Blackwell row (Megatron-Core, GB200, 128K, Transformer Engine's kernels, held
-  out) goes from +33.6% to +5.3% with B200's k0; ``--write`` sets it on every Blackwell part (b200, b300,
-  gb200, gb300).
-- Hopper: H200's k0 (FlashAttention-3) is printed, not written. Every Hopper row of the stacks with long-context
-  data says otherwise: the H100 Megatron-Core long-context rows (cuDNN kernels, one per CP step) would move
-  from -4..+1% to -11..-1% and torchtitan's CP rows (SDPA's FlashAttention-2) from 18.6% to 32.6% MAPE, so
-  Hopper keeps one rate until a table times those kernels over lengths.
+MLENG: each row is simulated as it ran (the `deepspeed` stack, ZeRO-3, full recompute) for every k0 on a grid.
+The runs also offload AdamW to the CPU, which vtrain does not model: a per-step constant C per GPU (the CPU
+step and its copies, the same at every length) is fitted beside k0, in closed form, as a nuisance. At 256K
+tokens attention is 82% of the model FLOPs, at 8K 13%, so the sweep pins how the rate grows with length.
+- Blackwell: B200's k0 is written to every Blackwell part (b200, b300, gb200, gb300), uncapped: FA4 keeps
+  speeding up to 256K. Held out: the one long-context Blackwell row (Megatron-Core, GB200, 128K, Transformer
+  Engine's kernels) goes from +33.6% to +5.3%.
+- Hopper: H200's FA3 k0 (1,150) is printed, not written: the Hopper kernels the stacks run do not keep
+  speeding up. On the H200 table, SDPA's flash kernel gains 9-11% over the anchor from 16K on and stays there,
+  and cuDNN's gains 9% at 16K and falls back to 1.01, 0.99, 0.97 at 32K, 64K, 128K; the H100 Megatron-Core
+  long-context rows (cuDNN, one call per CP step) went from -4..+1% to -11..-1% with FA3's curve. Below the
+  anchor both kernels slow down alike, as the model says: k0 is fitted there (the 2K and 4K rows of both
+  backends against each backend's 8K row), and the gain above the anchor is capped at 1.0 (HOPPER_CAP).
+  ``--write`` sets both on h200 (fitted) and h100_sxm, h800 (same silicon: transferred).
 """
 from __future__ import annotations
 
 import csv
 import datetime
 import functools
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -36,6 +44,7 @@ from vtrain.api import cost_model_for
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import build_workload
+from vtrain.cost.analytical import flash_length_factor
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.workload import Workload
 
@@ -44,7 +53,11 @@ DATA = ROOT / "vtrain" / "data" / "modern_gpus" / "mleng_llama31_8b_deepspeed_h2
 CONF_GPU = ROOT / "vtrain" / "conf" / "gpu"
 K0_GRID = [float(k) for k in range(0, 6001, 50)]
 FITTED = ("h200", "b200")
-WRITTEN = {"b200": ("b200", "b300", "gb200", "gb300")}  # Hopper: printed only (module docstring)
+WRITTEN = {"b200": ("b200", "b300", "gb200", "gb300")}  # H200's FA3 fit: printed only (module docstring)
+TABLE = ROOT / "profiles" / "h200" / "attention_lengths.csv"
+HOPPER = ("h200", ("h100_sxm", "h200", "h800"))  # the table's GPU and the parts its k0 and cap are written to
+HOPPER_CAP = 1.0  # the long-length gain of the Hopper kernels the stacks run: cuDNN's is 0.97-1.01 from 32K on
+ANCHOR_SEQ = 8192  # the causal length of the anchor row (k = 4,096 mean keys)
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,8 @@ def read_rows() -> List[SweepRow]:
 
 def predicted_s(gpu: str, seq_len: int, k0: float) -> float:
     w = workload(gpu, seq_len)
-    w = replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, flash_attention_k0_tokens=k0 or None)))
+    gpu = replace(w.cluster.gpu, flash_attention_k0_tokens=k0 or None, flash_attention_max_length_factor=None)
+    w = replace(w, cluster=replace(w.cluster, gpu=gpu))  # the FA3/FA4 sweep: its own curve, uncapped
     report, _ = simulate_workload(w, cost_model_for(w))
     return report.iteration_time_s
 
@@ -110,13 +124,46 @@ def fit(rows: Sequence[SweepRow]) -> Tuple[float, float, List[float], List[float
     return best[1], best[2], best[3], flat
 
 
+@dataclass(frozen=True)
+class KernelRow:
+    backend: str
+    seq_len: int
+    rate_ratio: float  # the kernel's rate (fwd + bwd) over its rate at the 8K anchor
+
+
+def read_kernel_rows(path: Path = TABLE) -> List[KernelRow]:
+    """The causal rows of the SDPA table, each as its rate relative to the same backend's 8K row."""
+    with path.open(newline="") as fh:
+        causal = [r for r in csv.DictReader(fh) if r["causal"] == "1" and r["q_len"] == r["kv_len"]]
+    secs = {(r["backend"], int(r["q_len"])): float(r["fwd_s"]) + float(r["bwd_s"]) for r in causal}
+    out = []
+    for (backend, s), t in sorted(secs.items()):
+        anchor = secs.get((backend, ANCHOR_SEQ))
+        if anchor is not None:  # causal FLOPs go as s^2: rate ratio = (s^2 / t) / (8192^2 / t_anchor)
+            out.append(KernelRow(backend, s, (s / ANCHOR_SEQ) ** 2 * anchor / t))
+    return out
+
+
+def fit_below_anchor(rows: Sequence[KernelRow]) -> Tuple[float, List[float]]:
+    """(k0, relative errors of the rows below the anchor): least squares of the log rate ratio over the grid."""
+    below = [r for r in rows if r.seq_len < ANCHOR_SEQ]
+    best: Tuple[float, float, List[float]] = (float("inf"), 0.0, [])
+    for k0 in K0_GRID[1:]:
+        errs = [flash_length_factor(r.seq_len / 2, k0) / r.rate_ratio - 1.0 for r in below]
+        sse = sum(math.log1p(e) ** 2 for e in errs)
+        if sse < best[0]:
+            best = (sse, k0, errs)
+    return best[1], best[2]
+
+
 def rms(errs: Sequence[float]) -> float:
     return (sum(e * e for e in errs) / len(errs)) ** 0.5
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="set flash_attention_k0_tokens in the Blackwell gpu/ configs")
+    ap.add_argument("--write", action="store_true",
+                    help="set flash_attention_k0_tokens (and Hopper's cap) in the Hopper and Blackwell gpu/ configs")
     args = ap.parse_args(argv)
     rows = read_rows()
     fitted: Dict[str, Tuple[float, float]] = {}
@@ -127,8 +174,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{gpu}: k0 = {k0:.0f} keys, offload C = {c:.2f} s; errors by length "
               + " ".join(f"{r.seq_len // 1024}K {e:+.1%}" for r, e in zip(mine, errs))
               + f"; rms {rms(errs):.1%} (one rate at every length, C refitted: rms {rms(flat):.1%})")
+    kernel_rows = read_kernel_rows()
+    hopper_k0, hopper_errs = fit_below_anchor(kernel_rows)
+    below = [r for r in kernel_rows if r.seq_len < ANCHOR_SEQ]
+    print(f"{HOPPER[0]} kernels ({provenance_path(TABLE)}): k0 = {hopper_k0:.0f} keys below the anchor; errors "
+          + " ".join(f"{r.backend} {r.seq_len // 1024}K {e:+.1%}" for r, e in zip(below, hopper_errs))
+          + f"; above it, capped at {HOPPER_CAP}: measured "
+          + " ".join(f"{r.backend} {r.seq_len // 1024}K {r.rate_ratio:.3f}" for r in kernel_rows
+                     if r.seq_len > ANCHOR_SEQ))
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
+        source, targets = HOPPER
+        for name in targets:
+            how = "fitted" if name == source else "transferred from"
+            values = {"flash_attention_k0_tokens": round(hopper_k0), "flash_attention_max_length_factor": HOPPER_CAP}
+            update_yaml(CONF_GPU / f"{name}.yaml", values,
+                        {"flash_attention_k0_tokens": (
+                            f"{how}: {source.upper()} SDPA flash and cuDNN kernels at 2K-8K causal sequences, each "
+                            f"backend's rate against its 8K row (profiles/{source}/attention_lengths.csv), "
+                            f"bench/fit_attention_length.py, {date}"),
+                         "flash_attention_max_length_factor": (
+                            f"{how}: {source.upper()} SDPA flash (1.09-1.11 from 16K on) and cuDNN (1.09 at 16K, "
+                            f"0.97-1.01 at 32K-128K) over their 8K rate (profiles/{source}/attention_lengths.csv), "
+                            "capped at the anchor's rate, where cuDNN's long calls run (Megatron-Core's kernels); "
+                            f"bench/fit_attention_length.py, {date}")})
         for source, targets in WRITTEN.items():
             k0, c = fitted[source]
             for name in targets:
@@ -138,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         f"{how}: {source.upper()} Llama-3.1-8B sequence-length sweep 8K-256K (DeepSpeed ZeRO-3, "
                         f"full checkpointing; CPU offload as a fitted constant C = {c:.2f} s), "
                         f"bench/fit_attention_length.py ({provenance_path(DATA)}), {date}")})
-        print("wrote flash_attention_k0_tokens to " + ", ".join(n for t in WRITTEN.values() for n in t))
+        print("wrote flash_attention_k0_tokens to " + ", ".join([*HOPPER[1], *(n for t in WRITTEN.values() for n in t)])
+              + f" and flash_attention_max_length_factor {HOPPER_CAP} to " + ", ".join(HOPPER[1]))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ kernel) and everything else stay at bf16 (Transformer Engine's and torchao's rec
 Fused attention runs at ``flash_attention_efficiency`` of the peak where the GPU states it, else at the
 large-GEMM efficiency times ``attention_efficiency`` (the A100 fit); where the GPU states
 ``flash_attention_k0_tokens``, that rate is the 8K causal anchor's and each call's follows its mean keys per
-query (:func:`flash_length_factor`).
+query, shorter calls slower and longer ones faster up to ``flash_attention_max_length_factor``
+(:func:`flash_length_factor`).
 """
 from __future__ import annotations
 
@@ -38,14 +39,15 @@ __all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "fla
 FLASH_ANCHOR_KEYS = 4096.0
 
 
-def flash_length_factor(mean_keys: float, k0: Optional[float]) -> float:
+def flash_length_factor(mean_keys: float, k0: Optional[float], cap: Optional[float] = None) -> float:
     """A fused-attention call's rate relative to the 8K causal anchor: per query tile, a fixed cost (Q in,
     O and log-sum-exp out) worth k0 keys beside the work on its keys, so the rate goes as k / (k + k0)
-    (gpu.flash_attention_k0_tokens; None: 1). Only above the anchor, where it was measured (8K-256K
-    sequences): a shorter call keeps the anchor's rate."""
-    if k0 is None or mean_keys <= FLASH_ANCHOR_KEYS:
+    (gpu.flash_attention_k0_tokens; None: 1), below the anchor as above it, and above it gains at most
+    ``cap`` (gpu.flash_attention_max_length_factor; None: no cap)."""
+    if k0 is None:
         return 1.0
-    return (mean_keys / (mean_keys + k0)) * ((FLASH_ANCHOR_KEYS + k0) / FLASH_ANCHOR_KEYS)
+    factor = (mean_keys / (mean_keys + k0)) * ((FLASH_ANCHOR_KEYS + k0) / FLASH_ANCHOR_KEYS)
+    return factor if cap is None else min(factor, cap)
 
 
 class AnalyticalCostModel:
@@ -73,6 +75,7 @@ class AnalyticalCostModel:
         # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
         self.flash_rate *= stack.attention_kernel_efficiency * gpu.power_clock_fraction
         self.flash_k0 = gpu.flash_attention_k0_tokens
+        self.flash_cap = gpu.flash_attention_max_length_factor
         # benchmarked GEMM rate -> rate inside a training step (and on this part's clock)
         self.sustained = gpu.sustained_gemm_fraction * gpu.power_clock_fraction
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
@@ -95,7 +98,7 @@ class AnalyticalCostModel:
                                      op.bytes / self.mem_bw)
         elif isinstance(op, FlashAttention):
             rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
-            rate *= flash_length_factor(op.mean_call_keys, self.flash_k0)
+            rate *= flash_length_factor(op.mean_call_keys, self.flash_k0, self.flash_cap)
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
             traffic = 1.0 if op.eager else self.elementwise

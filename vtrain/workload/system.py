@@ -74,10 +74,15 @@ class GpuSpec:
         None, unit="tokens", domain=Domain(lo=0.0, hi=1.0e6, lo_open=True),
         none_means="one rate at every length",
         doc="keys per query at which a fused-attention kernel call spends as long on its fixed per-query-tile "
-            "work (loading Q, rescaling and writing O and its log-sum-exp) as on its keys: above the 8K anchor "
-            "the rate goes as k / (k + k0) in the mean keys k a query attends to in one call, scaled to "
-            "flash_attention_efficiency at k = 4,096 (shorter calls keep the anchor's rate; "
+            "work (loading Q, rescaling and writing O and its log-sum-exp) as on its keys: the rate goes as "
+            "k / (k + k0) in the mean keys k a query attends to in one call, scaled to flash_attention_efficiency "
+            "at k = 4,096, below the 8K anchor and above it (up to flash_attention_max_length_factor; "
             "bench/fit_attention_length.py)")
+    flash_attention_max_length_factor: Optional[float] = spec(
+        None, domain=Domain(lo=1.0, hi=10.0),
+        none_means="no cap: the k / (k + k0) curve at every length",
+        doc="the most a long fused-attention call's rate gains over the 8K anchor's: kernels that stop "
+            "speeding up past some length (bench/fit_attention_length.py)")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
