@@ -4,8 +4,10 @@
 # blockwise FP8 GEMMs side by side: the FP8 recipes' efficiency, bench/fit_gemm.py), profiles/h200/
 # {meta.json,ops.csv} and profiles/h200/validation.csv (one row per configuration: predicted_s,
 # measured_s, error), and profiles/h200/attention_lengths.csv (SDPA over sequence lengths: the fused-
-# attention rate, bench/fit_attention.py). Needs a CUDA build of torch; takes about 4-6 minutes on an H200
-# (FP8 recipes < 1 min, attention < 1 min, profile ~1-2 min, 6 measured configurations ~20-30 s each).
+# attention rate, bench/fit_attention.py), and profiles/h200/sustained_gemm.csv (one GEMM in a burst and
+# sustained, with clock and power). Needs a CUDA build of torch; takes about 4 minutes on an H200
+# (FP8 recipes < 1 min, attention < 1 min, sustained GEMMs ~1 min, profile ~1 min, 6 measured configurations
+# ~10-20 s each; 2 min 45 s in all on 2026-12-04 without the sustained step).
 #   usage: bash bench/gpu_run.sh            (PYTHON=... to pick the interpreter)
 # On the lent machine (no Hydra there): `bash bench/device_site.sh` here first, then the one call its header
 # gives. Where $OUT is set (that machine), profiles/h200/ is copied under it after each step and at the end.
@@ -43,6 +45,12 @@ if "$PY" -m vtrain.profiler.attention_lengths --gpu h200 --out "$DEST"; then
   "$PY" bench/fit_attention.py --table "$DEST/attention_lengths.csv" --backend cudnn --stack megatron_core_te || true
 else
   echo "bench/gpu_run.sh: the attention step failed; going on with the profile"
+fi
+save
+
+# One GEMM in a burst (the tables' way) and back to back for 8 s (a training step's way), with clock and power
+if ! "$PY" -m vtrain.profiler.sustained_gemm --gpu h200 --out "$DEST"; then
+  echo "bench/gpu_run.sh: the sustained-GEMM step failed; going on with the profile"
 fi
 save
 

@@ -1,0 +1,53 @@
+"""The burst-vs-sustained GEMM table (vtrain/profiler/sustained_gemm.py), run for real on the CPU at a tiny shape:
+the rows, the steady/burst ratio and the one-line errors. On CUDA it also reads NVML; here those columns are blank."""
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from vtrain.profiler import sustained_gemm as sg  # noqa: E402
+from vtrain.profiler.scaled_gemm import Recipe  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_burst_row_then_sustained_windows_for_each_recipe_and_shape():
+    rows, skipped = sg.measure("h200", torch.device("cpu"), shapes=[(64, 64, 64)], recipes=[Recipe("bf16", False)],
+                               seconds=0.2, window_s=0.02, cool_s=0.0, warmup=0, repeats=1)
+    assert skipped == []
+    assert rows[0]["phase"] == "burst" and all(r["phase"] == "sustained" for r in rows[1:]) and len(rows) >= 3
+    assert all(float(r["tflops"]) > 0 and int(r["calls"]) >= 1 for r in rows)
+    assert all(r["sm_clock_mhz"] == "" for r in rows)  # no NVML on a CPU
+    times = [float(r["t_s"]) for r in rows[1:]]
+    assert times == sorted(times) and times[-1] >= 0.2
+    assert sg.steady_ratio(rows) > 0
+
+
+def test_steady_ratio_is_the_second_half_median_over_the_burst():
+    rows = [{"phase": "burst", "tflops": "100"}] + [{"phase": "sustained", "tflops": str(t)}
+                                                    for t in (100, 98, 90, 80, 82, 81)]
+    assert sg.steady_ratio(rows) == pytest.approx(0.81)
+    assert sg.steady_ratio(rows[:1]) is None
+
+
+def test_the_table_is_written_whole(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "vtrain.profiler.sustained_gemm", "--gpu", "h200", "--out", str(tmp_path),
+                        "--device", "cpu", "--seconds", "1", "--window-ms", "200", "--cool-s", "0", "--warmup", "0",
+                        "--repeats", "1", "--shapes", "64x64x64"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    back = list(csv.DictReader((tmp_path / sg.TABLE_FILE).open()))
+    assert {r["phase"] for r in back} == {"burst", "sustained"} and tuple(back[0]) == sg.COLUMNS
+
+
+def test_bad_arguments_are_one_line(tmp_path):
+    for argv, msg in ((["--gpu", "x", "--out", str(tmp_path)], "--gpu=x is not a gpu/ config"),
+                      (["--gpu", "h200", "--out", str(tmp_path), "--seconds", "0"], "--seconds: 0 must be >= 1"),
+                      (["--gpu", "h200", "--out", str(tmp_path), "--shapes", "8x8"], "--shapes: '8x8' is not MxNxK")):
+        p = subprocess.run([sys.executable, "-m", "vtrain.profiler.sustained_gemm", *argv], capture_output=True,
+                           text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
+    assert not any(tmp_path.iterdir())
