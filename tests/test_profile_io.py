@@ -14,7 +14,7 @@ from vtrain.api import cost_model_for, simulate
 from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
 from vtrain.cost.collectives import GroupPlacement
-from vtrain.cost.profile_io import OPS_FILE, find_profile, read_profile, slugify, write_profile
+from vtrain.cost.profile_io import OPS_FILE, SUSTAINED_FILE, find_profile, read_profile, slugify, write_profile
 from vtrain.cost.profiled import Curve, ProfiledCostModel
 from vtrain.errors import ProfileError
 from vtrain.graph.ops import Collective, CollectiveKind, Gemm, Group, MemoryOp
@@ -84,6 +84,34 @@ def test_lookup_exact_interpolated_and_fallback(synthetic: Path) -> None:
     assert cm.compute_time_s(big) == pytest.approx(cm.fallback.compute_time_s(big))
     cm.compute_time_s(MemoryOp("norm1", 1e6))  # never profiled
     assert cm.extrapolated() == frozenset({"fc1", "norm1"})
+
+
+def _sustained_csv(path: Path, burst: float, windows: list, recipe: str = "fp32") -> None:
+    lines = ["recipe,m,n,k,phase,tflops", f"{recipe},64,64,64,burst,{burst}"]
+    lines += [f"{recipe},64,64,64,sustained,{t}" for t in windows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_sustained_table_slows_tensor_core_ops_only(synthetic: Path) -> None:
+    """sustained_gemm.csv beside a profile: GEMM (and fused attention) times over the steady/burst ratio of the
+    profile's dtype (the second half of the windows: the power cap's settled clock); memory-bound ops as timed."""
+    cfg = compose(["+model=tiny", "+cluster=local_cpu", *SINGLE])
+    w = build_workload(cfg)
+    gemm, gelu = Gemm("fc1", 128, 512, 128, dtype_bytes=4), MemoryOp("gelu", 1e6)
+    _sustained_csv(synthetic / SUSTAINED_FILE, 100.0, [100, 95, 90, 80, 80, 80])
+    _sustained_csv(synthetic / "other.csv", 100.0, [50, 50], recipe="bf16")
+    table = read_profile(synthetic)
+    assert table.sustained_fraction == pytest.approx(0.8)
+    cm = cost_model_for(w, table)
+    assert cm.compute_time_s(gemm) == pytest.approx(1e-4 / 0.8) and cm.compute_time_s(gelu) == pytest.approx(1e-5)
+    # another dtype's rows do not count; without the file, the times as measured
+    (synthetic / "other.csv").replace(synthetic / SUSTAINED_FILE)
+    assert read_profile(synthetic).sustained_fraction is None
+    (synthetic / SUSTAINED_FILE).unlink()
+    assert cost_model_for(w, read_profile(synthetic)).compute_time_s(gemm) == pytest.approx(1e-4)
+    (synthetic / SUSTAINED_FILE).write_text("recipe,m,n,k,phase,tflops\nfp32,1,1,1,warm,3\n")
+    with pytest.raises(ProfileError, match="sustained_gemm.csv: line 2: phase 'warm' is not burst or sustained"):
+        read_profile(synthetic)
 
 
 def test_simulate_reports_extrapolated_ops(synthetic: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from vtrain.cost.profile_io import steady_ratio  # noqa: E402
 from vtrain.profiler import sustained_gemm as sg  # noqa: E402
 from vtrain.profiler.scaled_gemm import Recipe  # noqa: E402
 
@@ -23,14 +24,14 @@ def test_a_burst_row_then_sustained_windows_for_each_recipe_and_shape():
     assert all(r["sm_clock_mhz"] == "" for r in rows)  # no NVML on a CPU
     times = [float(r["t_s"]) for r in rows[1:]]
     assert times == sorted(times) and times[-1] >= 0.2
-    assert sg.steady_ratio(rows) > 0
+    assert steady_ratio(rows) > 0
 
 
 def test_steady_ratio_is_the_second_half_median_over_the_burst():
     rows = [{"phase": "burst", "tflops": "100"}] + [{"phase": "sustained", "tflops": str(t)}
                                                     for t in (100, 98, 90, 80, 82, 81)]
-    assert sg.steady_ratio(rows) == pytest.approx(0.81)
-    assert sg.steady_ratio(rows[:1]) is None
+    assert steady_ratio(rows) == pytest.approx(0.81)
+    assert steady_ratio(rows[:1]) is None
 
 
 def test_the_table_is_written_whole(tmp_path):

@@ -10,7 +10,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from vtrain.cost.profiled import CollectiveSample, OpSample, ProfileMeta, ProfileTable
 from vtrain.errors import ProfileError
@@ -19,6 +19,7 @@ SCHEMA_VERSION = 1
 META_FILE = "meta.json"
 OPS_FILE = "ops.csv"
 COLLECTIVES_FILE = "collectives.csv"
+SUSTAINED_FILE = "sustained_gemm.csv"  # optional: python -m vtrain.profiler.sustained_gemm
 DTYPES = ("fp32", "bf16", "fp16")
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
 
@@ -141,7 +142,38 @@ def read_profile(directory: Path | str) -> ProfileTable:
         raise ProfileError(f"{ops_path}: no rows")
     pm = ProfileMeta(str(d), device, str(meta["device_name"]), str(meta["gpu"]), dtype, bool(meta["host_included"]),
                      float(meta["host_time_per_kernel_s"]), meta)
-    return ProfileTable(pm, tuple(ops), tuple(colls))
+    sustained = d / SUSTAINED_FILE
+    fraction = sustained_fraction(sustained, dtype) if sustained.is_file() else None
+    return ProfileTable(pm, tuple(ops), tuple(colls), fraction)
+
+
+def steady_ratio(rows: Sequence[Mapping[str, Any]]) -> Optional[float]:
+    """One GEMM's rows (a burst row, then its sustained windows in order): the median rate of the second half
+    of the windows (past the power cap's settling) over the burst rate; None without both."""
+    burst = [float(r["tflops"]) for r in rows if r["phase"] == "burst"]
+    windows = [float(r["tflops"]) for r in rows if r["phase"] == "sustained"]
+    if not burst or not windows or burst[0] <= 0:
+        return None
+    tail = sorted(windows[len(windows) // 2:])
+    mid = len(tail) // 2
+    return (tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2) / burst[0]
+
+
+def sustained_fraction(path: Path, dtype: str) -> Optional[float]:
+    """The median steady/burst ratio over the GEMM shapes of ``dtype`` in a sustained_gemm.csv; None when it
+    holds none of that dtype. A malformed table is a one-line error naming the file and line."""
+    shapes: Dict[Tuple[str, str, str], List[Dict[str, str]]] = {}
+    for lineno, row in _rows(path, ("recipe", "m", "n", "k", "phase", "tflops")):
+        if row["phase"] not in ("burst", "sustained"):
+            raise ProfileError(f"{path}: line {lineno}: phase {row['phase']!r} is not burst or sustained")
+        _num(path, lineno, row, "tflops", positive=True)
+        if row["recipe"] == dtype:
+            shapes.setdefault((row["m"], row["n"], row["k"]), []).append(row)
+    ratios = sorted(r for r in (steady_ratio(rows) for rows in shapes.values()) if r is not None)
+    if not ratios:
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
 
 # ---------------------------------------------------------------------------------------- writing

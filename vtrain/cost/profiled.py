@@ -78,6 +78,9 @@ class ProfileTable:
     meta: ProfileMeta
     ops: Tuple[OpSample, ...]
     collectives: Tuple[CollectiveSample, ...] = ()
+    # a GEMM's steady rate back to back over its burst rate, measured on the same device at the profile's dtype
+    # (sustained_gemm.csv, vtrain/profiler/sustained_gemm.py); None: no such table, op times used as measured
+    sustained_fraction: Optional[float] = None
 
 
 def op_variant(name: str, model: Optional[ModelSpec]) -> str:
@@ -204,6 +207,8 @@ class ProfiledCostModel:
         return curve.at(op_x(op)) if curve is not None else None
 
     def compute_time_s(self, op: ComputeOp) -> float:
+        """The measured time; a tensor-core op's (GEMM, fused attention) over the profile's sustained fraction,
+        since it was timed in a burst at the boost clock and a step runs it at the power-capped clock."""
         hit = self._cache.get(op)
         if hit is not None:
             return hit
@@ -211,6 +216,8 @@ class ProfiledCostModel:
         if t is None:
             self._extrapolated.add(op.name)
             t = self.fallback.compute_time_s(op)
+        elif self.profile.sustained_fraction is not None and isinstance(op, (Gemm, FlashAttention)):
+            t /= self.profile.sustained_fraction
         self._cache[op] = t
         return t
 

@@ -7,7 +7,9 @@ clock to stay within it, while a benchmark's few calls after an idle gap run at 
 measures that part alone: the same GEMM timed the tables' way (:func:`vtrain.profiler.timing.time_op`: warm-up,
 then single calls with the GPU kept busy by a short spin) and then back to back for ``--seconds``, in windows of
 ``--window-ms`` timed with CUDA events, with the SM clock, board power and temperature read through NVML after
-each window (blank where NVML cannot be read).
+each window (blank where NVML cannot be read). In a profile folder, the profile-driven cost model divides the
+profile's GEMM and fused-attention times by the median steady/burst ratio of the profile's dtype
+(:func:`vtrain.cost.profile_io.sustained_fraction`).
 
     python -m vtrain.profiler.sustained_gemm --gpu h200 --out profiles/h200 [--seconds 8] [--device cuda]
 """
@@ -16,12 +18,12 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from vtrain.cli.args import int_at_least
+from vtrain.cost.profile_io import steady_ratio
 from vtrain.errors import VtrainError
 from vtrain.profiler.device import device_name
 from vtrain.profiler.scaled_gemm import Recipe, gemm
@@ -102,15 +104,6 @@ def _row(gpu: str, dev: torch.device, r: Recipe, shape: Tuple[int, int, int], ph
     return {"gpu": gpu, "device": device_name(dev), "torch": torch.__version__, "recipe": r.name, "m": m, "n": n,
             "k": k, "phase": phase, "t_s": f"{t_s:.3f}", "calls": calls, "time_s": f"{per_call_s:.6g}",
             "tflops": f"{2 * m * n * k / per_call_s / 1e12:.6g}", **sensors}
-
-
-def steady_ratio(rows: Sequence[Dict[str, object]]) -> Optional[float]:
-    """The median rate of the second half of the sustained windows over the burst rate, or None."""
-    burst = [float(str(r["tflops"])) for r in rows if r["phase"] == "burst"]
-    windows = [float(str(r["tflops"])) for r in rows if r["phase"] == "sustained"]
-    if not burst or not windows:
-        return None
-    return median(windows[len(windows) // 2:]) / burst[0]
 
 
 def measure(gpu: str, dev: torch.device, shapes: Sequence[Tuple[int, int, int]] = SHAPES,

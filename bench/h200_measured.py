@@ -1,0 +1,73 @@
+"""The measured single-GPU training iterations of a profile folder, predicted again from its profile: as the ops
+were timed (burst, boost clock) and with the folder's sustained-GEMM fraction (the power-capped clock a step
+runs at; vtrain/profiler/sustained_gemm.py, vtrain/cost/profile_io.py: sustained_fraction).
+
+    python bench/h200_measured.py [--profile profiles/h200]
+
+Reads ``validation*.csv`` (``task=measure`` rows, bench/gpu_run.sh) and ``sustained_gemm.csv`` of the folder;
+each row is composed as task=measure composes it (one GPU, the profile's dtype, gradient accumulation) and
+simulated with the profile-driven cost model. Nothing is fitted: the fraction comes from a GEMM running alone.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import List, Sequence
+
+from vtrain import compose
+from vtrain.api import simulate
+from vtrain.cli.args import ArgumentParser
+from vtrain.cli.task_measure import single_device
+from vtrain.config.compose import resolve
+from vtrain.cost.profile_io import read_profile
+from vtrain.cost.profiled import ProfileTable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def predicted_s(row: dict, profile: ProfileTable, gpu: str) -> float:
+    h = int(row["hidden_size"])
+    cfg = compose([f"+model={row['model']}", f"+cluster={gpu}x8", f"model.num_layers={row['num_layers']}",
+                   f"model.hidden_size={h}", f"model.num_heads={row['num_heads']}",
+                   f"model.max_seq_len={max(4096, int(row['seq_len']))}", f"training.seq_len={row['seq_len']}",
+                   f"parallelism.micro_batch_size={row['micro_batch_size']}",
+                   f"training.flash_attention={str(row['flash_attention']).lower()}"])
+    resolve(cfg)
+    single_device(cfg, row["dtype"], int(row["microbatches"]))
+    return simulate(cfg, profile=profile).iteration_time_s
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200")
+    args = ap.parse_args(argv)
+    table = read_profile(args.profile)
+    rows: List[dict] = []
+    for path in sorted(args.profile.glob("validation*.csv")):
+        with path.open(newline="") as fh:
+            rows += [dict(r, source=path.name) for r in csv.DictReader(fh)]
+    if not rows or table.sustained_fraction is None:
+        print(f"error: {args.profile} needs validation*.csv rows and a sustained_gemm.csv", file=sys.stderr)
+        return 2
+    burst = replace(table, sustained_fraction=None)
+    print(f"{args.profile}: {table.meta.device_name}, sustained GEMM fraction {table.sustained_fraction:.3f} "
+          f"({len(rows)} measured iterations)")
+    errs = {"burst": [], "sustained": []}
+    for r in rows:
+        measured = float(r["measured_s"])
+        pb, ps = predicted_s(r, burst, table.meta.gpu), predicted_s(r, table, table.meta.gpu)
+        errs["burst"].append(pb / measured - 1)
+        errs["sustained"].append(ps / measured - 1)
+        print(f"  L={int(r['num_layers']):2d} h={int(r['hidden_size']):4d} mb={r['micro_batch_size']} "
+              f"s={r['seq_len']} ({r['iterations']} iterations, {r['source']}): measured {measured * 1e3:7.1f} ms, "
+              f"ops as timed {pb * 1e3:7.1f} ms ({errs['burst'][-1]:+.1%}), sustained {ps * 1e3:7.1f} ms "
+              f"({errs['sustained'][-1]:+.1%})")
+    for k, e in errs.items():
+        print(f"{k:>9}: MAPE {100 * sum(abs(x) for x in e) / len(e):.1f}%, mean signed {100 * sum(e) / len(e):+.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
