@@ -14,7 +14,7 @@ import csv
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Sequence
 
 from vtrain import compose
 from vtrain.api import simulate
@@ -54,7 +54,7 @@ def main(argv: Sequence[str]) -> int:
     burst = replace(table, sustained_fraction=None)
     print(f"{args.profile}: {table.meta.device_name}, sustained GEMM fraction {table.sustained_fraction:.3f} "
           f"({len(rows)} measured iterations)")
-    errs = {"burst": [], "sustained": []}
+    errs: Dict[str, List[float]] = {"burst": [], "sustained": []}
     for r in rows:
         measured = float(r["measured_s"])
         pb, ps = predicted_s(r, burst, table.meta.gpu), predicted_s(r, table, table.meta.gpu)
