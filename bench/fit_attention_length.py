@@ -41,7 +41,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from vtrain import compose
 from vtrain.api import cost_model_for
-from vtrain.calibration.yaml_write import provenance_path, update_yaml
+from vtrain.calibration.yaml_write import Value, provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import build_workload
 from vtrain.cost.analytical import flash_length_factor
@@ -95,8 +95,8 @@ def read_rows() -> List[SweepRow]:
 
 def predicted_s(gpu: str, seq_len: int, k0: float) -> float:
     w = workload(gpu, seq_len)
-    gpu = replace(w.cluster.gpu, flash_attention_k0_tokens=k0 or None, flash_attention_max_length_factor=None)
-    w = replace(w, cluster=replace(w.cluster, gpu=gpu))  # the FA3/FA4 sweep: its own curve, uncapped
+    spec = replace(w.cluster.gpu, flash_attention_k0_tokens=k0 or None, flash_attention_max_length_factor=None)
+    w = replace(w, cluster=replace(w.cluster, gpu=spec))  # the FA3/FA4 sweep: its own curve, uncapped
     report, _ = simulate_workload(w, cost_model_for(w))
     return report.iteration_time_s
 
@@ -184,18 +184,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                      if r.seq_len > ANCHOR_SEQ))
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
-        source, targets = HOPPER
-        for name in targets:
-            how = "fitted" if name == source else "transferred from"
-            values = {"flash_attention_k0_tokens": round(hopper_k0), "flash_attention_max_length_factor": HOPPER_CAP}
+        hopper, parts = HOPPER
+        for name in parts:
+            how = "fitted" if name == hopper else "transferred from"
+            values: Dict[str, Value] = {"flash_attention_k0_tokens": round(hopper_k0), "flash_attention_max_length_factor": HOPPER_CAP}
             update_yaml(CONF_GPU / f"{name}.yaml", values,
                         {"flash_attention_k0_tokens": (
-                            f"{how}: {source.upper()} SDPA flash and cuDNN kernels at 2K-8K causal sequences, each "
-                            f"backend's rate against its 8K row (profiles/{source}/attention_lengths.csv), "
+                            f"{how}: {hopper.upper()} SDPA flash and cuDNN kernels at 2K-8K causal sequences, each "
+                            f"backend's rate against its 8K row (profiles/{hopper}/attention_lengths.csv), "
                             f"bench/fit_attention_length.py, {date}"),
                          "flash_attention_max_length_factor": (
-                            f"{how}: {source.upper()} SDPA flash (1.09-1.11 from 16K on) and cuDNN (1.09 at 16K, "
-                            f"0.97-1.01 at 32K-128K) over their 8K rate (profiles/{source}/attention_lengths.csv), "
+                            f"{how}: {hopper.upper()} SDPA flash (1.09-1.11 from 16K on) and cuDNN (1.09 at 16K, "
+                            f"0.97-1.01 at 32K-128K) over their 8K rate (profiles/{hopper}/attention_lengths.csv), "
                             "capped at the anchor's rate, where cuDNN's long calls run (Megatron-Core's kernels); "
                             f"bench/fit_attention_length.py, {date}")})
         for source, targets in WRITTEN.items():
