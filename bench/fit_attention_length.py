@@ -187,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         hopper, parts = HOPPER
         for name in parts:
             how = "fitted" if name == hopper else "transferred from"
-            values: Dict[str, Value] = {"flash_attention_k0_tokens": round(hopper_k0), "flash_attention_max_length_factor": HOPPER_CAP}
+            values: Dict[str, Value] = {"flash_attention_k0_tokens": round(hopper_k0),
+                                        "flash_attention_max_length_factor": HOPPER_CAP}
             update_yaml(CONF_GPU / f"{name}.yaml", values,
                         {"flash_attention_k0_tokens": (
                             f"{how}: {hopper.upper()} SDPA flash and cuDNN kernels at 2K-8K causal sequences, each "
