@@ -20,9 +20,16 @@ from vtrain import compose
 from vtrain.api import simulate
 from vtrain.cli.args import ArgumentParser
 from vtrain.cli.task_measure import single_device
+from vtrain.comm.plan import build_comm_plan
+from vtrain.config.build import build_workload
 from vtrain.config.compose import resolve
+from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.cost.profile_io import read_profile
-from vtrain.cost.profiled import ProfileTable
+from vtrain.cost.profiled import ProfiledCostModel, ProfileTable
+from vtrain.graph.builder import build_model_graph
+from vtrain.graph.ops import Gemm
+from vtrain.graph.options import graph_options
+from vtrain.workload.partition import partition
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,6 +46,32 @@ def predicted_s(row: dict, profile: ProfileTable, gpu: str) -> float:
     return simulate(cfg, profile=profile).iteration_time_s
 
 
+def gemm_curve_ratio(row: dict, profile: ProfileTable, gpu: str) -> float:
+    """The analytical GEMM curve (before gpu.sustained_gemm_fraction) over the profile's burst-timed GEMMs,
+    summed over one layer's forward and backward GEMMs at the row's shapes."""
+    h = int(row["hidden_size"])
+    cfg = compose([f"+model={row['model']}", f"+cluster={gpu}x8", f"model.num_layers={row['num_layers']}",
+                   f"model.hidden_size={h}", f"model.num_heads={row['num_heads']}",
+                   f"model.max_seq_len={max(4096, int(row['seq_len']))}", f"training.seq_len={row['seq_len']}",
+                   f"parallelism.micro_batch_size={row['micro_batch_size']}"])
+    resolve(cfg)
+    single_device(cfg, row["dtype"], int(row["microbatches"]))
+    w = build_workload(cfg)
+    analytical = AnalyticalCostModel(w)
+    measured = ProfiledCostModel(profile, analytical, model=w.model, precision=w.plan.precision.value)
+    graph = build_model_graph(w.model, w.plan, build_comm_plan(w, partition(w.model, w.plan)).tp,
+                              opts=graph_options(w.stack))
+    a = m = 0.0
+    for op in (*graph.layer.forward.ops, *graph.layer.backward.ops):
+        if not isinstance(op, Gemm):
+            continue
+        t = measured.lookup(op)
+        if t is not None:
+            a += analytical.compute_time_s(op) * w.cluster.gpu.sustained_gemm_fraction
+            m += t
+    return a / m
+
+
 def main(argv: Sequence[str]) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200")
@@ -52,7 +85,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"error: {args.profile} needs validation*.csv rows and a sustained_gemm.csv", file=sys.stderr)
         return 2
     burst = replace(table, sustained_fraction=None)
-    print(f"{args.profile}: {table.meta.device_name}, sustained GEMM fraction {table.sustained_fraction:.3f} "
+    shown = args.profile.resolve().relative_to(ROOT) if args.profile.resolve().is_relative_to(ROOT) else args.profile
+    print(f"{shown}: {table.meta.device_name}, sustained GEMM fraction {table.sustained_fraction:.3f} "
           f"({len(rows)} measured iterations)")
     errs: Dict[str, List[float]] = {"burst": [], "sustained": []}
     for r in rows:
@@ -66,6 +100,9 @@ def main(argv: Sequence[str]) -> int:
               f"({errs['sustained'][-1]:+.1%})")
     for k, e in errs.items():
         print(f"{k:>9}: MAPE {100 * sum(abs(x) for x in e) / len(e):.1f}%, mean signed {100 * sum(e) / len(e):+.1f}%")
+    ratios = [gemm_curve_ratio(r, burst, table.meta.gpu) for r in rows]
+    print(f"analytical GEMM curve (gpu/{table.meta.gpu}.yaml, before its sustained_gemm_fraction) over the profile's "
+          f"burst-timed GEMMs, per layer: {min(ratios):.3f}-{max(ratios):.3f}")
     return 0
 
 
