@@ -8,7 +8,8 @@ GPU). For each row of one SDPA backend (``--backend``, flash by default) it prin
 reached (the model's FLOP count of :class:`vtrain.graph.ops.FlashAttention`, causal half included, over time x
 the bf16 peak), forward, backward and both, and the error of the model's time: ``flops / (peak x
 gpu.flash_attention_efficiency x stack.attention_kernel_efficiency x power_clock_fraction)``. The implied
-stack factor is the median over the causal rows of (efficiency / the GPU's fused-attention efficiency);
+stack factor is the 8K causal row's efficiency over the GPU's fused-attention efficiency (where the GPU's rate
+was measured; without that row, the median over the causal rows, each with the model's length curve applied);
 ``--write`` sets it as the stack's ``attention_kernel_efficiency`` with its provenance. How the rate moves
 with length (the ring-step blocks of context parallelism) is printed, not modelled here: one constant per
 stack (``bench/fit_attention_length.py`` fits the length curve).
@@ -27,11 +28,13 @@ from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec, stack_spec
 from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
+from vtrain.cost.analytical import flash_length_factor
 from vtrain.cost.profile_io import default_profiles_root
 from vtrain.errors import VtrainError
 from vtrain.graph.ops import FlashAttention
 from vtrain.profiler.attention_lengths import COLUMNS
 
+ANCHOR_SEQ = 8192  # the causal length gpu.flash_attention_efficiency was measured at
 DEFAULT_TABLE = default_profiles_root() / "h200" / "attention_lengths.csv"
 
 
@@ -94,28 +97,32 @@ def main(argv: List[str]) -> int:
           f"model: gpu={gpu_name} flash {gpu.flash_attention_efficiency:.3f} x stack={args.stack} "
           f"{stack.attention_kernel_efficiency:.3f} of the {peak / 1e12:.0f} TFLOP/s bf16 peak")
     print(f"{'case':>18} | {'fwd eff':>7} | {'bwd eff':>7} | {'both':>6} | model time error")
-    factors = []
+    factors: Dict[int, float] = {}  # causal length -> the stack factor its row implies, the length curve applied
     for r in rows:
         fwd, bwd = ops(r)
         t_fwd, t_bwd = float(r["fwd_s"]), float(r["bwd_s"])
         eff = (fwd.flops + bwd.flops) / ((t_fwd + t_bwd) * peak)
-        model_s = (fwd.flops + bwd.flops) / rate
+        length = flash_length_factor(fwd.mean_call_keys, gpu.flash_attention_k0_tokens,
+                                     gpu.flash_attention_max_length_factor)
+        model_s = (fwd.flops + bwd.flops) / (rate * length)
         case = f"{'causal' if r['causal'] == '1' else 'block'} {r['q_len']}x{r['kv_len']}"
         print(f"{case:>18} | {fwd.flops / (t_fwd * peak):7.3f} | {bwd.flops / (t_bwd * peak):7.3f} | {eff:6.3f} | "
               f"{model_s / (t_fwd + t_bwd) - 1:+.1%}")
         if r["causal"] == "1":
-            factors.append(eff / gpu.flash_attention_efficiency / gpu.power_clock_fraction)
+            factors[int(r["q_len"])] = eff / (gpu.flash_attention_efficiency * gpu.power_clock_fraction * length)
     if not factors:
         print("no causal rows: no stack factor implied")
         return 0
-    factor = round(median(factors), 3)
-    print(f"implied {args.stack}.attention_kernel_efficiency: {factor} (median of {len(factors)} causal rows; "
-          f"configured {stack.attention_kernel_efficiency})")
+    # the factor is the kernel's rate at the anchor the GPU's efficiency was measured at (8K causal)
+    at = f"the {ANCHOR_SEQ // 1024}K causal row" if ANCHOR_SEQ in factors else f"median of {len(factors)} causal rows"
+    factor = round(factors[ANCHOR_SEQ] if ANCHOR_SEQ in factors else median(factors.values()), 3)
+    print(f"implied {args.stack}.attention_kernel_efficiency: {factor} ({at}; configured "
+          f"{stack.attention_kernel_efficiency})")
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
         update_yaml(CONF_DIR / "stack" / f"{args.stack}.yaml", {"attention_kernel_efficiency": factor},
                     {"attention_kernel_efficiency": f"fitted: SDPA ({rows[0]['backend']}) on {rows[0]['device']}, "
-                     f"torch {rows[0]['torch']}, median of {len(factors)} causal lengths over gpu={gpu_name}'s "
+                     f"torch {rows[0]['torch']}, {at} over gpu={gpu_name}'s "
                      f"flash_attention_efficiency ({provenance_path(args.table)}), bench/fit_attention.py, {date}"})
         print(f"wrote stack/{args.stack}.yaml")
     return 0
