@@ -39,10 +39,9 @@ step moe_blackwell '^MAPE' "$PY" "${V[@]}" +cluster=gb200_nvl72x16 validate.data
 step torchtitan '^MAPE|^peak memory' "$PY" "${V[@]}" +cluster=h100x1024 validate.data=torchtitan \
   hydra.run.dir="$LOGS/torchtitan"
 step torchtitan_table 'H100 rows' "$PY" bench/torchtitan_table.py
-step fit_gemm 'in sample' "$PY" bench/fit_gemm.py
+step fit_gemm 'in sample|effective eta' "$PY" bench/fit_gemm.py
 step fit_collectives 'all four collectives' "$PY" bench/fit_collectives.py
 step fit_attention_length 'k0 = ' "$PY" bench/fit_attention_length.py
-step fp8_recipes 'effective eta' "$PY" bench/fit_gemm.py
 step h200_measured 'MAPE' "$PY" bench/h200_measured.py
 step h200_llama_measured 'MAPE' "$PY" bench/h200_measured.py --profile profiles/h200-llama
 step intervals '^\| all \||^wrote' "$PY" bench/fit_intervals.py --plot docs/intervals.png
