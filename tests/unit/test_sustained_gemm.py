@@ -27,6 +27,21 @@ def test_a_burst_row_then_sustained_windows_for_each_recipe_and_shape():
     assert steady_ratio(rows) > 0
 
 
+def test_the_sensors_are_read_as_each_window_completes():
+    """Each window's clock/power/temperature is read right after that window, not once after the run."""
+    import time
+
+    reads = sg.Sensors(lambda: (time.perf_counter() * 1e3, 1.0, 1.0))
+    windows = sg.sustained(lambda: torch.mm(torch.ones(32, 32), torch.ones(32, 32)), torch.device("cpu"), 0.3, 0.05,
+                           1e-4, reads)
+    stamps = [float(str(w[3]["sm_clock_mhz"])) for w in windows]
+    ends = [w[0] for w in windows]
+    assert len(windows) >= 3 and stamps == sorted(stamps)
+    # the reading follows its own window's end, not the run's: its spacing follows the windows'
+    assert (stamps[-1] - stamps[0]) / 1e3 == pytest.approx(ends[-1] - ends[0], abs=0.05)
+    assert all(w[3]["sm_clock_mhz"] == "" for w in sg.sustained(lambda: None, torch.device("cpu"), 0.01, 0.005, 1e-4))
+
+
 def test_steady_ratio_is_the_second_half_median_over_the_burst():
     rows = [{"phase": "burst", "tflops": "100"}] + [{"phase": "sustained", "tflops": str(t)}
                                                     for t in (100, 98, 90, 80, 82, 81)]

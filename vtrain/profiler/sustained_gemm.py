@@ -6,8 +6,8 @@ is physical and single-GPU: a GPU running GEMMs back to back for seconds draws i
 clock to stay within it, while a benchmark's few calls after an idle gap run at the boost clock. This table
 measures that part alone: the same GEMM timed the tables' way (:func:`vtrain.profiler.timing.time_op`: warm-up,
 then single calls with the GPU kept busy by a short spin) and then back to back for ``--seconds``, in windows of
-``--window-ms`` timed with CUDA events, with the SM clock, board power and temperature read through NVML after
-each window (blank where NVML cannot be read). In a profile folder, the profile-driven cost model divides the
+``--window-ms`` timed with CUDA events, with the SM clock, board power and temperature read through NVML as each
+window completes (blank where NVML cannot be read). In a profile folder, the profile-driven cost model divides the
 profile's GEMM and fused-attention times by the median steady/burst ratio of the profile's dtype
 (:func:`vtrain.cost.profile_io.sustained_fraction`).
 
@@ -38,6 +38,16 @@ SHAPES: Tuple[Tuple[int, int, int], ...] = ((8192, 8192, 8192), (16384, 14336, 4
 RECIPES: Tuple[Recipe, ...] = (Recipe("bf16", False), Recipe("fp8", True))
 
 
+def nvml_handle(pynvml: Any, dev: torch.device) -> Any:
+    """NVML's handle of a CUDA device by its PCI bus id (NVML numbers GPUs ignoring CUDA_VISIBLE_DEVICES); by index
+    where this torch does not report the id."""
+    p = torch.cuda.get_device_properties(dev)
+    ids = [getattr(p, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(i, int) for i in ids):
+        return pynvml.nvmlDeviceGetHandleByPciBusId(f"{ids[0]:08X}:{ids[1]:02X}:{ids[2]:02X}.0")
+    return pynvml.nvmlDeviceGetHandleByIndex(dev.index or 0)
+
+
 @dataclass(frozen=True)
 class Sensors:
     """SM clock (MHz), board power (W), temperature (C) of one GPU through NVML; None where unreadable."""
@@ -52,7 +62,7 @@ class Sensors:
             import pynvml  # nvidia-ml-py
 
             pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(dev.index or 0)
+            h = nvml_handle(pynvml, dev)
             pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
         except Exception:  # no NVML (library, driver or sandbox): the times alone
             return Sensors(None)
@@ -74,11 +84,13 @@ class Sensors:
 
 
 def sustained(fn: Callable[[], Any], dev: torch.device, seconds: float, window_s: float, first_s: float,
-              ) -> List[Tuple[float, int, float]]:
-    """(seconds since the start, calls, seconds per call) of each window of back-to-back calls, for ``seconds``.
-    The calls per window come from ``first_s``, one call's time; on CUDA each window is timed with events."""
+              sensors: Optional["Sensors"] = None) -> List[Tuple[float, int, float, Dict[str, object]]]:
+    """(seconds since the start, calls, seconds per call, the sensors read as the window ended) of each window of
+    back-to-back calls, for ``seconds``. The calls per window come from ``first_s``, one call's time; on CUDA each
+    window is timed with events and the sensors are read right after it completes."""
     calls = max(1, int(window_s / max(first_s, 1e-9)))
-    out: List[Tuple[float, int, float]] = []
+    out: List[Tuple[float, int, float, Dict[str, object]]] = []
+    blank: Dict[str, object] = {"sm_clock_mhz": "", "power_w": "", "temp_c": ""}
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         if dev.type == "cuda":
@@ -94,7 +106,7 @@ def sustained(fn: Callable[[], Any], dev: torch.device, seconds: float, window_s
             for _ in range(calls):
                 fn()
             took = time.perf_counter() - w0
-        out.append((time.perf_counter() - t0, calls, took / calls))
+        out.append((time.perf_counter() - t0, calls, took / calls, sensors.sample() if sensors else blank))
     return out
 
 
@@ -126,8 +138,8 @@ def measure(gpu: str, dev: torch.device, shapes: Sequence[Tuple[int, int, int]] 
                 idle = sensors.sample()
                 burst = time_op(fn, dev, warmup=warmup, repeats=repeats)
                 mine = [_row(gpu, dev, r, shape, "burst", 0.0, repeats, burst.median_s, idle)]
-                for t_s, calls, per_call in sustained(fn, dev, seconds, window_s, burst.median_s):
-                    mine.append(_row(gpu, dev, r, shape, "sustained", t_s, calls, per_call, sensors.sample()))
+                for t_s, calls, per_call, read in sustained(fn, dev, seconds, window_s, burst.median_s, sensors):
+                    mine.append(_row(gpu, dev, r, shape, "sustained", t_s, calls, per_call, read))
             except (RuntimeError, ValueError, NotImplementedError) as exc:
                 text = str(exc).strip()
                 skipped.append(f"{label}: {text.splitlines()[0] if text else type(exc).__name__}")
