@@ -5,7 +5,7 @@
 # under Python 3.11 here imports under the machine's 3.12. Then, in one device call:
 #   run(command='set -o pipefail; PYTHONPATH=.devsite PYTHONUNBUFFERED=1 bash bench/gpu_run.sh 2>&1 | tee $OUT/gpu_run.log',
 #       carry=['.devsite'], timeout_s=540)
-# gpu_run.sh copies profiles/h200/ under $OUT after each step and when it ends; commit what comes back.
+# gpu_run.sh copies profiles/measured/h200/ under $OUT after each step and when it ends; commit what comes back.
 #   usage: bash bench/device_site.sh            (PYTHON=... to pick the interpreter whose packages to copy)
 set -euo pipefail
 cd "$(dirname "$0")/.."

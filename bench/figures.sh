@@ -43,7 +43,7 @@ step fit_gemm 'in sample|effective eta' "$PY" bench/fit_gemm.py
 step fit_collectives 'all four collectives' "$PY" bench/fit_collectives.py
 step fit_attention_length 'k0 = ' "$PY" bench/fit_attention_length.py
 step h200_measured 'MAPE' "$PY" bench/h200_measured.py
-step h200_llama_measured 'MAPE' "$PY" bench/h200_measured.py --profile profiles/h200-llama
+step h200_llama_measured 'MAPE' "$PY" bench/h200_measured.py --profile profiles/measured/h200-llama
 step intervals '^\| all \||^wrote' "$PY" bench/fit_intervals.py --plot docs/intervals.png
 if [ "$CV" = 1 ]; then
   step cv_a100 'MAPE' "$PY" bench/cv_a100.py --max-evals 60

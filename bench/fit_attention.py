@@ -1,6 +1,6 @@
 """The fused-attention rate a measured SDPA table implies, against what the cost model prices it at.
 
-    python bench/fit_attention.py                               # profiles/h200/attention_lengths.csv
+    python bench/fit_attention.py                               # profiles/measured/h200/attention_lengths.csv
     python bench/fit_attention.py --table PATH [--stack torchtitan_fsdp2] [--backend flash|cudnn] [--write]
 
 The table comes from ``python -m vtrain.profiler.attention_lengths`` (bench/gpu_run.sh runs it on the lent
@@ -35,7 +35,7 @@ from vtrain.graph.ops import FlashAttention
 from vtrain.profiler.attention_lengths import COLUMNS
 
 ANCHOR_SEQ = 8192  # the causal length gpu.flash_attention_efficiency was measured at
-DEFAULT_TABLE = default_profiles_root() / "h200" / "attention_lengths.csv"
+DEFAULT_TABLE = default_profiles_root() / "measured" / "h200" / "attention_lengths.csv"
 
 
 def read_rows(path: Path) -> List[Dict[str, str]]:

@@ -5,7 +5,7 @@ the two measured length tables we have:
   checkpointing, micro-batch 1, 8K-256K tokens (vtrain/data/modern_gpus/mleng_llama31_8b_deepspeed_h200_vs_b200.csv,
   table seqlen_sweep): whole training steps, so above the 8K anchor.
 - SDPA's flash (FlashAttention-2) and cuDNN kernels timed alone on a lent H200 at 2K-128K causal sequences
-  (profiles/h200/attention_lengths.csv, ``python -m vtrain.profiler.attention_lengths``): below the anchor too.
+  (profiles/measured/h200/attention_lengths.csv, ``python -m vtrain.profiler.attention_lengths``): below the anchor too.
 
     python bench/fit_attention_length.py [--write]
 
@@ -54,7 +54,7 @@ CONF_GPU = ROOT / "vtrain" / "conf" / "gpu"
 K0_GRID = [float(k) for k in range(0, 6001, 50)]
 FITTED = ("h200", "b200")
 WRITTEN = {"b200": ("b200", "b300", "gb200", "gb300")}  # H200's FA3 fit: printed only (module docstring)
-TABLE = ROOT / "profiles" / "h200" / "attention_lengths.csv"
+TABLE = ROOT / "profiles" / "measured" / "h200" / "attention_lengths.csv"
 HOPPER = ("h200", ("h100_sxm", "h200", "h800"))  # the table's GPU and the parts its k0 and cap are written to
 HOPPER_CAP = 1.0  # the long-length gain of the Hopper kernels the stacks run: cuDNN's is 0.97-1.01 from 32K on
 ANCHOR_SEQ = 8192  # the causal length of the anchor row (k = 4,096 mean keys)
@@ -147,6 +147,9 @@ def read_kernel_rows(path: Path = TABLE) -> List[KernelRow]:
 def fit_below_anchor(rows: Sequence[KernelRow]) -> Tuple[float, List[float]]:
     """(k0, relative errors of the rows below the anchor): least squares of the log rate ratio over the grid."""
     below = [r for r in rows if r.seq_len < ANCHOR_SEQ]
+    if not below:
+        raise SystemExit(f"bench/fit_attention_length.py: {TABLE}: no causal rows below {ANCHOR_SEQ} tokens beside an "
+                         f"{ANCHOR_SEQ}-token row of the same backend: nothing to fit k0 on")
     best: Tuple[float, float, List[float]] = (float("inf"), 0.0, [])
     for k0 in K0_GRID[1:]:
         errs = [flash_length_factor(r.seq_len / 2, k0) / r.rate_ratio - 1.0 for r in below]
@@ -192,11 +195,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             update_yaml(CONF_GPU / f"{name}.yaml", values,
                         {"flash_attention_k0_tokens": (
                             f"{how}: {hopper.upper()} SDPA flash and cuDNN kernels at 2K-8K causal sequences, each "
-                            f"backend's rate against its 8K row (profiles/{hopper}/attention_lengths.csv), "
+                            f"backend's rate against its 8K row (profiles/measured/{hopper}/attention_lengths.csv), "
                             f"bench/fit_attention_length.py, {date}"),
                          "flash_attention_max_length_factor": (
                             f"{how}: {hopper.upper()} SDPA flash (1.09-1.11 from 16K on) and cuDNN (1.09 at 16K, "
-                            f"0.97-1.01 at 32K-128K) over their 8K rate (profiles/{hopper}/attention_lengths.csv), "
+                            "0.97-1.01 at 32K-128K) over their 8K rate "
+                            f"(profiles/measured/{hopper}/attention_lengths.csv), "
                             "capped at the anchor's rate, where cuDNN's long calls run (Megatron-Core's kernels); "
                             f"bench/fit_attention_length.py, {date}")})
         for source, targets in WRITTEN.items():

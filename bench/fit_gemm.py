@@ -2,9 +2,9 @@
 
     python bench/fit_gemm.py            # fit, cross-validate, cross-check; print the figures
     python bench/fit_gemm.py --write    # ... and write the constants into conf/gpu/*.yaml (Hopper, Blackwell)
-    python bench/fit_gemm.py --scaled profiles/h200/gemm_scaled.csv   # FP8 recipes from a side-by-side table
+    python bench/fit_gemm.py --scaled profiles/measured/h200/gemm_scaled.csv   # FP8 recipes from a side-by-side table
 
-Without ``--scaled``, ``profiles/h200/gemm_scaled.csv`` is read when it exists (bench/gpu_run.sh writes it:
+Without ``--scaled``, ``profiles/measured/h200/gemm_scaled.csv`` is read when it exists (bench/gpu_run.sh writes it:
 ``python -m vtrain.profiler.scaled_gemm``): each FP8 recipe's eta relative to per-tensor fp8 on Hopper
 (vtrain/calibration/fp8_recipes.py). With no such table, fp8_rowwise copies fp8's eta, as before it was priced.
 
@@ -50,7 +50,7 @@ from vtrain.cost.gemm import GemmCurve
 from vtrain.cost.profile_io import default_profiles_root
 from vtrain.errors import VtrainError
 
-SCALED_DEFAULT = default_profiles_root() / "h200" / "gemm_scaled.csv"
+SCALED_DEFAULT = default_profiles_root() / "measured" / "h200" / "gemm_scaled.csv"
 GPUS = {"H100": ("h100_sxm", "NVIDIA H100 SXM", ("bf16",)), "B200": ("b200", "NVIDIA B200 SXM", ("bf16", "fp8"))}
 TABLE = "vtrain/data/modern_gpus/xla_gemm_perf_table_h100_b200.csv"
 FITTED_ON = {"H100": f"XLA GEMM table sm_90 bf16, 375 shapes ({TABLE})",

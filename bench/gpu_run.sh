@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Profile one H200 (gpu config `h200`) and check vtrain's profile-driven predictions against real
-# single-GPU training iterations. Writes profiles/h200/gemm_scaled.csv (bf16, per-tensor, rowwise and
-# blockwise FP8 GEMMs side by side: the FP8 recipes' efficiency, bench/fit_gemm.py), profiles/h200/
-# {meta.json,ops.csv} and profiles/h200/validation.csv (one row per configuration: predicted_s,
-# measured_s, error), and profiles/h200/attention_lengths.csv (SDPA over sequence lengths: the fused-
-# attention rate, bench/fit_attention.py), and profiles/h200/sustained_gemm.csv (one GEMM in a burst and
+# single-GPU training iterations. Writes profiles/measured/h200/gemm_scaled.csv (bf16, per-tensor, rowwise and
+# blockwise FP8 GEMMs side by side: the FP8 recipes' efficiency, bench/fit_gemm.py), profiles/measured/h200/
+# {meta.json,ops.csv} and profiles/measured/h200/validation.csv (one row per configuration: predicted_s,
+# measured_s, error), and profiles/measured/h200/attention_lengths.csv (SDPA over sequence lengths: the fused-
+# attention rate, bench/fit_attention.py), and profiles/measured/h200/sustained_gemm.csv (one GEMM in a burst and
 # sustained, with clock and power). Needs a CUDA build of torch; takes about 4 minutes on an H200
 # (FP8 recipes < 1 min, attention < 1 min, sustained GEMMs ~1 min, profile ~1 min, 6 measured configurations
 # ~10-20 s each; 2 min 45 s in all on 2026-12-04 without the sustained step).
 #   usage: bash bench/gpu_run.sh            (PYTHON=... to pick the interpreter)
 # On the lent machine (no Hydra there): `bash bench/device_site.sh` here first, then the one call its header
-# gives. Where $OUT is set (that machine), profiles/h200/ is copied under it after each step and at the end.
+# gives. Where $OUT is set (that machine), profiles/measured/h200/ is copied under it after each step and at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-DEST=profiles/h200
+DEST=profiles/measured/h200
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"  # bench/fit_gemm.py imports vtrain from this checkout
 save() {  # on the lent machine: what exists so far comes back even if a later step is killed
   if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/h200" && cp "$DEST"/*.csv "$DEST"/*.json "$OUT/h200/" 2>/dev/null || true; fi

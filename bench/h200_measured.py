@@ -2,7 +2,7 @@
 were timed (burst, boost clock) and with the folder's sustained-GEMM fraction (the power-capped clock a step
 runs at; vtrain/profiler/sustained_gemm.py, vtrain/cost/profile_io.py: sustained_fraction).
 
-    python bench/h200_measured.py [--profile profiles/h200]
+    python bench/h200_measured.py [--profile profiles/measured/h200]
 
 Reads ``validation*.csv`` (``task=measure`` rows, bench/gpu_run.sh) and ``sustained_gemm.csv`` of the folder;
 each row is composed as task=measure composes it (one GPU, the profile's dtype, gradient accumulation) and
@@ -26,6 +26,7 @@ from vtrain.config.compose import resolve
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.cost.profile_io import read_profile
 from vtrain.cost.profiled import ProfiledCostModel, ProfileTable
+from vtrain.errors import VtrainError
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import Gemm
 from vtrain.graph.options import graph_options
@@ -74,9 +75,13 @@ def gemm_curve_ratio(row: dict, profile: ProfileTable, gpu: str) -> float:
 
 def main(argv: Sequence[str]) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200")
+    ap.add_argument("--profile", type=Path, default=ROOT / "profiles" / "measured" / "h200")
     args = ap.parse_args(argv)
-    table = read_profile(args.profile)
+    try:
+        table = read_profile(args.profile)
+    except VtrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     rows: List[dict] = []
     for path in sorted(args.profile.glob("validation*.csv")):
         with path.open(newline="") as fh:

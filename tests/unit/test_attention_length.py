@@ -22,7 +22,8 @@ def test_the_factor_is_one_at_the_anchor_falls_below_and_rises_to_its_bound_abov
     assert flash_length_factor(FLASH_ANCHOR_KEYS, k0) == pytest.approx(1.0, rel=1e-12)
     assert flash_length_factor(1e6, None) == 1.0
     # below the anchor the same form: 2K causal (1,024 keys per query) at H200's kernel k0, 950 keys: the SDPA
-    # flash and cuDNN kernels measured 0.64 and 0.62 of their 8K rate there (profiles/h200/attention_lengths.csv)
+    # flash and cuDNN kernels measured 0.64 and 0.62 of their 8K rate there
+    # (profiles/measured/h200/attention_lengths.csv)
     assert flash_length_factor(1024.0, 950.0) == pytest.approx((1024 / 1974) / (4096 / 5046))
     assert 0.62 < flash_length_factor(1024.0, 950.0) < 0.65
     falling = [flash_length_factor(k, k0) for k in (2048.0, 1024.0, 128.0)]

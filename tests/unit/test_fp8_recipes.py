@@ -237,7 +237,7 @@ def test_a_plan_whose_recipe_copies_another_formats_efficiency_says_so():
     assert ("caution: fp8_blockwise GEMMs are priced at fp8's efficiency: no table measures this GPU's "
             "fp8_blockwise kernels") in notes
     hopper = ["+model=llama3_8b", "+cluster=h100x1024", "parallelism.dp=8", "training.global_batch_size=8"]
-    for measured in ("fp8_rowwise", "fp8_blockwise"):  # profiles/h200/gemm_scaled.csv: their own efficiency
+    for measured in ("fp8_rowwise", "fp8_blockwise"):  # profiles/measured/h200/gemm_scaled.csv: their own efficiency
         assert not any("GEMMs are priced at" in n
                        for n in simulate(compose([*hopper, f"training.precision={measured}"])).notes)
     assert not any("GEMMs are priced at" in n for n in simulate(compose([*base, "training.precision=fp8"])).notes)

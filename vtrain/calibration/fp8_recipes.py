@@ -108,11 +108,13 @@ def fit_recipes(table: ScaledTable, shape: GemmParams, hw: Hardware) -> RecipeFi
     eta: Dict[Key, float] = {}
     err: Dict[Key, float] = {}
     used: Dict[Key, int] = {}
-    for key, t in table.tables.items():
-        if key[0] not in GEMM_FAST_ACCUM:
-            continue
-        large = t.where(t.m * t.n * t.k >= LARGE_MNK)
-        fit_on = large if len(large.time_s) >= MIN_LARGE_ROWS else t  # a table of small shapes only: all of it
+    recipes = {key: t for key, t in table.tables.items() if key[0] in GEMM_FAST_ACCUM}
+    large = {key: t.where(t.m * t.n * t.k >= LARGE_MNK) for key, t in recipes.items()}
+    # one rule for every recipe, so their ratios compare like with like: the large shapes where each table has
+    # enough of them, else every table whole
+    on_large = all(len(t.time_s) >= MIN_LARGE_ROWS for t in large.values())
+    for key, t in recipes.items():
+        fit_on = large[key] if on_large else t
         p = fit_eta_only(shape, fit_on, hw)
         eta[key] = p.eta_max
         used[key] = len(fit_on.time_s)

@@ -25,7 +25,7 @@ query, shorter calls slower and longer ones faster up to ``flash_attention_max_l
 """
 from __future__ import annotations
 
-from typing import FrozenSet, Optional
+from typing import FrozenSet, Optional, Tuple
 
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high_precision_of, wave_efficiency
@@ -44,7 +44,7 @@ def flash_length_factor(mean_keys: float, k0: Optional[float], cap: Optional[flo
     O and log-sum-exp out) worth k0 keys beside the work on its keys, so the rate goes as k / (k + k0)
     (gpu.flash_attention_k0_tokens; None: 1), below the anchor as above it, and above it gains at most
     ``cap`` (gpu.flash_attention_max_length_factor; None: no cap)."""
-    if k0 is None:
+    if k0 is None or mean_keys == FLASH_ANCHOR_KEYS or mean_keys <= 0:  # exactly the measured rate at the anchor
         return 1.0
     factor = (mean_keys / (mean_keys + k0)) * ((FLASH_ANCHOR_KEYS + k0) / FLASH_ANCHOR_KEYS)
     return factor if cap is None else min(factor, cap)
@@ -128,3 +128,6 @@ class AnalyticalCostModel:
 
     def extrapolated(self) -> FrozenSet[str]:
         return frozenset()
+
+    def notes(self) -> Tuple[str, ...]:
+        return ()

@@ -6,7 +6,7 @@ small layers are bound by the framework, not the GPU.
 """
 from __future__ import annotations
 
-from typing import FrozenSet, Protocol
+from typing import FrozenSet, Protocol, Tuple
 
 from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.ops import Collective, ComputeOp
@@ -38,3 +38,6 @@ class CostModel(Protocol):
 
     def extrapolated(self) -> FrozenSet[str]:
         """Names of ops priced outside measured data (empty for analytical models)."""
+
+    def notes(self) -> Tuple[str, ...]:
+        """What the report should say about how this model priced the plan (empty for analytical models)."""

@@ -20,6 +20,10 @@ META_FILE = "meta.json"
 OPS_FILE = "ops.csv"
 COLLECTIVES_FILE = "collectives.csv"
 SUSTAINED_FILE = "sustained_gemm.csv"  # optional: python -m vtrain.profiler.sustained_gemm
+# a GPU's sustained GEMM rate over its burst rate: the H200 at its 700 W cap measured 0.83; a power-capped part
+# well below its boost clock ~0.5; above 1.05 the table did not measure a GPU (on a CPU the later windows run
+# faster, warm caches): outside these bounds the table is refused
+SUSTAINED_BOUNDS = (0.3, 1.05)
 DTYPES = ("fp32", "bf16", "fp16")
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
 
@@ -173,7 +177,12 @@ def sustained_fraction(path: Path, dtype: str) -> Optional[float]:
     if not ratios:
         return None
     mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    fraction = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    lo, hi = SUSTAINED_BOUNDS
+    if not lo < fraction <= hi:
+        raise ProfileError(f"{path}: sustained/burst GEMM rate {fraction:.3g} of {dtype} is outside ({lo:g}, {hi:g}]: "
+                           "not a GPU's power-capped clock")
+    return fraction
 
 
 # ---------------------------------------------------------------------------------------- writing

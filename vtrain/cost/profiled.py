@@ -259,3 +259,11 @@ class ProfiledCostModel:
     def extrapolated(self) -> FrozenSet[str]:
         return frozenset(self._extrapolated)
 
+    def notes(self) -> Tuple[str, ...]:
+        f = self.profile.sustained_fraction
+        if f is None:
+            return ()
+        return (f"profile {self.profile.meta.path}: GEMM and fused-attention times / {f:.3f}, the sustained rate "
+                "its sustained_gemm.csv measured (a step runs at the power-capped clock, the ops were timed in "
+                "bursts)",)
+

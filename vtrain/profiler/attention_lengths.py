@@ -1,22 +1,24 @@
 """Time PyTorch's fused attention (``F.scaled_dot_product_attention``) over sequence lengths on one device.
 
-Why: the cost model prices fused attention at one rate per GPU (``gpu.flash_attention_efficiency``, from one
-8K FlashAttention-3 measurement) times a stack factor (``stack.attention_kernel_efficiency``: torchtitan's
-SDPA kernel, FlashAttention-2 class, taken from the FlashAttention-3 paper's FA2/FA3 ratio). No shipped
-table times the kernel torchtitan runs, nor at the lengths its context-parallel runs reach (a ring step is
-one rank's queries against another rank's keys, non-causal, s/cp each). This table does, for
+Why: the cost model prices fused attention at a rate per GPU at the 8K anchor (``gpu.flash_attention_efficiency``,
+from one 8K FlashAttention-3 measurement) times a stack factor (``stack.attention_kernel_efficiency``:
+torchtitan's SDPA kernel, FlashAttention-2 class, from the FlashAttention-3 paper's FA2/FA3 ratio) and a length
+curve (``gpu.flash_attention_k0_tokens``). This table times the kernels torchtitan and Transformer Engine run,
+at the lengths context-parallel runs reach (a ring step is one rank's queries against another rank's keys,
+non-causal, s/cp each): profiles/measured/h200/attention_lengths.csv, measured on a lent H200. It serves
 ``bench/fit_attention.py`` (which prints the rate each row implies and can set the torchtitan stacks' factor).
 The cuDNN backend (the kernel family Transformer Engine's fused attention runs on Hopper) is timed at the same
 cases, so the length curve of each kernel can be read apart (``bench/fit_attention_length.py`` fits one per GPU).
 
 Cases (Llama-3 8B's attention: 32 query heads of 128, K/V repeated to 32 heads before SDPA as torchtitan
-does, batch 1, bf16): whole causal sequences of 2K-32K tokens, and non-causal square blocks of 8K-32K (ring
+does, batch 1, bf16): whole causal sequences of 2K-128K tokens, and non-causal square blocks of 8K-32K (ring
 steps). Each case times the forward and the backward (``torch.autograd.grad`` of the output) with
 :func:`vtrain.profiler.timing.time_op`. On CUDA each case runs once per backend, flash (torchtitan lists it
 first) then cuDNN; the backend is recorded per row, and a backend that cannot run a case is skipped with
 torch's reason.
 
-    python -m vtrain.profiler.attention_lengths --gpu h200 --out profiles/h200 [--device cuda] [--max-len 131072]
+    python -m vtrain.profiler.attention_lengths --gpu h200 --out profiles/measured/h200 [--device cuda] \
+        [--max-len 131072]
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ Each GEMM is ``out[m, n] = a[m, k] @ b[n, k]^T`` with ``a`` row-major and ``b`` 
 (``torchao/float8/config.py``: ``Float8LinearConfig``'s defaults); both settings are measured. Timing:
 :func:`vtrain.profiler.timing.time_op` (CUDA events with the GPU kept busy; warm-up, median and p10/p90).
 
-    python -m vtrain.profiler.scaled_gemm --gpu h200 --out profiles/h200 [--device cuda] [--grid xla|training|all]
+    python -m vtrain.profiler.scaled_gemm --gpu h200 --out profiles/measured/h200 [--device cuda] \
+        [--grid xla|training|all]
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ window completes (blank where NVML cannot be read). In a profile folder, the pro
 profile's GEMM and fused-attention times by the median steady/burst ratio of the profile's dtype
 (:func:`vtrain.cost.profile_io.sustained_fraction`).
 
-    python -m vtrain.profiler.sustained_gemm --gpu h200 --out profiles/h200 [--seconds 8] [--device cuda]
+    python -m vtrain.profiler.sustained_gemm --gpu h200 --out profiles/measured/h200 [--seconds 8] [--device cuda]
 """
 from __future__ import annotations
 

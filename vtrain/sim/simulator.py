@@ -362,7 +362,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         iterations=iterations, time_to_train_s=time_to_train, gpu_hours=gpu_hours,
         cost_usd=cost_usd, usd_per_gpu_hour=w.usd_per_gpu_hour, gpus_used=gpus,
         cost_model=cost.name, stack=stack.name, provenance=prov, extrapolated_ops=tuple(sorted(cost.extrapolated())),
-        notes=(_notes(prov, w) + ((iv.note,) if iv.note else ())
+        notes=(_notes(prov, w) + cost.notes() + ((iv.note,) if iv.note else ())
                + _convention_note(w, iteration, peak_flops, hw_flops)),
         iteration_time_lo_s=iteration * iv.lo_factor, iteration_time_hi_s=iteration * iv.hi_factor,
         time_to_train_lo_s=time_to_train * iv.lo_factor, time_to_train_hi_s=time_to_train * iv.hi_factor,
