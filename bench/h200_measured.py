@@ -14,7 +14,7 @@ import csv
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 from vtrain import compose
 from vtrain.api import simulate
@@ -35,28 +35,26 @@ from vtrain.workload.partition import partition
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def predicted_s(row: dict, profile: ProfileTable, gpu: str) -> float:
-    h = int(row["hidden_size"])
+def row_config(row: dict, gpu: str) -> Any:
+    """The config task=measure ran the row with: one GPU, the profile's dtype, its gradient accumulation."""
     cfg = compose([f"+model={row['model']}", f"+cluster={gpu}x8", f"model.num_layers={row['num_layers']}",
-                   f"model.hidden_size={h}", f"model.num_heads={row['num_heads']}",
+                   f"model.hidden_size={row['hidden_size']}", f"model.num_heads={row['num_heads']}",
                    f"model.max_seq_len={max(4096, int(row['seq_len']))}", f"training.seq_len={row['seq_len']}",
                    f"parallelism.micro_batch_size={row['micro_batch_size']}",
                    f"training.flash_attention={str(row['flash_attention']).lower()}"])
     resolve(cfg)
     single_device(cfg, row["dtype"], int(row["microbatches"]))
-    return simulate(cfg, profile=profile).iteration_time_s
+    return cfg
+
+
+def predicted_s(row: dict, profile: ProfileTable, gpu: str) -> float:
+    return simulate(row_config(row, gpu), profile=profile).iteration_time_s
 
 
 def gemm_curve_ratio(row: dict, profile: ProfileTable, gpu: str) -> float:
     """The analytical GEMM curve (before gpu.sustained_gemm_fraction) over the profile's burst-timed GEMMs,
     summed over one layer's forward and backward GEMMs at the row's shapes."""
-    h = int(row["hidden_size"])
-    cfg = compose([f"+model={row['model']}", f"+cluster={gpu}x8", f"model.num_layers={row['num_layers']}",
-                   f"model.hidden_size={h}", f"model.num_heads={row['num_heads']}",
-                   f"model.max_seq_len={max(4096, int(row['seq_len']))}", f"training.seq_len={row['seq_len']}",
-                   f"parallelism.micro_batch_size={row['micro_batch_size']}"])
-    resolve(cfg)
-    single_device(cfg, row["dtype"], int(row["microbatches"]))
+    cfg = row_config(row, gpu)
     w = build_workload(cfg)
     analytical = AnalyticalCostModel(w)
     measured = ProfiledCostModel(profile, analytical, model=w.model, precision=w.plan.precision.value)
