@@ -32,7 +32,7 @@ import torch
 from vtrain.cli.args import int_at_least
 from vtrain.errors import VtrainError
 from vtrain.profiler.device import device_name
-from vtrain.profiler.table_run import check_args, finish, open_device, table_parser
+from vtrain.profiler.table_run import MEASURE_ERRORS, check_args, finish, open_device, reason, release, table_parser
 from vtrain.profiler.timing import time_op
 
 TABLE_FILE = "attention_lengths.csv"
@@ -104,13 +104,11 @@ def measure(gpu: str, dev: torch.device, todo: Sequence[Case], warmup: int = 2, 
                 fwd, bwd = attention_calls(c, dev, heads, head_dim)
                 t_fwd = time_op(fwd, dev, warmup=warmup, repeats=repeats)
                 t_bwd = time_op(bwd, dev, warmup=warmup, repeats=repeats)
-        except (RuntimeError, ValueError, NotImplementedError) as exc:
-            text = str(exc).strip()
-            skipped.append(f"{label}: {text.splitlines()[0] if text else type(exc).__name__}")
+        except MEASURE_ERRORS as exc:
+            skipped.append(f"{label}: {reason(exc)}")
             continue
         finally:
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
+            release(dev)
         rows.append({"gpu": gpu, "device": device_name(dev), "torch": torch.__version__, "backend": backend,
                      "causal": int(c.causal), "batch_heads": heads, "q_len": c.q_len, "kv_len": c.kv_len,
                      "head_dim": head_dim, "fwd_s": f"{t_fwd.median_s:.6g}", "bwd_s": f"{t_bwd.median_s:.6g}"})

@@ -26,7 +26,7 @@ import torch
 
 from vtrain.errors import VtrainError
 from vtrain.profiler.device import device_name
-from vtrain.profiler.table_run import check_args, finish, open_device, table_parser
+from vtrain.profiler.table_run import MEASURE_ERRORS, check_args, finish, open_device, reason, release, table_parser
 from vtrain.profiler.timing import Timing, time_op
 
 TABLE_FILE = "gemm_scaled.csv"
@@ -132,14 +132,11 @@ def measure(gpu: str, dev: torch.device, grid: Iterable[Tuple[int, int, int]], r
             try:
                 fn = gemm(r, m, n, k, dev)
                 t = time_op(fn, dev, warmup=warmup, repeats=repeats)
-            except (RuntimeError, ValueError, NotImplementedError) as exc:
-                text = str(exc).strip()
-                reason = text.splitlines()[0] if text else type(exc).__name__
-                failed.setdefault((name, reason), []).append(f"{m}x{n}x{k}")
+            except MEASURE_ERRORS as exc:
+                failed.setdefault((name, reason(exc)), []).append(f"{m}x{n}x{k}")
                 continue
             finally:
-                if dev.type == "cuda":
-                    torch.cuda.empty_cache()
+                release(dev)
             rows.append(_row(gpu, dev, r, m, n, k, t))
             if log:
                 log(f"{name} {m}x{n}x{k}: {t.median_s * 1e6:9.1f} us  {2 * m * n * k / t.median_s / 1e12:7.1f} TFLOP/s")

@@ -27,7 +27,7 @@ from vtrain.cost.profile_io import steady_ratio
 from vtrain.errors import VtrainError
 from vtrain.profiler.device import device_name
 from vtrain.profiler.scaled_gemm import Recipe, gemm
-from vtrain.profiler.table_run import check_args, finish, open_device, table_parser
+from vtrain.profiler.table_run import MEASURE_ERRORS, check_args, finish, open_device, reason, release, table_parser
 from vtrain.profiler.timing import time_op
 
 TABLE_FILE = "sustained_gemm.csv"
@@ -140,13 +140,11 @@ def measure(gpu: str, dev: torch.device, shapes: Sequence[Tuple[int, int, int]] 
                 mine = [_row(gpu, dev, r, shape, "burst", 0.0, repeats, burst.median_s, idle)]
                 for t_s, calls, per_call, read in sustained(fn, dev, seconds, window_s, burst.median_s, sensors):
                     mine.append(_row(gpu, dev, r, shape, "sustained", t_s, calls, per_call, read))
-            except (RuntimeError, ValueError, NotImplementedError) as exc:
-                text = str(exc).strip()
-                skipped.append(f"{label}: {text.splitlines()[0] if text else type(exc).__name__}")
+            except MEASURE_ERRORS as exc:
+                skipped.append(f"{label}: {reason(exc)}")
                 continue
             finally:
-                if dev.type == "cuda":
-                    torch.cuda.empty_cache()
+                release(dev)
             rows += mine
             ratio = steady_ratio(mine)
             if log:

@@ -13,6 +13,22 @@ from typing import Any, Dict, List, Sequence, Tuple
 from vtrain.cli.args import ArgumentParser, int_at_least
 from vtrain.errors import VtrainError
 
+MEASURE_ERRORS = (RuntimeError, ValueError, NotImplementedError)  # what torch raises for a case it cannot run
+
+
+def reason(exc: BaseException) -> str:
+    """The first line of torch's message for a case it could not run (the table's `skipped` lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def release(dev: Any) -> None:
+    """Hand a case's freed memory back to the device before the next, larger one."""
+    if dev.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
 
 def table_parser(prog: str, description: str, table_file: str) -> ArgumentParser:
     """The parser with the arguments every table profiler takes: --gpu, --out, --device, --warmup, --repeats."""
