@@ -83,6 +83,8 @@ class AnalyticalCostModel:
         self.host_s = stack.host_time_per_kernel_s
         self.host_coll_s = stack.host_time_per_collective_s
         self.opt_bytes = stack.optimizer_bytes_per_param
+        opt_fraction = stack.optimizer_bandwidth_fraction
+        self.opt_bw = self.mem_bw if opt_fraction is None else gpu.hbm_bandwidth_bytes_per_s * opt_fraction
 
     def _curve(self, op: Gemm) -> GemmCurve:
         return self.attn_curve if op.attention else self.curves.get(op.precision, self.curve)
@@ -124,7 +126,7 @@ class AnalyticalCostModel:
         return max(nbytes / self.mem_bw, self.kernel_s)
 
     def optimizer_time_s(self, params: float) -> float:
-        return params * self.opt_bytes / self.mem_bw
+        return params * self.opt_bytes / self.opt_bw
 
     def extrapolated(self) -> FrozenSet[str]:
         return frozenset()

@@ -30,6 +30,10 @@ class StackSpec:
                                              doc="extra host time per TP collective (wrapper, NCCL enqueue)")
     optimizer_bytes_per_param: float = spec(40.0, unit="B", domain=BYTES_PER_ITEM,
                                             doc="HBM traffic of the mixed-precision Adam step per parameter")
+    optimizer_bandwidth_fraction: Optional[float] = spec(
+        None, domain=Domain(lo=0.0, hi=1.0, lo_open=True), none_means="the GPU's memory_efficiency",
+        doc="fraction of the GPU's HBM bandwidth the optimizer step's kernels move their bytes at (a fused "
+            "multi-tensor Adam is not an element-wise kernel)")
     iteration_overhead_s: float = spec(0.0, unit="s", domain=SECONDS,
                                        doc="fixed host time per iteration (logging, loss scale, sync)")
     microbatch_overhead_s: float = spec(0.0, unit="s", domain=SECONDS,
