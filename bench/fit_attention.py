@@ -16,9 +16,7 @@ stack (``bench/fit_attention_length.py`` fits the length curve).
 """
 from __future__ import annotations
 
-import csv
 import datetime
-import math
 import sys
 from pathlib import Path
 from statistics import median
@@ -28,32 +26,14 @@ from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec, stack_spec
 from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
-from vtrain.cost.analytical import flash_length_factor
+from vtrain.cost.analytical import FLASH_ANCHOR_KEYS, flash_length_factor
 from vtrain.cost.profile_io import default_profiles_root
 from vtrain.errors import VtrainError
 from vtrain.graph.ops import FlashAttention
-from vtrain.profiler.attention_lengths import COLUMNS
+from vtrain.profiler.attention_lengths import read_table
 
-ANCHOR_SEQ = 8192  # the causal length gpu.flash_attention_efficiency was measured at
+ANCHOR_SEQ = int(2 * FLASH_ANCHOR_KEYS)  # the causal length gpu.flash_attention_efficiency was measured at
 DEFAULT_TABLE = default_profiles_root() / "measured" / "h200" / "attention_lengths.csv"
-
-
-def read_rows(path: Path) -> List[Dict[str, str]]:
-    try:
-        with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise VtrainError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not rows or any(c not in rows[0] for c in COLUMNS):
-        raise VtrainError(f"{path}: not a table of python -m vtrain.profiler.attention_lengths")
-    for i, r in enumerate(rows, start=2):
-        try:
-            ok = all(math.isfinite(float(r[c])) and float(r[c]) > 0 for c in ("q_len", "kv_len", "fwd_s", "bwd_s"))
-        except (TypeError, ValueError):
-            ok = False
-        if not ok or r["gpu"] != rows[0]["gpu"]:
-            raise VtrainError(f"{path}:{i}: lengths and times must be numbers > 0, all rows of one gpu")
-    return rows
 
 
 def ops(r: Dict[str, str]) -> List[FlashAttention]:
@@ -73,7 +53,7 @@ def main(argv: List[str]) -> int:
         stacks = group_options("stack")
         if args.stack not in stacks:
             raise VtrainError(f"--stack={args.stack} is not a stack/ config; one of: {', '.join(stacks)}")
-        table = read_rows(args.table)
+        table = read_table(args.table)
         rows = [r for r in table if r["backend"] == args.backend]
         if not rows:
             raise VtrainError(f"{args.table}: no row of backend {args.backend}; it holds "

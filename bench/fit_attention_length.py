@@ -44,7 +44,9 @@ from vtrain.api import cost_model_for
 from vtrain.calibration.yaml_write import Value, provenance_path, update_yaml
 from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import build_workload
-from vtrain.cost.analytical import flash_length_factor
+from vtrain.cost.analytical import FLASH_ANCHOR_KEYS, flash_length_factor
+from vtrain.errors import VtrainError
+from vtrain.profiler.attention_lengths import read_table
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.workload import Workload
 
@@ -57,7 +59,7 @@ WRITTEN = {"b200": ("b200", "b300", "gb200", "gb300")}  # H200's FA3 fit: printe
 TABLE = ROOT / "profiles" / "measured" / "h200" / "attention_lengths.csv"
 HOPPER = ("h200", ("h100_sxm", "h200", "h800"))  # the table's GPU and the parts its k0 and cap are written to
 HOPPER_CAP = 1.0  # the long-length gain of the Hopper kernels the stacks run: cuDNN's is 0.97-1.01 from 32K on
-ANCHOR_SEQ = 8192  # the causal length of the anchor row (k = 4,096 mean keys)
+ANCHOR_SEQ = int(2 * FLASH_ANCHOR_KEYS)  # the causal length of the anchor row
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,11 @@ class KernelRow:
 
 def read_kernel_rows(path: Path = TABLE) -> List[KernelRow]:
     """The causal rows of the SDPA table, each as its rate relative to the same backend's 8K row."""
-    with path.open(newline="") as fh:
-        causal = [r for r in csv.DictReader(fh) if r["causal"] == "1" and r["q_len"] == r["kv_len"]]
+    try:
+        table = read_table(path)
+    except VtrainError as exc:
+        raise SystemExit(f"bench/fit_attention_length.py: {exc}") from None
+    causal = [r for r in table if r["causal"] == "1" and r["q_len"] == r["kv_len"]]
     secs = {(r["backend"], int(r["q_len"])): float(r["fwd_s"]) + float(r["bwd_s"]) for r in causal}
     out = []
     for (backend, s), t in sorted(secs.items()):

@@ -23,8 +23,11 @@ torch's reason.
 from __future__ import annotations
 
 import contextlib
+import csv
+import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -115,6 +118,25 @@ def measure(gpu: str, dev: torch.device, todo: Sequence[Case], warmup: int = 2, 
         if log:
             log(f"{label}: forward {t_fwd.median_s * 1e3:8.2f} ms  backward {t_bwd.median_s * 1e3:8.2f} ms")
     return rows, skipped
+
+
+def read_table(path: Path) -> List[Dict[str, str]]:
+    """The rows of a table this module wrote, checked: a malformed one is a one-line error naming the file."""
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise VtrainError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not rows or any(c not in rows[0] for c in COLUMNS):
+        raise VtrainError(f"{path}: not a table of python -m vtrain.profiler.attention_lengths")
+    for i, r in enumerate(rows, start=2):
+        try:
+            ok = all(math.isfinite(float(r[c])) and float(r[c]) > 0 for c in ("q_len", "kv_len", "fwd_s", "bwd_s"))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok or r["gpu"] != rows[0]["gpu"]:
+            raise VtrainError(f"{path}:{i}: lengths and times must be numbers > 0, all rows of one gpu")
+    return rows
 
 
 def main(argv: Sequence[str]) -> int:
