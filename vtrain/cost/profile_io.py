@@ -10,6 +10,7 @@ import json
 import math
 import re
 from pathlib import Path
+from statistics import median
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from vtrain.cost.profiled import CollectiveSample, OpSample, ProfileMeta, ProfileTable
@@ -158,9 +159,7 @@ def steady_ratio(rows: Sequence[Mapping[str, Any]]) -> Optional[float]:
     windows = [float(r["tflops"]) for r in rows if r["phase"] == "sustained"]
     if not burst or not windows or burst[0] <= 0:
         return None
-    tail = sorted(windows[len(windows) // 2:])
-    mid = len(tail) // 2
-    return (tail[mid] if len(tail) % 2 else (tail[mid - 1] + tail[mid]) / 2) / burst[0]
+    return median(windows[len(windows) // 2:]) / burst[0]
 
 
 def sustained_fraction(path: Path, dtype: str) -> Optional[float]:
@@ -173,11 +172,10 @@ def sustained_fraction(path: Path, dtype: str) -> Optional[float]:
         _num(path, lineno, row, "tflops", positive=True)
         if row["recipe"] == dtype:
             shapes.setdefault((row["m"], row["n"], row["k"]), []).append(row)
-    ratios = sorted(r for r in (steady_ratio(rows) for rows in shapes.values()) if r is not None)
+    ratios = [r for r in (steady_ratio(rows) for rows in shapes.values()) if r is not None]
     if not ratios:
         return None
-    mid = len(ratios) // 2
-    fraction = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    fraction = median(ratios)
     lo, hi = SUSTAINED_BOUNDS
     if not lo < fraction <= hi:
         raise ProfileError(f"{path}: sustained/burst GEMM rate {fraction:.3g} of {dtype} is outside ({lo:g}, {hi:g}]: "

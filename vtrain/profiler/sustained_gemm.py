@@ -36,6 +36,7 @@ COLUMNS = ("gpu", "device", "torch", "recipe", "m", "n", "k", "phase", "t_s", "c
 # a square GEMM as the MAMF search and the tables' largest shapes, and Llama-3 8B's MLP GEMM at 16K tokens
 SHAPES: Tuple[Tuple[int, int, int], ...] = ((8192, 8192, 8192), (16384, 14336, 4096))
 RECIPES: Tuple[Recipe, ...] = (Recipe("bf16", False), Recipe("fp8", True))
+NO_READING: Dict[str, object] = {"sm_clock_mhz": "", "power_w": "", "temp_c": ""}  # NVML absent or failing
 
 
 def nvml_handle(pynvml: Any, dev: torch.device) -> Any:
@@ -75,22 +76,21 @@ class Sensors:
 
     def sample(self) -> Dict[str, object]:
         if self.read is None:
-            return {"sm_clock_mhz": "", "power_w": "", "temp_c": ""}
+            return NO_READING
         try:
             clock, power, temp = self.read()
         except Exception:
-            return {"sm_clock_mhz": "", "power_w": "", "temp_c": ""}
+            return NO_READING
         return {"sm_clock_mhz": f"{clock:.0f}", "power_w": f"{power:.1f}", "temp_c": f"{temp:.0f}"}
 
 
 def sustained(fn: Callable[[], Any], dev: torch.device, seconds: float, window_s: float, first_s: float,
-              sensors: Optional["Sensors"] = None) -> List[Tuple[float, int, float, Dict[str, object]]]:
+              sensors: Optional[Sensors] = None) -> List[Tuple[float, int, float, Dict[str, object]]]:
     """(seconds since the start, calls, seconds per call, the sensors read as the window ended) of each window of
     back-to-back calls, for ``seconds``. The calls per window come from ``first_s``, one call's time; on CUDA each
     window is timed with events and the sensors are read right after it completes."""
     calls = max(1, int(window_s / max(first_s, 1e-9)))
     out: List[Tuple[float, int, float, Dict[str, object]]] = []
-    blank: Dict[str, object] = {"sm_clock_mhz": "", "power_w": "", "temp_c": ""}
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         if dev.type == "cuda":
@@ -106,7 +106,7 @@ def sustained(fn: Callable[[], Any], dev: torch.device, seconds: float, window_s
             for _ in range(calls):
                 fn()
             took = time.perf_counter() - w0
-        out.append((time.perf_counter() - t0, calls, took / calls, sensors.sample() if sensors else blank))
+        out.append((time.perf_counter() - t0, calls, took / calls, sensors.sample() if sensors else NO_READING))
     return out
 
 
