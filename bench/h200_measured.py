@@ -14,10 +14,10 @@ import csv
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Dict, List, Sequence
 
 from vtrain import compose
-from vtrain.api import simulate
+from vtrain.api import cost_model_for
 from vtrain.cli.args import ArgumentParser
 from vtrain.cli.task_measure import single_device
 from vtrain.comm.plan import build_comm_plan
@@ -30,13 +30,15 @@ from vtrain.errors import VtrainError
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import Gemm
 from vtrain.graph.options import graph_options
+from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.partition import partition
+from vtrain.workload.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def row_config(row: dict, gpu: str) -> Any:
-    """The config task=measure ran the row with: one GPU, the profile's dtype, its gradient accumulation."""
+def row_workload(row: dict, gpu: str) -> Workload:
+    """The plan task=measure ran the row with: one GPU, the profile's dtype, its gradient accumulation."""
     cfg = compose([f"+model={row['model']}", f"+cluster={gpu}x8", f"model.num_layers={row['num_layers']}",
                    f"model.hidden_size={row['hidden_size']}", f"model.num_heads={row['num_heads']}",
                    f"model.max_seq_len={max(4096, int(row['seq_len']))}", f"training.seq_len={row['seq_len']}",
@@ -44,18 +46,16 @@ def row_config(row: dict, gpu: str) -> Any:
                    f"training.flash_attention={str(row['flash_attention']).lower()}"])
     resolve(cfg)
     single_device(cfg, row["dtype"], int(row["microbatches"]))
-    return cfg
+    return build_workload(cfg)
 
 
-def predicted_s(row: dict, profile: ProfileTable, gpu: str) -> float:
-    return simulate(row_config(row, gpu), profile=profile).iteration_time_s
+def predicted_s(w: Workload, profile: ProfileTable) -> float:
+    return simulate_workload(w, cost_model_for(w, profile))[0].iteration_time_s
 
 
-def gemm_curve_ratio(row: dict, profile: ProfileTable, gpu: str) -> float:
+def gemm_curve_ratio(w: Workload, profile: ProfileTable) -> float:
     """The analytical GEMM curve (before gpu.sustained_gemm_fraction) over the profile's burst-timed GEMMs,
     summed over one layer's forward and backward GEMMs at the row's shapes."""
-    cfg = row_config(row, gpu)
-    w = build_workload(cfg)
     analytical = AnalyticalCostModel(w)
     measured = ProfiledCostModel(profile, analytical, model=w.model, precision=w.plan.precision.value)
     graph = build_model_graph(w.model, w.plan, build_comm_plan(w, partition(w.model, w.plan)).tp,
@@ -92,9 +92,10 @@ def main(argv: Sequence[str]) -> int:
     print(f"{shown}: {table.meta.device_name}, sustained GEMM fraction {table.sustained_fraction:.3f} "
           f"({len(rows)} measured iterations)")
     errs: Dict[str, List[float]] = {"burst": [], "sustained": []}
-    for r in rows:
+    plans = [row_workload(r, table.meta.gpu) for r in rows]
+    for r, w in zip(rows, plans):
         measured = float(r["measured_s"])
-        pb, ps = predicted_s(r, burst, table.meta.gpu), predicted_s(r, table, table.meta.gpu)
+        pb, ps = predicted_s(w, burst), predicted_s(w, table)
         errs["burst"].append(pb / measured - 1)
         errs["sustained"].append(ps / measured - 1)
         print(f"  L={int(r['num_layers']):2d} h={int(r['hidden_size']):4d} mb={r['micro_batch_size']} "
@@ -103,7 +104,7 @@ def main(argv: Sequence[str]) -> int:
               f"({errs['sustained'][-1]:+.1%})")
     for k, e in errs.items():
         print(f"{k:>9}: MAPE {100 * sum(abs(x) for x in e) / len(e):.1f}%, mean signed {100 * sum(e) / len(e):+.1f}%")
-    ratios = [gemm_curve_ratio(r, burst, table.meta.gpu) for r in rows]
+    ratios = [gemm_curve_ratio(w, burst) for w in plans]
     print(f"analytical GEMM curve (gpu/{table.meta.gpu}.yaml, before its sustained_gemm_fraction) over the profile's "
           f"burst-timed GEMMs, per layer: {min(ratios):.3f}-{max(ratios):.3f}")
     return 0
