@@ -41,7 +41,7 @@ step torchtitan '^MAPE|^peak memory' "$PY" "${V[@]}" +cluster=h100x1024 validate
 step torchtitan_table 'H100 rows' "$PY" bench/torchtitan_table.py
 step fit_gemm 'in sample|effective eta' "$PY" bench/fit_gemm.py
 step fit_collectives 'all four collectives' "$PY" bench/fit_collectives.py
-step fit_attention_length 'k0 = ' "$PY" bench/fit_attention_length.py
+step fit_attention_length 'k0 = |held out' "$PY" bench/fit_attention_length.py
 step h200_measured 'MAPE' "$PY" bench/h200_measured.py
 step h200_llama_measured 'MAPE' "$PY" bench/h200_measured.py --profile profiles/measured/h200-llama
 step intervals '^\| all \||^wrote' "$PY" bench/fit_intervals.py --plot docs/intervals.png

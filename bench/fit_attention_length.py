@@ -164,6 +164,23 @@ def fit_below_anchor(rows: Sequence[KernelRow]) -> Tuple[float, List[float]]:
     return best[1], best[2]
 
 
+def held_out(rows: Sequence[KernelRow]) -> str:
+    """The below-anchor fit cross-validated: each row predicted from k0 fitted without it, and each backend's rows
+    from k0 fitted on the other backend's."""
+    below = [r for r in rows if r.seq_len < ANCHOR_SEQ]
+    loo = [flash_length_factor(r.seq_len / 2, fit_below_anchor([o for o in rows if o is not r])[0]) / r.rate_ratio - 1
+           for r in below]
+    out = f"leave-one-row-out MAPE {100 * sum(abs(e) for e in loo) / len(loo):.1f}%"
+    for backend in sorted({r.backend for r in below}):
+        others = [r for r in rows if r.backend != backend]
+        if not any(r.seq_len < ANCHOR_SEQ for r in others):
+            continue
+        k0 = fit_below_anchor(others)[0]
+        errs = [flash_length_factor(r.seq_len / 2, k0) / r.rate_ratio - 1 for r in below if r.backend == backend]
+        out += f"; {backend} from the others' k0 {k0:.0f}: " + " ".join(f"{e:+.1%}" for e in errs)
+    return out
+
+
 def rms(errs: Sequence[float]) -> float:
     return (sum(e * e for e in errs) / len(errs)) ** 0.5
 
@@ -190,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           + f"; above it, capped at {HOPPER_CAP}: measured "
           + " ".join(f"{r.backend} {r.seq_len // 1024}K {r.rate_ratio:.3f}" for r in kernel_rows
                      if r.seq_len > ANCHOR_SEQ))
+    print(f"{HOPPER[0]} kernels below the anchor, held out: {held_out(kernel_rows)}")
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
         hopper, parts = HOPPER
