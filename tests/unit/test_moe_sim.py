@@ -140,6 +140,9 @@ def test_valid_expert_parallel_degrees():
      "tp=2 with experts needs sequence_parallel=true"),
     (["parallelism.recompute=selective", "parallelism.recompute_modules=attn"],
      "recompute_modules=attn: attn is not one of"),
+    # fuzzed: a shared-expert width the TP ranks cannot split was a zero-width GEMM (ZeroDivisionError)
+    (["model.num_shared_experts=1", "model.shared_expert_ffn_hidden_size=3"],
+     "tp=2 must divide the shared experts' width=3"),
 ])
 def test_expert_parallel_rules_are_one_line_errors(extra, message):
     with pytest.raises(ConfigError) as err:

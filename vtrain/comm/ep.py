@@ -88,6 +88,9 @@ def check_expert_parallel(m: ModelSpec, p: ParallelPlan) -> None:
         raise ConfigError(f"etp*ep={etp}*{p.ep} must divide tp*dp*cp={ranks}")
     if m.expert_ffn % etp:
         raise ConfigError(f"etp={etp} must divide moe_ffn_hidden_size={m.expert_ffn}")
+    if m.shared_ffn % p.tp:  # Megatron-Core's SharedExpertMLP is split over the TP ranks, not the expert TP
+        raise ConfigError(f"tp={p.tp} must divide the shared experts' width={m.shared_ffn} "
+                          "(model.shared_expert_ffn_hidden_size, or num_shared_experts * moe_ffn_hidden_size)")
     if p.tp > 1 and not p.sequence_parallel:
         raise ConfigError(f"tp={p.tp} with experts needs sequence_parallel=true (Megatron-Core MoE)")
     if p.overlap_moe_comm and not (p.schedule.value == "interleaved" or p.pp == 1):
