@@ -4,24 +4,36 @@ micro-batch 1 x 8K, no checkpointing (vtrain/data/modern_gpus/mleng_llama31_8b_d
 table 8k_step_decomposition): the measured TFLOP/s of "everything else" (all but attention) against what
 the benchmarked GEMM curves (bench/fit_gemm.py) and the rest of the model predict for that part.
 
-    python bench/fit_sustained.py
+    python bench/fit_sustained.py            # fit, and compare with the shipped gpu/ configs
+    python bench/fit_sustained.py --write    # ... and write the fitted values into them (and their transfers)
 
-The fraction solves  measured other-time = GEMM time / f + the rest  (the rest: element-wise kernels,
-optimizer, exposed communication, as modelled with the eager stack torchtitan_fsdp2 minus its attention
-factor: these runs used FlashAttention-3). Validated on other data: the torchtitan runs (task=validate
-validate.data=torchtitan) and the A100, whose end-to-end fit already holds it (fitted 0.71 of peak vs a
-best achievable 0.87: a ratio of 0.82).
+The fraction solves  measured other-time = GEMM time / f + the rest. The rest (element-wise kernels, optimizer,
+exposed communication) is modelled with the eager PyTorch stack torchtitan_fsdp2, which runs the kernels that
+Hugging Face's eager Llama runs under DeepSpeed: separate q/k/v and gate/up projections, the fp32-upcast loss,
+fused multi-tensor Adam at its measured bandwidth (stack.optimizer_bandwidth_fraction), gradient buckets
+reduced beside the backward; minus what differs: its attention factor (these runs used FlashAttention-3:
+attention_kernel_efficiency 1) and its repeat_kv (flash-attn takes grouped K/V heads as they are:
+attention_expands_kv false). A change to any of those kernels' model moves the fit: tests/unit/
+test_sustained_fit.py fails until the configs are refitted with --write. Validated on other data: the
+torchtitan runs (task=validate validate.data=torchtitan) and the measured H200 steady/burst ratio (0.830 on one
+GPU: profiles/measured/h200/sustained_gemm.csv), of which this fraction is the part a single GPU shows.
 """
 from __future__ import annotations
 
 import csv
+import sys
 from dataclasses import replace
+from datetime import date
 from pathlib import Path
+from typing import List, Optional
 
 from vtrain import compose
 from vtrain.api import cost_model_for
+from vtrain.calibration.yaml_write import provenance_path, update_yaml
+from vtrain.cli.args import ArgumentParser
 from vtrain.comm.plan import build_comm_plan
-from vtrain.config.build import build_workload
+from vtrain.config.build import build_workload, gpu_spec
+from vtrain.config.compose import CONF_DIR, load_gpu_config
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import FlashAttention
 from vtrain.sim.simulator import simulate_workload
@@ -41,7 +53,8 @@ def measured_other_tflops(gpu: str) -> float:
 
 def fit(gpu: str) -> float:
     cfg = compose(["+model=llama3_8b", "+cluster=h200x8", f"cluster.gpu={gpu}", "stack=torchtitan_fsdp2",
-                   "stack.attention_kernel_efficiency=1.0", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
+                   "stack.attention_kernel_efficiency=1.0", "stack.attention_expands_kv=false",
+                   "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
                    "parallelism.zero_stage=2", "parallelism.sequence_parallel=false", "parallelism.recompute=none",
                    "parallelism.distributed_optimizer=false", "training.seq_len=8192", "training.global_batch_size=8",
                    "parallelism.micro_batch_size=1"])
@@ -67,13 +80,33 @@ def fit(gpu: str) -> float:
     return (lo + hi) / 2
 
 
-def main() -> None:
-    for gpu in ("h200", "b200"):
-        f = fit(gpu)
+FITTED = {"h200": ("h100_sxm", "h100_96gb_500w"), "b200": ("gb200", "b300")}  # each fit and its transfers
+
+
+def shipped(gpu: str) -> float:
+    return float(gpu_spec(load_gpu_config(gpu)).sustained_gemm_fraction)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true",
+                    help="write the fitted fractions into conf/gpu/{h200,b200}.yaml and the configs transferred "
+                         "from them")
+    args = ap.parse_args(argv)
+    for gpu, transfers in FITTED.items():
+        f = round(fit(gpu), 3)
         print(f"{gpu}: sustained_gemm_fraction = {f:.3f} (measured 'everything else' "
-              f"{measured_other_tflops(gpu):.0f} TFLOP/s/GPU)")
-    print("conf/gpu/h200.yaml and b200.yaml carry these values (their siblings: transferred, stated)")
+              f"{measured_other_tflops(gpu):.0f} TFLOP/s/GPU); shipped {shipped(gpu):.3f}")
+        if args.write:
+            prov = (f"fitted: MLENG Llama-3.1-8B 8K DeepSpeed ZeRO-2 step decomposition ('everything else' TFLOP/s; "
+                    f"{provenance_path(DATA)}), bench/fit_sustained.py, {date.today().isoformat()}")
+            update_yaml(CONF_DIR / "gpu" / f"{gpu}.yaml", {"sustained_gemm_fraction": f},
+                        {"sustained_gemm_fraction": prov})
+            for other in transfers:  # their provenance already says "transferred from" this GPU
+                update_yaml(CONF_DIR / "gpu" / f"{other}.yaml", {"sustained_gemm_fraction": f}, {})
+            print(f"  wrote gpu/{gpu} and its transfers {', '.join(transfers)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,7 @@ def test_int_at_least_and_new_file(tmp_path):
     (["bench/figures.sh", "--all"], "bench/figures.sh: unknown argument --all (only --cv)"),
     (["bench/fit_attention.py", "--stack", "nope"], "--stack=nope is not a stack/ config"),
     (["bench/fit_attention_length.py", "--bogus"], "fit_attention_length.py: error: unrecognized arguments: --bogus"),
+    (["bench/fit_sustained.py", "--bogus"], "fit_sustained.py: error: unrecognized arguments: --bogus"),
 ])
 def test_script_bad_argument_is_one_line(argv, msg):
     cmd = ["bash", *argv] if argv[0].endswith(".sh") else [sys.executable, *argv]

@@ -1,7 +1,7 @@
 """Time one GEMM in a burst (as the GEMM tables do) and sustained for seconds (as a training step runs it).
 
 Why: the cost model prices a GEMM inside a training step at ``gpu.sustained_gemm_fraction`` of its benchmarked
-rate (0.743 on Hopper, fitted on one 8-GPU DeepSpeed step decomposition, bench/fit_sustained.py). Part of that
+rate (0.778 on Hopper, fitted on one 8-GPU DeepSpeed step decomposition, bench/fit_sustained.py). Part of that
 is physical and single-GPU: a GPU running GEMMs back to back for seconds draws its board power and lowers its
 clock to stay within it, while a benchmark's few calls after an idle gap run at the boost clock. This table
 measures that part alone: the same GEMM timed the tables' way (:func:`vtrain.profiler.timing.time_op`: warm-up,
