@@ -2,16 +2,24 @@
 
     python bench/fit_attention.py                               # profiles/measured/h200/attention_lengths.csv
     python bench/fit_attention.py --table PATH [--stack torchtitan_fsdp2] [--backend flash|cudnn] [--write]
+    python bench/fit_attention.py --backend cudnn --stack megatron_core_te      # TE's fused attention is cuDNN's
 
 The table comes from ``python -m vtrain.profiler.attention_lengths`` (bench/gpu_run.sh runs it on the lent
-GPU). For each row of one SDPA backend (``--backend``, flash by default) it prints the efficiency the kernel
-reached (the model's FLOP count of :class:`vtrain.graph.ops.FlashAttention`, causal half included, over time x
-the bf16 peak), forward, backward and both, and the error of the model's time: ``flops / (peak x
-gpu.flash_attention_efficiency x stack.attention_kernel_efficiency x power_clock_fraction)``. The implied
-stack factor is the 8K causal row's efficiency over the GPU's fused-attention efficiency (where the GPU's rate
-was measured; without that row, the median over the causal rows, each with the model's length curve applied);
-``--write`` sets it as the stack's ``attention_kernel_efficiency`` with its provenance. How the rate moves
-with length (the ring-step blocks of context parallelism) is printed, not modelled here: one constant per
+GPU). Its kernels are timed in bursts (a few calls after a warm-up, at the boost clock), while the GPU's
+``flash_attention_efficiency`` is a rate inside a training step (MLENG's step decomposition), where the power
+cap holds the clock lower: the same folder's ``sustained_gemm.csv`` (the steady/burst ratio of a GEMM run back to
+back, :func:`vtrain.cost.profile_io.sustained_fraction`) puts the measured rates on that footing, as the
+profile-driven cost model does with the same table. For each row of one SDPA backend (``--backend``, flash by
+default) it prints the efficiency the kernel reached in the burst (the model's FLOP count of
+:class:`vtrain.graph.ops.FlashAttention`, causal half included, over time x the bf16 peak), forward, backward and
+both, and the error of the model's time against the in-step time (measured / sustained fraction):
+``flops / (peak x gpu.flash_attention_efficiency x the stack's factor on the GPU's architecture x
+power_clock_fraction)``. The implied stack factor is the 8K causal row's in-step efficiency over the GPU's
+fused-attention efficiency (where the GPU's rate was measured; without that row, the median over the causal rows,
+each with the model's length curve applied); ``--write`` sets it as the stack's
+``attention_kernel_efficiency_by_architecture`` entry for the GPU's architecture, with its provenance (other
+architectures keep the stack's general ``attention_kernel_efficiency``). How the rate moves with length (the
+ring-step blocks of context parallelism) is printed, not modelled here: one constant per
 stack (``bench/fit_attention_length.py`` fits the length curve).
 """
 from __future__ import annotations
@@ -27,7 +35,7 @@ from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec, stack_spec
 from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
 from vtrain.cost.analytical import FLASH_ANCHOR_KEYS, flash_length_factor
-from vtrain.cost.profile_io import default_profiles_root
+from vtrain.cost.profile_io import ProfileError, default_profiles_root, sustained_fraction
 from vtrain.errors import VtrainError
 from vtrain.graph.ops import FlashAttention
 from vtrain.profiler.attention_lengths import read_table
@@ -47,7 +55,7 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
     ap.add_argument("--stack", default="torchtitan_fsdp2", help="the stack whose attention factor to compare/set")
     ap.add_argument("--backend", default="flash", help="the SDPA backend's rows to read (flash: torchtitan's kernel)")
-    ap.add_argument("--write", action="store_true", help="set the stack's attention_kernel_efficiency")
+    ap.add_argument("--write", action="store_true", help="set the stack's factor for the GPU's architecture")
     args = ap.parse_args(argv)
     try:
         stacks = group_options("stack")
@@ -63,7 +71,13 @@ def main(argv: List[str]) -> int:
             raise VtrainError(f"{args.table}: gpu={gpu_name} is not a gpu/ config")
         if not rows[0]["device"].startswith("NVIDIA"):  # CUDA's device names; a CPU table checks code only
             raise VtrainError(f"{args.table}: measured on {rows[0]['device']}, not an NVIDIA GPU")
-    except VtrainError as exc:
+        clock_table = args.table.parent / "sustained_gemm.csv"
+        clock = sustained_fraction(clock_table, "bf16") if clock_table.is_file() else None
+        if clock is None:
+            raise VtrainError(f"{clock_table}: no bf16 steady/burst GEMM ratio beside the table (python -m "
+                              "vtrain.profiler.sustained_gemm): a burst-timed kernel cannot be compared with an "
+                              "in-step rate without it")
+    except (VtrainError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     gpu = gpu_spec(load_gpu_config(gpu_name))
@@ -72,11 +86,13 @@ def main(argv: List[str]) -> int:
         print(f"error: gpu={gpu_name} has no flash_attention_efficiency to compare with", file=sys.stderr)
         return 2
     peak = gpu.peak_tflops["bf16"] * 1e12
-    rate = peak * gpu.flash_attention_efficiency * stack.attention_kernel_efficiency * gpu.power_clock_fraction
+    factor_now = stack.attention_factor(gpu.architecture)
+    rate = peak * gpu.flash_attention_efficiency * factor_now * gpu.power_clock_fraction
     print(f"{args.table}: {rows[0]['device']}, torch {rows[0]['torch']}, SDPA backend {rows[0]['backend']}; "
           f"model: gpu={gpu_name} flash {gpu.flash_attention_efficiency:.3f} x stack={args.stack} "
-          f"{stack.attention_kernel_efficiency:.3f} of the {peak / 1e12:.0f} TFLOP/s bf16 peak")
-    print(f"{'case':>18} | {'fwd eff':>7} | {'bwd eff':>7} | {'both':>6} | model time error")
+          f"{factor_now:.3f} of the {peak / 1e12:.0f} TFLOP/s bf16 peak; the kernels timed in "
+          f"bursts, in a step at the sustained clock {clock:.3f} ({provenance_path(clock_table)})")
+    print(f"{'case':>18} | {'fwd eff':>7} | {'bwd eff':>7} | {'both':>6} | model time error (in step)")
     factors: Dict[int, float] = {}  # causal length -> the stack factor its row implies, the length curve applied
     for r in rows:
         fwd, bwd = ops(r)
@@ -87,22 +103,27 @@ def main(argv: List[str]) -> int:
         model_s = (fwd.flops + bwd.flops) / (rate * length)
         case = f"{'causal' if r['causal'] == '1' else 'block'} {r['q_len']}x{r['kv_len']}"
         print(f"{case:>18} | {fwd.flops / (t_fwd * peak):7.3f} | {bwd.flops / (t_bwd * peak):7.3f} | {eff:6.3f} | "
-              f"{model_s / (t_fwd + t_bwd) - 1:+.1%}")
-        if r["causal"] == "1":
-            factors[int(r["q_len"])] = eff / (gpu.flash_attention_efficiency * gpu.power_clock_fraction * length)
+              f"{model_s * clock / (t_fwd + t_bwd) - 1:+.1%}")
+        if r["causal"] == "1":  # the in-step rate: the burst rate at the sustained clock
+            factors[int(r["q_len"])] = eff * clock / (gpu.flash_attention_efficiency * gpu.power_clock_fraction
+                                                      * length)
     if not factors:
         print("no causal rows: no stack factor implied")
         return 0
     # the factor is the kernel's rate at the anchor the GPU's efficiency was measured at (8K causal)
     at = f"the {ANCHOR_SEQ // 1024}K causal row" if ANCHOR_SEQ in factors else f"median of {len(factors)} causal rows"
     factor = round(factors[ANCHOR_SEQ] if ANCHOR_SEQ in factors else median(factors.values()), 3)
-    print(f"implied {args.stack}.attention_kernel_efficiency: {factor} ({at}; configured "
-          f"{stack.attention_kernel_efficiency})")
+    arch = gpu.architecture
+    print(f"implied {args.stack}.attention_kernel_efficiency_by_architecture.{arch}: {factor} ({at}; configured "
+          f"{stack.attention_factor(arch)}, elsewhere {stack.attention_kernel_efficiency})")
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
-        update_yaml(CONF_DIR / "stack" / f"{args.stack}.yaml", {"attention_kernel_efficiency": factor},
-                    {"attention_kernel_efficiency": f"fitted: SDPA ({rows[0]['backend']}) on {rows[0]['device']}, "
-                     f"torch {rows[0]['torch']}, {at} over gpu={gpu_name}'s "
+        key = "attention_kernel_efficiency_by_architecture"
+        update_yaml(CONF_DIR / "stack" / f"{args.stack}.yaml",
+                    {key: {**stack.attention_kernel_efficiency_by_architecture, arch: factor}},
+                    {key: f"fitted ({arch}): SDPA ({rows[0]['backend']}) on {rows[0]['device']}, "
+                     f"torch {rows[0]['torch']}, {at} in a burst x the sustained clock {clock:.3f} "
+                     f"({provenance_path(clock_table)}) over gpu={gpu_name}'s in-step "
                      f"flash_attention_efficiency ({provenance_path(args.table)}), bench/fit_attention.py, {date}"})
         print(f"wrote stack/{args.stack}.yaml")
     return 0

@@ -53,7 +53,8 @@ def measured_other_tflops(gpu: str) -> float:
 
 def fit(gpu: str) -> float:
     cfg = compose(["+model=llama3_8b", "+cluster=h200x8", f"cluster.gpu={gpu}", "stack=torchtitan_fsdp2",
-                   "stack.attention_kernel_efficiency=1.0", "stack.attention_expands_kv=false",
+                   "stack.attention_kernel_efficiency=1.0",
+                   "stack.attention_kernel_efficiency_by_architecture={}", "stack.attention_expands_kv=false",
                    "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
                    "parallelism.zero_stage=2", "parallelism.sequence_parallel=false", "parallelism.recompute=none",
                    "parallelism.distributed_optimizer=false", "training.seq_len=8192", "training.global_batch_size=8",

@@ -96,3 +96,25 @@ def test_hopper_long_calls_keep_the_anchor_rate_and_short_ones_slow_down():
     flat = {"flash_attention_k0_tokens": None}
     assert step_s(65536) == step_s(65536, **flat)  # capped at 1.0: the anchor's rate
     assert step_s(2048) > step_s(2048, **flat)
+
+
+def _flash_s(gpu, stack, by_arch=None):
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", f"cluster.gpu={gpu}", f"stack={stack}",
+                                "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8",
+                                "training.global_batch_size=8", "parallelism.micro_batch_size=1"]))
+    if by_arch is not None:
+        w = replace(w, stack=replace(w.stack, attention_kernel_efficiency_by_architecture=by_arch))
+    op = FlashAttention("flash_attn", 32, 8192, 128, causal=True)
+    return cost_model_for(w).compute_time_s(op), w
+
+
+@pytest.mark.parametrize("stack", ["torchtitan_fsdp2", "megatron_core_te"])
+def test_a_stacks_attention_factor_measured_on_hopper_applies_there_only(stack):
+    hopper, w = _flash_s("h200", stack)
+    measured = w.stack.attention_kernel_efficiency_by_architecture["hopper"]
+    assert w.cluster.gpu.architecture == "hopper" and w.stack.attention_factor("hopper") == measured
+    general, _ = _flash_s("h200", stack, by_arch={})
+    assert hopper == pytest.approx(general * w.stack.attention_kernel_efficiency / measured)  # time ~ 1 / factor
+    blackwell, wb = _flash_s("b200", stack)
+    unlisted, _ = _flash_s("b200", stack, by_arch={})
+    assert wb.cluster.gpu.architecture == "blackwell" and blackwell == unlisted  # the general factor there

@@ -47,8 +47,23 @@ def test_measure_writes_rows_the_model_can_price(tmp_path):
     assert [r["backend"] for r in back] == ["default", "default"] and back[0]["batch_heads"] == "2"
 
 
-def _table(path, device="NVIDIA H200", fwd_s=None):
-    """A table whose times are what the model prices at 0.3 of the bf16 peak, fwd and bwd alike."""
+CLOCK = 0.8  # the synthetic sustained/burst GEMM ratio written beside each table
+
+
+def _clock_table(folder, ratio=CLOCK):
+    """A sustained_gemm.csv of one bf16 GEMM: a burst at 1000 TFLOP/s, then windows at ratio x that."""
+    with (folder / "sustained_gemm.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["recipe", "m", "n", "k", "phase", "tflops"])
+        w.writerow(["bf16", 8192, 8192, 8192, "burst", 1000.0])
+        w.writerows(["bf16", 8192, 8192, 8192, "sustained", 1000.0 * ratio] for _ in range(4))
+
+
+def _table(path, device="NVIDIA H200", fwd_s=None, clock=True):
+    """A table whose times are what the model prices at 0.3 of the bf16 peak, fwd and bwd alike, in a burst
+    (and, with ``clock``, the sustained-clock table beside it)."""
+    if clock:
+        _clock_table(path.parent)
     rows = []
     for causal, n in ((1, 4096), (1, 8192), (0, 8192)):
         f = FlashAttention("f", 32, n, 128, causal=bool(causal))
@@ -68,9 +83,20 @@ def test_fit_reads_the_implied_factor(tmp_path):
     p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv")],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
-    # 0.3 of the peak over h200's fused-attention efficiency 0.5271 (gpu/h200.yaml)
-    assert f"implied torchtitan_fsdp2.attention_kernel_efficiency: {round(0.3 / 0.5271, 3)}" in p.stdout
+    # 0.3 of the peak in a burst, at the sustained clock 0.8 in a step, over h200's in-step fused-attention
+    # efficiency 0.5271 (gpu/h200.yaml)
+    implied = round(0.3 * CLOCK / 0.5271, 3)
+    assert f"implied torchtitan_fsdp2.attention_kernel_efficiency_by_architecture.hopper: {implied}" in p.stdout
     assert "causal 4096x4096 |   0.300 |   0.300 |  0.300 |" in p.stdout
+    assert "in a step at the sustained clock 0.800" in p.stdout
+
+
+def test_fit_refuses_a_burst_table_without_its_clock(tmp_path):
+    _table(tmp_path / "t.csv", clock=False)
+    p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "sustained_gemm.csv: no bf16 steady/burst GEMM ratio beside the table" in p.stderr
 
 
 @pytest.mark.parametrize("kind, msg", [("cpu", "measured on AMD EPYC, not an NVIDIA GPU"),

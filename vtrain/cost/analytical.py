@@ -73,7 +73,7 @@ class AnalyticalCostModel:
         else:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
         # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
-        self.flash_rate *= stack.attention_kernel_efficiency * gpu.power_clock_fraction
+        self.flash_rate *= stack.attention_factor(gpu.architecture) * gpu.power_clock_fraction
         self.flash_k0 = gpu.flash_attention_k0_tokens
         self.flash_cap = gpu.flash_attention_max_length_factor
         # benchmarked GEMM rate -> rate inside a training step (and on this part's clock)

@@ -43,7 +43,13 @@ class StackSpec:
                                           "kernels (Megatron/TE: 1; eager PyTorch runs each in several kernels)")
     attention_kernel_efficiency: float = spec(1.0, domain=FRACTION,
                                               doc="the framework's fused-attention kernel relative to the GPU's "
-                                                  "best (gpu.flash_attention_efficiency)")
+                                                  "best (gpu.flash_attention_efficiency), on a GPU whose "
+                                                  "architecture attention_kernel_efficiency_by_architecture "
+                                                  "does not list")
+    attention_kernel_efficiency_by_architecture: Dict[str, float] = spec(
+        factory=dict, domain=FRACTION,
+        doc="the same ratio measured on one GPU architecture (gpu.architecture: hopper, blackwell, ...), which "
+            "replaces attention_kernel_efficiency there (bench/fit_attention.py --write)")
     fuse_elementwise: bool = spec(False, doc="a compiler fuses adjacent memory-bound ops into one kernel "
                                              "(torch.compile); see vtrain.graph.fusion")
     sac_keeps_unread: bool = spec(True, doc="per-op selective checkpointing keeps every output its policy names, "
@@ -146,3 +152,8 @@ class StackSpec:
         """Whether, with tp > 1, the loss runs DTensor's eager loss_parallel kernels: a fused loss takes
         precedence (the compiled loss fuses them; flash-attn's is one kernel)."""
         return self.loss_parallel and not self.fused_loss
+
+    def attention_factor(self, architecture: str) -> float:
+        """This stack's fused-attention kernel against the GPU's reference kernel, on ``architecture``: the
+        measured ratio where one is listed, else the general one."""
+        return self.attention_kernel_efficiency_by_architecture.get(architecture, self.attention_kernel_efficiency)

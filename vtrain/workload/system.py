@@ -31,6 +31,8 @@ POWER_W = Domain(lo=0.0, hi=1.0e5)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
     name: str = spec(doc="gpu/ config name")
+    architecture: str = spec("", doc="the GPU's architecture (volta, ampere, hopper, blackwell; cpu): what a "
+                                     "stack's per-architecture measurements key on")
     peak_tflops: Dict[str, float] = spec(factory=dict, unit="TFLOP/s", domain=PEAK_TFLOPS,
                                          doc="datasheet dense peak per precision (no sparsity)")
     hbm_capacity_gib: float = spec(unit="GiB", domain=CAPACITY_GIB, doc="HBM capacity")
