@@ -1,12 +1,13 @@
 """Time PyTorch's fused attention (``F.scaled_dot_product_attention``) over sequence lengths on one device.
 
 Why: the cost model prices fused attention at a rate per GPU at the 8K anchor (``gpu.flash_attention_efficiency``,
-from one 8K FlashAttention-3 measurement) times a stack factor (``stack.attention_kernel_efficiency``:
-torchtitan's SDPA kernel, FlashAttention-2 class, from the FlashAttention-3 paper's FA2/FA3 ratio) and a length
-curve (``gpu.flash_attention_k0_tokens``). This table times the kernels torchtitan and Transformer Engine run,
-at the lengths context-parallel runs reach (a ring step is one rank's queries against another rank's keys,
-non-causal, s/cp each): profiles/measured/h200/attention_lengths.csv, measured on a lent H200. It serves
-``bench/fit_attention.py`` (which prints the rate each row implies and can set the torchtitan stacks' factor).
+from one 8K FlashAttention-3 measurement inside a training step) times a stack factor (the stack's kernel
+against that one; on Hopper ``stack.attention_kernel_efficiency_by_architecture``, read off this table's 8K row
+at the sustained clock of the ``sustained_gemm.csv`` beside it) and a length curve
+(``gpu.flash_attention_k0_tokens``). This table times the kernels torchtitan and Transformer Engine run, at the
+lengths context-parallel runs reach (a ring step is one rank's queries against another rank's keys, non-causal,
+s/cp each): profiles/measured/h200/attention_lengths.csv, measured on a lent H200. It serves
+``bench/fit_attention.py`` (which prints the rate each row implies and can set a stack's Hopper factor).
 The cuDNN backend (the kernel family Transformer Engine's fused attention runs on Hopper) is timed at the same
 cases, so the length curve of each kernel can be read apart (``bench/fit_attention_length.py`` fits one per GPU).
 
