@@ -118,3 +118,19 @@ def test_a_stacks_attention_factor_measured_on_hopper_applies_there_only(stack):
     blackwell, wb = _flash_s("b200", stack)
     unlisted, _ = _flash_s("b200", stack, by_arch={})
     assert wb.cluster.gpu.architecture == "blackwell" and blackwell == unlisted  # the general factor there
+
+
+def test_a_report_names_the_attention_factor_its_gpu_uses():
+    from vtrain.api import simulate
+
+    def prov(gpu):
+        cfg = compose(["+model=llama3_8b", "+cluster=h100x1024", f"cluster.gpu={gpu}", "stack=torchtitan_fsdp2",
+                       "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8", "training.global_batch_size=8",
+                       "parallelism.micro_batch_size=1"])
+        return simulate(cfg).provenance
+
+    hopper, blackwell = prov("h200"), prov("b200")
+    assert hopper["stack.attention_kernel_efficiency_by_architecture"].startswith("fitted (hopper)")
+    assert "stack.attention_kernel_efficiency" not in hopper
+    assert "stack.attention_kernel_efficiency_by_architecture" not in blackwell
+    assert "stack.attention_kernel_efficiency" in blackwell
