@@ -41,6 +41,7 @@ from vtrain.graph.ops import FlashAttention
 from vtrain.profiler.attention_lengths import read_table
 
 ANCHOR_SEQ = int(2 * FLASH_ANCHOR_KEYS)  # the causal length gpu.flash_attention_efficiency was measured at
+PROVENANCE_SEP = " | "  # between the notes of a per-architecture map's entries
 DEFAULT_TABLE = default_profiles_root() / "measured" / "h200" / "attention_lengths.csv"
 
 
@@ -119,12 +120,16 @@ def main(argv: List[str]) -> int:
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
         key = "attention_kernel_efficiency_by_architecture"
+        note = (f"fitted ({arch}): SDPA ({rows[0]['backend']}) on {rows[0]['device']}, torch {rows[0]['torch']}, "
+                f"{at} in a burst x the sustained clock {clock:.3f} ({provenance_path(clock_table)}) over "
+                f"gpu={gpu_name}'s in-step flash_attention_efficiency ({provenance_path(args.table)}), "
+                f"bench/fit_attention.py, {date}")
+        # one note per architecture in the map's provenance: this one's replaced, the others' kept
+        others = [part for part in stack.provenance.get(key, "").split(PROVENANCE_SEP)
+                  if part and not part.startswith(f"fitted ({arch})")]
         update_yaml(CONF_DIR / "stack" / f"{args.stack}.yaml",
                     {key: {**stack.attention_kernel_efficiency_by_architecture, arch: factor}},
-                    {key: f"fitted ({arch}): SDPA ({rows[0]['backend']}) on {rows[0]['device']}, "
-                     f"torch {rows[0]['torch']}, {at} in a burst x the sustained clock {clock:.3f} "
-                     f"({provenance_path(clock_table)}) over gpu={gpu_name}'s in-step "
-                     f"flash_attention_efficiency ({provenance_path(args.table)}), bench/fit_attention.py, {date}"})
+                    {key: PROVENANCE_SEP.join([*others, note])})
         print(f"wrote stack/{args.stack}.yaml")
     return 0
 
