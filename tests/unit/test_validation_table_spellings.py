@@ -575,3 +575,36 @@ def test_a_flex_dispatcher_with_its_backend_column_is_one_row(tmp_path, cfg):
     a2a = row_workload(_row(tmp_path, {**values, "moe_token_dispatcher_type": "alltoall"}), cfg.cluster,
                        load_gpu_config, load_stack_config, defaults=None)
     assert a2a.plan.moe_dispatcher.value == "alltoall"
+
+
+# Published-style layouts of today's dense and MoE models (NeMo performance-summary columns, a Markdown table):
+# every row is simulated (none skipped for a feature vtrain lacks) and fits its GPU, as a run that ran must.
+# The throughputs are placeholders: the test asserts what is simulated, not how close it comes.
+LAYOUTS = """| Model | #-GPUs | GBS | MBS | Sequence Length | TP | PP | CP | VP | EP | Tokens / sec / GPU |
+|---|---|---|---|---|---|---|---|---|---|---|
+| LLAMA3_8B | 8 | 128 | 1 | 8192 | 1 | 1 | 2 | 1 | 1 | 10000 |
+| LLAMA3_70B | 64 | 128 | 1 | 8192 | 4 | 8 | 1 | 5 | 1 | 1500 |
+| LLAMA3_405B | 576 | 252 | 1 | 8192 | 8 | 9 | 2 | 7 | 1 | 150 |
+| Nemotron-4 340B | 128 | 32 | 1 | 4096 | 8 | 8 | 1 | 12 | 1 | 200 |
+| GPT3 175B | 512 | 2048 | 2 | 2048 | 4 | 8 | 1 | 6 | 1 | 700 |
+| Mixtral 8x7B | 64 | 256 | 1 | 4096 | 1 | 4 | 1 | 8 | 8 | 5000 |
+| Mixtral 8x22B | 256 | 256 | 1 | 65536 | 2 | 4 | 8 | 14 | 8 | 500 |
+| Qwen3 30B-A3B | 16 | 512 | 2 | 4096 | 1 | 1 | 1 | 1 | 16 | 10000 |
+| Qwen3 235B-A22B | 256 | 2048 | 1 | 4096 | 2 | 8 | 1 | 4 | 32 | 1000 |
+| DeepSeek V3 | 1024 | 8192 | 1 | 4096 | 1 | 16 | 1 | 1 | 64 | 1500 |
+| GPT-OSS 120B | 64 | 1280 | 4 | 4096 | 1 | 1 | 1 | 1 | 64 | 8000 |
+"""
+
+
+@pytest.mark.parametrize("gpu, precision", [("H100", "FP8"), ("GB200", "BF16")])
+def test_published_layouts_of_todays_models_all_simulate_and_fit(tmp_path, capfd, gpu, precision):
+    from tests.clirun import validate_table
+
+    lines = LAYOUTS.strip().splitlines()
+    table = "\n".join([f"| GPU | Precision {lines[0]}", f"|---|---{lines[1]}",
+                       *(f"| {gpu} | {precision} {line}" for line in lines[2:])]) + "\n"
+    res, rows = validate_table(table, tmp_path, capfd)
+    assert res.code == 0, res.err
+    assert len(rows) == 11 and "| n=11 | skipped=0" in res.out, res.out
+    assert all(r["fits"] == "True" for r in rows), [(r["model"], r["predicted_peak_memory_gib"]) for r in rows]
+    assert {r["simulated_stack"] for r in rows} == {"megatron_core_te"}
