@@ -75,6 +75,9 @@ MISTAKES = [
     (["search.micro_batch_sizes=[1,a]"], "search.micro_batch_sizes=[1,a] must be a list of integers"),
     (["+parallelism.foo=1"], "parallelism.foo is not a config key; parallelism has: account_for_embedding,"),
     (["+foo=1"], "foo is not a config key"),
+    # a mapping set with an entry it lacks: the key exists, the entry goes in with + (it said "not a config key")
+    (["pricing.usd_per_gpu_hour={foo:1.0}"],
+     "pricing.usd_per_gpu_hour has no entry 'foo' to set: add one with +pricing.usd_per_gpu_hour.foo=<value>"),
     (["+mdoel=gpt175b"], "mdoel is not a config key; did you mean +model=<name>?"),
     (["+parallelism.tp=8"], "parallelism.tp is already set: write parallelism.tp=<value> without +"),
     (["+parallelism=megatron_gpt3"], "parallelism is chosen by default; write parallelism=megatron_gpt3 (without +)"),

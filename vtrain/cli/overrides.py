@@ -251,7 +251,12 @@ def first_line(exc: BaseException) -> str:
         return type(exc).__name__
     text = lines[0]
     if text.startswith("Could not override '"):
-        return f"{text.split(chr(39))[1]} is not a config key"
+        key = text.split(chr(39))[1]
+        cause = exc.__cause__
+        full = str(getattr(cause, "full_key", "") or "")
+        if full.startswith(key + ".") and "not in struct" in str(cause):  # a mapping with an entry it lacks
+            return f"{key} has no entry '{full[len(key) + 1:]}' to set: add one with +{full}=<value>"
+        return f"{key} is not a config key"
     if text.startswith("Could not append to config. An item is already at"):
         key = text.split("'")[1] if "'" in text else "the key"
         return f"{key} is already set: write {key}=<value> without +"
