@@ -116,7 +116,7 @@ def main(argv: List[str]) -> int:
     factor = round(factors[ANCHOR_SEQ] if ANCHOR_SEQ in factors else median(factors.values()), 3)
     arch = gpu.architecture
     print(f"implied {args.stack}.attention_kernel_efficiency_by_architecture.{arch}: {factor} ({at}; configured "
-          f"{stack.attention_factor(arch)}, elsewhere {stack.attention_kernel_efficiency})")
+          f"{factor_now}, elsewhere {stack.attention_kernel_efficiency})")
     if args.write:
         date = datetime.date.today().strftime("%Y-%m")
         key = "attention_kernel_efficiency_by_architecture"

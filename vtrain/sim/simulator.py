@@ -221,13 +221,10 @@ def _partial_recompute_memory(w: Workload, part: StagePartition) -> List[MemoryB
 
 
 def _provenance(w: Workload) -> Dict[str, str]:
-    """Where each constant this prediction rests on came from: the GPU's, and the stack's but for the one of its
-    two attention factors this GPU's architecture does not use (a measurement made on another architecture, or
-    the general factor a measurement on this one replaces)."""
+    """Where each constant this prediction rests on came from: the GPU's, and the stack's on this GPU's
+    architecture (:meth:`vtrain.workload.stack.StackSpec.provenance_on`)."""
     out = {f"gpu.{k}": v for k, v in w.cluster.gpu.provenance.items()}
-    measured_here = w.cluster.gpu.architecture in w.stack.attention_kernel_efficiency_by_architecture
-    unused = "attention_kernel_efficiency" if measured_here else "attention_kernel_efficiency_by_architecture"
-    out.update({f"stack.{k}": v for k, v in w.stack.provenance.items() if k != unused})
+    out.update({f"stack.{k}": v for k, v in w.stack.provenance_on(w.cluster.gpu.architecture).items()})
     return out
 
 

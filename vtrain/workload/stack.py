@@ -157,3 +157,10 @@ class StackSpec:
         """This stack's fused-attention kernel against the GPU's reference kernel, on ``architecture``: the
         measured ratio where one is listed, else the general one."""
         return self.attention_kernel_efficiency_by_architecture.get(architecture, self.attention_kernel_efficiency)
+
+    def provenance_on(self, architecture: str) -> Dict[str, str]:
+        """The provenance of the constants a plan on ``architecture`` rests on: all but the one of the two
+        attention factors :meth:`attention_factor` does not use there."""
+        measured_here = architecture in self.attention_kernel_efficiency_by_architecture
+        unused = "attention_kernel_efficiency" if measured_here else "attention_kernel_efficiency_by_architecture"
+        return {k: v for k, v in self.provenance.items() if k != unused}
