@@ -1,9 +1,10 @@
 """Predicted vs published TFLOP/s per GPU for the Megatron-LM weak-scaling table (SC'21, Table 1).
 
     python bench/weak_scaling.py [gpu [stack]]   # gpu/, stack/ config names (default: a100_80gb,
-                                                 # megatron_deepspeed_2022)
+                                                 # megatron_lm_2021)
 
-Assumptions for what the table leaves unstated: see vtrain/validation/weak_scaling.py.
+Each row runs as the authors' script states it (micro-batch, interleaving, DDP implementation): see
+vtrain/validation/weak_scaling.py.
 """
 from __future__ import annotations
 

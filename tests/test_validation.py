@@ -58,7 +58,7 @@ def test_single_node_error_within_recorded_bound(cfg):
     s = summary_of(results)
     print(s.line())
     assert s.n == 180 and s.skipped == 0
-    assert s.mape_pct < 8.5  # recorded 7.75% on this sample (7.33% with the 10-constant fit): README "Accuracy"
+    assert s.mape_pct < 9.5  # recorded 8.69% on this sample (7.75% before the SC21 run configs): README "Accuracy"
 
 
 def test_summary_line_format(cfg):

@@ -63,28 +63,43 @@ STACK_CONSTANTS = frozenset(StackSpec.__dataclass_fields__) & frozenset(BOUNDS)
 
 @dataclass(frozen=True)
 class Constants:
-    """A candidate (GPU, stack) pair: the fitted constants applied to both specs."""
+    """A candidate (GPU, stack) pair: the fitted constants applied to both specs. A workload on another
+    stack (the weak-scaling rows' Megatron-LM 2021 beside the single-node runs' Megatron-DeepSpeed 2022)
+    keeps its own stack and takes the stack constants set here where it shares them (holds the value the
+    base stack started from, as a stack that inherits it does); a value of its own stays its own."""
 
     gpu: GpuSpec
     stack: StackSpec
+    origin: Optional[StackSpec] = None  # the base stack before any value was set (None: ``stack``)
+    stack_values: Tuple[Tuple[str, float], ...] = ()  # the stack constants with_values set, in name order
 
     @classmethod
     def of(cls, w: Workload) -> "Constants":
-        return cls(w.cluster.gpu, w.stack)
+        return cls(w.cluster.gpu, w.stack, w.stack)
 
     def with_values(self, values: Dict[str, float]) -> "Constants":
         gpu: Dict[str, Any] = {k: v for k, v in values.items() if k in GPU_CONSTANTS}
         stack: Dict[str, Any] = {k: v for k, v in values.items() if k in STACK_CONSTANTS}
-        return Constants(replace(self.gpu, **gpu), replace(self.stack, **stack))
+        shared = tuple(sorted({**dict(self.stack_values), **stack}.items()))
+        return Constants(replace(self.gpu, **gpu), replace(self.stack, **stack), self.origin or self.stack, shared)
 
     def value(self, name: str) -> float:
         return float(getattr(self.gpu if name in GPU_CONSTANTS else self.stack, name))
+
+    def stack_of(self, w: Workload) -> StackSpec:
+        """The stack ``w`` runs on under these constants: this one for a workload of its name, else the
+        workload's own with the set constants it shares."""
+        if w.stack.name == self.stack.name:
+            return self.stack
+        origin = self.origin or self.stack
+        shared: Dict[str, Any] = {k: v for k, v in self.stack_values if getattr(w.stack, k) == getattr(origin, k)}
+        return replace(w.stack, **shared)
 
 
 def predict_s(workloads: Sequence[Workload], c: Constants) -> np.ndarray:
     out = np.empty(len(workloads))
     for i, w in enumerate(workloads):
-        wi = replace(w, cluster=replace(w.cluster, gpu=c.gpu), stack=c.stack)
+        wi = replace(w, cluster=replace(w.cluster, gpu=c.gpu), stack=c.stack_of(w))
         report, _ = simulate_workload(wi, AnalyticalCostModel(wi))
         out[i] = report.iteration_time_s
     return out

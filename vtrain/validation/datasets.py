@@ -22,7 +22,7 @@ SHIPPED = {
     "megatron_moe_qwen3_blackwell": "modern_gpus/megatron_moe_qwen3_blackwell.csv",  # bench/make_moe_csv.py
 }
 # the software stack each shipped measurement ran on (rows without a ``stack`` column)
-SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_deepspeed_2022",
+SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_lm_2021",
                  "torchtitan": "torchtitan_fsdp2", "megatron_moe_qwen3_h100": "megatron_core_te",
                  "megatron_moe_qwen3_blackwell": "megatron_core_te"}
 

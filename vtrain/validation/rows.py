@@ -403,7 +403,7 @@ def stack_defaults(name: str) -> Optional[RowDefaults]:
         return replace(MODERN_DEFAULTS, stack=name)
     if name == "megatron_core_te":
         return MEGATRON_CORE_DEFAULTS
-    if name.startswith("megatron_deepspeed_2022"):
+    if name.startswith("megatron_deepspeed_2022") or name == "megatron_lm_2021":
         return replace(RowDefaults(), stack=name)
     return None
 
