@@ -80,11 +80,11 @@ def test_single_node_only_fit_trades_large_scale_accuracy():
     rows = read_measurements(data_path("a100_single_node_iteration_times.csv"))[::8]
     s = summary_of(validate_rows(rows, cfg_single, stack="megatron_deepspeed_2022_single_node"))
     print(s.line())
-    assert s.n == 180 and s.mape_pct < 6.5  # recorded 5.61% on this sample (7.33% with the default constants)
+    assert s.n == 180 and s.mape_pct < 6.5  # recorded 5.61% on this sample (8.69% with the default constants)
     cluster = weak_scaling_cluster("a100_80gb_single_node")
     table = read_weak_scaling(data_path("megatron_2021_weak_scaling.csv"))
     errors = [predict(r, cluster, "megatron_deepspeed_2022_single_node").error_pct for r in table]
-    assert min(errors) > 5.0  # recorded +9.8% .. +23.5% TFLOP/s/GPU
+    assert min(errors) > 5.0  # recorded +12.5% .. +23.0% TFLOP/s/GPU (the SC21 run configs)
 
 
 def test_own_csv_rows_take_the_software_of_their_gpu(tmp_path, cfg):
