@@ -20,8 +20,8 @@ step and its copies, the same at every length) is fitted beside k0, in closed fo
 tokens attention is 82% of the model FLOPs, at 8K 13%, so the sweep pins how the rate grows with length.
 - Blackwell: B200's k0 is written to every Blackwell part (b200, b300, gb200, gb300), uncapped: FA4 keeps
   speeding up to 256K. Held out: the one long-context Blackwell row (Megatron-Core, GB200, 128K, Transformer
-  Engine's kernels) goes from +33.6% to +5.3%.
-- Hopper: H200's FA3 k0 (1,150) is printed, not written: the Hopper kernels the stacks run do not keep
+  Engine's kernels) goes from +33.6% to +6.5%.
+- Hopper: H200's FA3 k0 (1,050) is printed, not written: the Hopper kernels the stacks run do not keep
   speeding up. On the H200 table, SDPA's flash kernel gains 9-11% over the anchor from 16K on and stays there,
   and cuDNN's gains 9% at 16K and falls back to 1.01, 0.99, 0.97 at 32K, 64K, 128K; the H100 Megatron-Core
   long-context rows (cuDNN, one call per CP step) went from -4..+1% to -11..-1% with FA3's curve. Below the
