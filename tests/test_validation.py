@@ -297,8 +297,8 @@ def test_throughput_in_sequences_or_megatron_model_tflops_converts_to_the_step_t
     from vtrain.validation.megatron_flops import megatron_flops_per_iteration
     from vtrain.validation.rows import row_workload
 
-    head = "num_gpus,global_batch,micro_batch,model,seq_len,tp,dp,pp,gpu,"
-    shape = "64,128,1,llama3_8b,8192,2,32,1,H100,"
+    head = "num_gpus,global_batch,micro_batch,model,seq_len,tp,dp,pp,gpu,stack,"
+    shape = "64,128,1,llama3_8b,8192,2,32,1,H100,megatron_core_te,"
     w = row_workload(read_measurements(_one_row(tmp_path, head + "iteration_time_s", shape + "2.0"))[0], cfg.cluster,
                      load_gpu_config, load_stack_config, defaults=None)
     tflops = megatron_flops_per_iteration(w.model, 128, 8192, 2) / (2.0 * 64) / 1e12
@@ -330,8 +330,9 @@ def test_published_model_names_name_the_model_configs(tmp_path, cfg):
                  "64,128,1,../../Llama9,8192,2,32,1,H100,2.0\n")
     ok, bad = run(cfg, p)
     assert ok.predicted_ms is not None and ok.skipped_reason is None
-    assert bad.skipped_reason.startswith("row 2: model='../../Llama9' names no model/ config; "
-                                         "one of: bloom_176b, bloom_7b1, deepseek_v2, deepseek_v2_lite, deepseek_v3")
+    assert bad.skipped_reason.startswith("row 2: model='../../Llama9' names no model/ config and the row does not "
+                                         "give num_layers, hidden_size and num_heads; one of: bloom_176b, bloom_7b1, "
+                                         "deepseek_v2, deepseek_v2_lite, deepseek_v3")
 
 
 def test_dp_follows_from_the_gpus_when_a_table_gives_gpus_or_nodes_instead(tmp_path, cfg):
@@ -358,3 +359,26 @@ def test_published_column_names_are_read_as_the_schema(tmp_path, cfg):
     (r,) = run(cfg, p)
     assert r.skipped_reason is None and r.quantity == "tokens_per_s_per_gpu"
     assert r.measured_ms == pytest.approx(128 * 8192 / (8000 * 64) * 1e3)
+
+
+def test_a100_era_tflops_convert_by_eq3_and_megatron_lm_names_its_era(tmp_path, cfg):
+    """A 2021-2022 Megatron row's TFLOP/s counts the recompute pass (SC'21 Eq. 3; Megatron-DeepSpeed's
+    throughput_calculator), its MFU does not; "Megatron-LM" on an A100 is that era's stack, on an H100
+    Megatron-Core's; a model column that names no config labels a row that gives its shape."""
+    from vtrain.workload.model import megatron_flops_per_iteration as eq3
+
+    head = "model,num_gpus,tp,pp,global_batch,micro_batch,seq_len,hidden_size,num_layers,num_heads,vocab_size,gpu,"
+    shape = "GPT 1008.0B,3072,8,64,3072,1,2048,25600,128,160,51200,A100,"
+    tflops = _one_row(tmp_path, head + "framework,model_tflops_per_gpu", shape + "Megatron-LM,163")
+    (res,) = run(cfg, tflops)
+    assert res.skipped_reason is None and res.row.values["model"] == "GPT 1008.0B"
+    assert res.stack == "megatron_lm_2021"  # full recompute by the era's defaults: Eq. 3's 96 factor
+    assert res.measured_ms == pytest.approx(eq3(3072, 2048, 128, 25600, 51200, True) / (163e12 * 3072) * 1e3)
+    mfu = _one_row(tmp_path, head + "mfu", shape + "0.40")
+    (res,) = run(cfg, mfu)
+    assert res.stack == "megatron_deepspeed_2022"  # no framework column: the A100's era default
+    assert res.measured_ms == pytest.approx(eq3(3072, 2048, 128, 25600, 51200, False) / (0.40 * 312e12 * 3072) * 1e3)
+    h100 = _one_row(tmp_path, head + "framework,model_tflops_per_gpu",
+                    shape.replace("A100", "H100") + "Megatron-LM,400")
+    (res,) = validate_rows(read_measurements(h100), cfg, defaults=None)
+    assert res.stack == "megatron_core_te"

@@ -231,6 +231,10 @@ STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_t
                  "mosaicml": "llm_foundry_fsdp", "torchtitan_compile": "torchtitan_fsdp2_compile",
                  "torchtitan_torch_compile": "torchtitan_fsdp2_compile",  # "torchtitan (torch.compile)"
                  "torchtitan_compiled": "torchtitan_fsdp2_compile"}
+# Megatron-LM named on a GPU without FP8 tensor cores (A100, V100): the Megatron-LM of that era (SC'21 to 2022,
+# before Megatron-Core and Transformer Engine), fp16 with fp32 master weights; a named Megatron-Core, NeMo or
+# Megatron-Bridge stays megatron_core_te on any GPU
+PRE_FP8_ALIASES = {"megatron": "megatron_lm_2021", "megatron_lm": "megatron_lm_2021"}
 # what a framework's name carries besides the framework: a vendor before it ("MosaicML llm-foundry", "NVIDIA
 # NeMo") and a version after it ("NeMo 24.09", "DeepSpeed 0.19.2", "Megatron-Bridge v0.2")
 STACK_VENDORS = ("mosaicml", "nvidia", "microsoft", "meta", "pytorch")
@@ -244,20 +248,22 @@ def _stack_configs() -> Tuple[str, ...]:
     return tuple(group_options("stack"))
 
 
-def _stack_key(key: str) -> str:
-    """A framework's name as a stack/ config name: itself or its alias, else without its version, else also
-    without its vendor (:data:`STACK_VERSION`, :data:`STACK_VENDORS`); unknown: the name as given."""
+def _stack_key(key: str, pre_fp8: bool = False) -> str:
+    """A framework's name as a stack/ config name: itself or its alias (on a GPU without FP8 tensor cores
+    :data:`PRE_FP8_ALIASES` first), else without its version, else also without its vendor
+    (:data:`STACK_VERSION`, :data:`STACK_VENDORS`); unknown: the name as given."""
+    aliases = {**STACK_ALIASES, **PRE_FP8_ALIASES} if pre_fp8 else STACK_ALIASES
     bare = STACK_VERSION.sub("", key)
     words = bare.split("_")
     unvended = "_".join(words[1:]) if len(words) > 1 and words[0] in STACK_VENDORS else bare
     for candidate in (key, bare, unvended):
-        name = STACK_ALIASES.get(candidate, candidate)
+        name = aliases.get(candidate, candidate)
         if name in _stack_configs():
             return name
-    return STACK_ALIASES.get(key, key)
+    return aliases.get(key, key)
 
 
-def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) -> str:
+def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults, pre_fp8: bool = False) -> str:
     """The row's stack: its ``stack`` column, else its ``framework`` column (names in :data:`STACK_ALIASES`;
     torchtitan with ``torch_compile`` true runs its compiled variant), else validate.stack, else the
     dataset's. A name that is no stack/ config is a one-line error naming the column and what it held."""
@@ -265,7 +271,7 @@ def stack_name(row: MeasuredRow, stack: Optional[str], defaults: RowDefaults) ->
     raw = row.get(column)
     if raw is None:
         return stack or defaults.stack
-    name = _stack_key(table_key(raw).replace(".", "_"))
+    name = _stack_key(table_key(raw).replace(".", "_"), pre_fp8)
     if name not in _stack_configs():
         raise ConfigError(f"row {row.index}: {column}={raw!r} names no stack; one of: "
                           f"{', '.join(_stack_configs())} (or {', '.join(sorted(STACK_ALIASES))})")
@@ -383,12 +389,13 @@ def row_cluster(row: MeasuredRow, cluster_cfg: Any) -> Any:
     return _home_cluster(home) if home else cluster_cfg
 
 
-def stated_stack(row: MeasuredRow, stack: Optional[str]) -> Optional[str]:
-    """The stack a row states: its ``stack`` or ``framework`` column (:func:`stack_name`), else validate.stack,
-    else llm-foundry's for a model named by its size alone (:data:`BARE_SIZE`: only llm-foundry's benchmark
-    table names its models so); None when nothing says."""
+def stated_stack(row: MeasuredRow, stack: Optional[str], gpu: Any = None) -> Optional[str]:
+    """The stack a row states: its ``stack`` or ``framework`` column (:func:`stack_name`; Megatron-LM by the
+    era of ``gpu``, a GpuSpec: :data:`PRE_FP8_ALIASES`), else validate.stack, else llm-foundry's for a model
+    named by its size alone (:data:`BARE_SIZE`: only llm-foundry's benchmark table names its models so); None
+    when nothing says."""
     if row.get("stack") is not None or row.get("framework") is not None:
-        return stack_name(row, None, RowDefaults())
+        return stack_name(row, None, RowDefaults(), gpu is not None and "fp8" not in gpu.peak_tflops)
     if stack:
         return stack
     return "llm_foundry_fsdp" if BARE_SIZE.fullmatch(table_key(str(row.get("model") or ""))) else None
@@ -415,9 +422,10 @@ def defaults_of(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], An
     not vTrain's fp16 Megatron-DeepSpeed), else those of the GPU it ran on (:func:`era_defaults`)."""
     if defaults is not None:
         return defaults
-    given = stated_stack(row, stack)
+    gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
+    given = stated_stack(row, stack, gpu)
     own = stack_defaults(given) if given is not None else None
-    return own if own is not None else era_defaults(gpu_spec(load_gpu(gpu_name(row, cluster_cfg))))
+    return own if own is not None else era_defaults(gpu)
 
 
 # numbers as tables write them: "14,123.5" (thousands grouped), "8K" (a multiple), "1200 ms" (a unit)
@@ -673,18 +681,22 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
     base: Dict[str, Any] = {}
     sized = BARE_SIZE.fullmatch(table_key(str(row.get("model") or "")))
-    stack_name_ = stated_stack(row, stack) or defaults.stack
+    stack_name_ = stated_stack(row, stack, gpu) or defaults.stack
     if row.get("model"):
         raw_model = str(row.get("model"))
         family = STACK_MODEL_FAMILY.get(stack_name_)
         try:
             base = model_config_fields(f"{family}_{sized.group(0)}" if sized and family else model_name(raw_model))
         except ConfigError:
-            from vtrain.config.compose import group_options
+            if not all(f in m for f in ("num_layers", "hidden_size", "num_heads")):
+                from vtrain.config.compose import group_options
 
-            raise ConfigError(f"{prefix} model={raw_model!r} names no model/ config; one of: "
-                              f"{', '.join(group_options('model'))}") from None
-        base["name"] = base.get("name") or row.get("model")
+                raise ConfigError(f"{prefix} model={raw_model!r} names no model/ config and the row does not "
+                                  "give num_layers, hidden_size and num_heads; one of: "
+                                  f"{', '.join(group_options('model'))}") from None
+            base = {}  # the row gives the shape: the model column is its label ("GPT 1008.0B")
+        if base:
+            base["name"] = base.get("name") or row.get("model")
     for required in ("num_layers", "hidden_size", "num_heads"):
         if required not in m and required not in base:
             raise ConfigError(f"{prefix} {required} is empty")
@@ -696,7 +708,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         model_d["max_seq_len"] = p.get("seq_len", 1)
     model_d.setdefault("num_kv_heads", model_d["num_heads"])
     model_d.setdefault("ffn_hidden_size", 4 * model_d["hidden_size"])
-    model_d["name"] = (row.get("name") or model_d.get("name")
+    model_d["name"] = (row.get("name") or model_d.get("name") or row.get("model")
                        or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)

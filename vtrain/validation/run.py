@@ -87,10 +87,9 @@ RATES = ("tokens_per_s_per_gpu", "samples_per_s", "model_tflops_per_gpu", "mfu")
 
 def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
     """(measured iteration ms, quantity) of a row: the first of its time columns (ms, then seconds), else its
-    throughput (tokens per GPU, of the job, sequences of the job), else Megatron-Core's model TFLOP/s per GPU
-    (converted with Megatron's own FLOP count, :mod:`vtrain.validation.megatron_flops`), else its MFU (of the
-    GPU's dense bf16 peak, by the FLOP count of the stack that reported it: :func:`reported_flops`); the error
-    is reported in that quantity."""
+    throughput (tokens per GPU, of the job, sequences of the job), else its model TFLOP/s per GPU, else its MFU
+    (of the GPU's dense bf16 peak), each converted with the FLOP count of the stack that reported it
+    (:func:`reported_flops`); the error is reported in that quantity."""
     tokens_per_iteration = w.plan.global_batch_size * w.plan.seq_len
     gpus = w.plan.num_gpus
     ms = _positive(row, "iteration_time_ms")
@@ -112,28 +111,38 @@ def measured_ms(row: MeasuredRow, w: Workload) -> Tuple[float, str]:
         return w.plan.global_batch_size / samples * 1e3, "samples_per_s"
     tflops = _positive(row, "model_tflops_per_gpu")
     if tflops is not None:
-        from vtrain.validation.megatron_flops import megatron_flops_per_iteration
-
-        flops = megatron_flops_per_iteration(w.model, w.plan.global_batch_size, w.plan.seq_len, w.plan.tp)
-        return flops / (tflops * 1e12 * gpus) * 1e3, "model_tflops_per_gpu"
+        return reported_flops(w) / (tflops * 1e12 * gpus) * 1e3, "model_tflops_per_gpu"
     mfu = _mfu(row)
     if mfu is not None:  # of the peak a report's MFU takes (bf16 also for low precisions: the simulator's own)
         peak_flops = w.cluster.gpu.peak_flops_per_s(w.plan.precision.activation.value)
-        return reported_flops(w) / (mfu * peak_flops * gpus) * 1e3, "mfu"
+        return reported_flops(w, "mfu") / (mfu * peak_flops * gpus) * 1e3, "mfu"
     raise ConfigError(f"row {row.index}: {', '.join(MEASURED)} are all empty")
 
 
-def reported_flops(w: Workload) -> float:
-    """The model FLOPs of one iteration as the row's stack counts them for its MFU: torchtitan's
+# the stacks whose runs report TFLOP/s by Narayanan et al.'s Eq. 3 with the recompute pass counted (SC'21's own
+# tables; Megatron-DeepSpeed's throughput_calculator: 24 x (4 with activation checkpointing, else 3) x B s l h^2
+# x (1 + s/6h + V/16lh)), before Megatron-Core's num_floating_point_operations (2023) counted model FLOPs only
+EQ3_STACKS = ("megatron_lm_2021", "megatron_deepspeed_2022")
+
+
+def reported_flops(w: Workload, quantity: str = "model_tflops_per_gpu") -> float:
+    """The FLOPs of one iteration as the row's stack counts them for ``quantity``: torchtitan's
     ``get_nparams_and_flops`` (6 x the active parameters without the input embedding + 12 x layers x heads x
     head dim x sequence per token: attention counted in full, "not accounting for sparsity in causal
-    attention"), else Megatron's (:func:`vtrain.validation.megatron_flops.megatron_flops_per_iteration`)."""
+    attention"); a 2021-2022 Megatron stack's (:data:`EQ3_STACKS`) TFLOP/s by Eq. 3, with the recompute pass
+    when the plan recomputes in full, and its MFU by the same without it (MFU counts model FLOPs only); else
+    Megatron-Core's (:func:`vtrain.validation.megatron_flops.megatron_flops_per_iteration`)."""
     from vtrain.validation.megatron_flops import megatron_flops_per_iteration
+    from vtrain.workload.model import megatron_flops_per_iteration as eq3_flops
 
     m, p = w.model, w.plan
     if w.stack.name.startswith("torchtitan"):
         per_token = 6.0 * m.active_params(embedding=False) + 12.0 * m.num_layers * m.num_heads * m.head_dim * p.seq_len
         return per_token * p.global_batch_size * p.seq_len
+    if w.stack.name.startswith(EQ3_STACKS):
+        recomputed = quantity != "mfu" and p.recompute == Recompute.FULL
+        return eq3_flops(p.global_batch_size, p.seq_len, m.num_layers, m.hidden_size, m.vocab_shard(p.tp) * p.tp,
+                         recomputed)
     return megatron_flops_per_iteration(m, p.global_batch_size, p.seq_len, p.tp)
 
 
