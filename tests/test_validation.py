@@ -382,3 +382,27 @@ def test_a100_era_tflops_convert_by_eq3_and_megatron_lm_names_its_era(tmp_path, 
                     shape.replace("A100", "H100") + "Megatron-LM,400")
     (res,) = validate_rows(read_measurements(h100), cfg, defaults=None)
     assert res.stack == "megatron_core_te"
+
+
+def test_a_row_silent_on_its_micro_batch_runs_the_fastest_that_fits(tmp_path, cfg):
+    """Published tables often leave the micro-batch out (SC'21 Table 1): such a row is not skipped; it runs the
+    fastest of 1-16 that divides its per-replica batch and fits, and validation.csv says which."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.cost.analytical import AnalyticalCostModel
+    from vtrain.sim.simulator import simulate_workload
+    from vtrain.validation.rows import row_workload
+
+    head = "model,num_gpus,tp,pp,global_batch,seq_len,hidden_size,num_layers,num_heads,vocab_size,gpu,"
+    shape = "GPT 145.6B,1536,8,8,2304,2048,12288,80,96,51200,A100,"
+    (res,) = run(cfg, _one_row(tmp_path, head + "model_tflops_per_gpu", shape + "148"))
+    assert res.skipped_reason is None and res.micro_batch in {"1", "2", "4", "8", "16"}
+    times = {}
+    for mb in (1, 2, 4, 8, 16):  # per replica 2304 / 24 = 96: every one divides it
+        row = read_measurements(_one_row(tmp_path, head + "micro_batch,model_tflops_per_gpu",
+                                         shape + f"{mb},148"))[0]
+        w = row_workload(row, cfg.cluster, load_gpu_config, load_stack_config)
+        report, _ = simulate_workload(w, AnalyticalCostModel(w))
+        if report.fits:
+            times[mb] = report.iteration_time_s
+    assert int(res.micro_batch) == min(times, key=times.get)
+    assert res.predicted_ms == pytest.approx(min(times.values()) * 1e3)

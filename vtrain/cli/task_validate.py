@@ -18,7 +18,8 @@ from vtrain.workload.fields import Domain, check_value
 
 RESULT_COLUMNS = ("row", "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "ape_pct", "fits",
                   "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
-                  "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute")
+                  "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute",
+                  "simulated_micro_batch")
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
@@ -46,7 +47,8 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             fits = "" if r.fits is None else r.fits
             covered = "" if r.covered is None else r.covered
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, ape, fits, mem, mem_err,
-                        r.skipped_reason or "", lo, hi, covered, r.interval_regime, r.stack, r.recompute])
+                        r.skipped_reason or "", lo, hi, covered, r.interval_regime, r.stack, r.recompute,
+                        r.micro_batch])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -124,7 +126,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
             v = r.row.values
             shape = r.plan_shape
             say(f"{r.row.index:>5} {v.get('num_gpus', ''):>5} {shape:>10} "
-                  f"{v.get('micro_batch') or v.get('local_batch', ''):>3} "
+                  f"{r.micro_batch or v.get('micro_batch') or v.get('local_batch', ''):>3} "
                   f"{v.get('global_batch') or v.get('global_batch_tokens', ''):>5} "
                   f"{v.get('hidden_size', v.get('model', '')):>6} "
                   f"{v.get('num_layers', ''):>6} "

@@ -38,6 +38,7 @@ class RowResult:
     stack: str = ""  # the software stack and recompute mode simulated (what the row said or its defaults)
     recompute: str = ""
     plan_shape: str = ""  # the simulated (tp,pp,dp): what the row's cells resolved to (an absent pp is 1, dp derived)
+    micro_batch: str = ""  # the simulated micro-batch (a row silent on it: the fastest that fits, _simulate_row)
 
     @property
     def covered(self) -> Optional[bool]:
@@ -195,18 +196,56 @@ def _measured_memory_gib(row: MeasuredRow) -> Optional[float]:
     return gib
 
 
+# the micro-batches a row silent on its micro-batch may have run (Megatron's published recipes and the SC'21
+# scripts use 1-16): :func:`_micro_batch_choices`
+UNSTATED_MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+def _with_micro_batch(row: MeasuredRow, micro_batch: int) -> MeasuredRow:
+    return MeasuredRow(row.index, {**row.values, "micro_batch": str(micro_batch)})
+
+
+def _micro_batch_choices(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any,
+                         defaults: Optional[RowDefaults], stack: Optional[str]) -> Sequence[Optional[int]]:
+    """(None,) for a row that states its micro-batch (or torchtitan's per-rank batch); else, where it states
+    its global batch, the micro-batches of :data:`UNSTATED_MICRO_BATCHES` that divide its per-replica batch:
+    the validator runs the fastest that fits, as a tuned run would have."""
+    if row.get("micro_batch") is not None or row.get("local_batch") is not None:
+        return (None,)
+    if row.get("global_batch") is None and row.get("global_batch_tokens") is None:
+        return (None,)  # nothing to split: row_workload names what is missing
+    w = row_workload(_with_micro_batch(row, 1), cfg.cluster, load_gpu, load_stack, defaults, stack)
+    per_replica = w.plan.global_batch_size // w.plan.dp
+    return tuple(b for b in UNSTATED_MICRO_BATCHES if per_replica % b == 0) or (1,)
+
+
+def _rank(report: Report) -> Tuple[bool, float]:
+    """Fitting plans first, then the faster."""
+    return (not report.fits, report.iteration_time_s)
+
+
 def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
                   stack: Optional[str]) -> Tuple[Workload, Report]:
     """The row's workload and report; a row silent on recompute whose defaults say so
-    (``RowDefaults.recompute_to_fit``) takes the first of those modes that fits."""
+    (``RowDefaults.recompute_to_fit``) takes the first of those modes that fits, and a row silent on its
+    micro-batch the fastest of :func:`_micro_batch_choices` that fits (else the fastest)."""
     modes = defaults_of(row, cfg.cluster, load_gpu, defaults, stack).recompute_to_fit
     tries: Sequence[Optional[Recompute]] = modes if modes and row.get("recompute") is None else (None,)
-    for i, mode in enumerate(tries):
-        w = row_workload(row, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=mode)
-        report, _ = simulate_workload(w, AnalyticalCostModel(w))
-        if report.fits or i == len(tries) - 1:
+    choices = _micro_batch_choices(row, cfg, load_gpu, load_stack, defaults, stack)
+    best: Optional[Tuple[Workload, Report]] = None
+    for mode in tries:
+        best = None
+        for mb in choices:
+            r = row if mb is None else _with_micro_batch(row, mb)
+            w = row_workload(r, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=mode)
+            report, _ = simulate_workload(w, AnalyticalCostModel(w))
+            if best is None or _rank(report) < _rank(best[1]):
+                best = (w, report)
+        assert best is not None
+        if best[1].fits:
             break
-    return w, report
+    assert best is not None
+    return best
 
 
 def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowDefaults] = RowDefaults(),
@@ -238,7 +277,8 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
                              report.iteration_time_hi_s * 1e3, report.interval_regime,
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
-                             w.plan.recompute.value, f"({w.plan.tp},{w.plan.pp},{w.plan.dp})"))
+                             w.plan.recompute.value, f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
+                             str(w.plan.micro_batch_size)))
     return out
 
 
