@@ -406,3 +406,22 @@ def test_a_row_silent_on_its_micro_batch_runs_the_fastest_that_fits(tmp_path, cf
             times[mb] = report.iteration_time_s
     assert int(res.micro_batch) == min(times, key=times.get)
     assert res.predicted_ms == pytest.approx(min(times.values()) * 1e3)
+
+
+def test_megatrons_layers_per_virtual_stage_sets_the_interleaved_chunks(tmp_path, cfg):
+    """--num-layers-per-virtual-pipeline-stage as a column (SC'21's scripts give it): 60 layers over pp=4 at 5 per
+    virtual stage are 3 chunks of the interleaved schedule; one that does not divide is a one-line skip."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+    from vtrain.workload.enums import Schedule
+
+    head = ("model,num_gpus,tp,pp,global_batch,micro_batch,num_layers_per_virtual_pipeline_stage,seq_len,hidden_size,"
+            "num_layers,num_heads,gpu,model_tflops_per_gpu")
+    path = tmp_path / "vp.csv"
+    path.write_text(f"{head}\nGPT 76.1B,1024,8,4,1792,2,5,2048,10240,60,80,A100,140\n"
+                    "GPT 1T,3072,8,64,3072,1,7,2048,25600,128,160,A100,163\n")
+    good, bad = read_measurements(path)
+    plan = row_workload(good, cfg.cluster, load_gpu_config, load_stack_config).plan
+    assert (plan.chunks, plan.schedule) == (3, Schedule.INTERLEAVED)
+    (res,) = validate_rows([bad], cfg)
+    assert res.skipped_reason == "row 2: layers_per_virtual_stage=7 x pp=64 must divide num_layers=128"

@@ -38,7 +38,8 @@ MEASURED = ("iteration_time_ms", "iteration_time_s", "step_time_s", "tokens_per_
             "samples_per_s", "model_tflops_per_gpu", "mfu")
 OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
             "recompute",
-            "sequence_parallel", "schedule", "virtual_stages", "distributed_optimizer", "precision",
+            "sequence_parallel", "schedule", "virtual_stages", "layers_per_virtual_stage", "distributed_optimizer",
+            "precision",
             "overlap_grad_reduce", "flash_attention", "params_billion", "name")
 VTRAIN_HEADERS = {
     "# gpus": "num_gpus", "global batch": "global_batch", "micro batch": "micro_batch",
@@ -92,6 +93,8 @@ HEADER_ALIASES = {
     "expert_parallel_size": "ep", "expert_model_parallel_size": "ep", "expert_tensor_parallel": "etp",
     "expert_tensor_parallel_size": "etp", "expert_tensor_parallelism": "etp",
     "virtual_pipeline_parallel_size": "virtual_stages", "virtual_pipeline_model_parallel_size": "virtual_stages",
+    "num_layers_per_virtual_pipeline_stage": "layers_per_virtual_stage",
+    "layers_per_virtual_pipeline_stage": "layers_per_virtual_stage",
     "sp": "sequence_parallel", "sequence_parallelism": "sequence_parallel",
     # a "System" column ("DGX-B200", "GB200 NVL72", "Eos"): the GPU where no "GPU" column names it and the system
     # names a known one (vtrain.validation.rows.gpu_name), else kept and echoed as it is

@@ -741,6 +741,14 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
     if defaults.recipe_overlaps and "tp_comm_overlap" not in p:
         plan_d["tp_comm_overlap"] = bool(plan_d.get("sequence_parallel")) and plan_d.get("tp", 1) > 1
+    per_stage = row.get("layers_per_virtual_stage")  # Megatron's --num-layers-per-virtual-pipeline-stage
+    if per_stage is not None and "virtual_stages" not in p:
+        n, pp_ = int(parse_cell(row, "layers_per_virtual_stage", per_stage, int)), int(plan_d.get("pp", 1))
+        check_value(f"{prefix} layers_per_virtual_stage", n, POSITIVE_INT)
+        if model.num_layers % (pp_ * n):
+            raise ConfigError(f"{prefix} layers_per_virtual_stage={n} x pp={pp_} must divide num_layers="
+                              f"{model.num_layers}")
+        p["virtual_stages"] = plan_d["virtual_stages"] = model.num_layers // (pp_ * n)
     if p.get("virtual_stages", 1) > 1 and "schedule" not in p:  # VP > 1 is Megatron's interleaved 1F1B
         plan_d["schedule"] = Schedule.INTERLEAVED
     if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
