@@ -425,3 +425,20 @@ def test_megatrons_layers_per_virtual_stage_sets_the_interleaved_chunks(tmp_path
     assert (plan.chunks, plan.schedule) == (3, Schedule.INTERLEAVED)
     (res,) = validate_rows([bad], cfg)
     assert res.skipped_reason == "row 2: layers_per_virtual_stage=7 x pp=64 must divide num_layers=128"
+
+
+def test_megatrons_ddp_impl_says_whether_the_gradient_reduction_overlaps(tmp_path, cfg):
+    """--DDP-impl as a column: torch (PyTorch DDP) all-reduces 25 MiB buckets during the backward pass, local
+    (Megatron's own) after it; anything else is a one-line skip naming the two."""
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.rows import row_workload
+
+    head = "model,num_gpus,tp,pp,global_batch,micro_batch,DDP-impl,seq_len,gpu,model_tflops_per_gpu"
+    path = tmp_path / "ddp.csv"
+    path.write_text(f"{head}\ngpt_1_7b,32,1,1,512,16,torch,2048,A100,137\ngpt_1_7b,32,1,1,512,16,local,2048,A100,137\n"
+                    "gpt_1_7b,32,1,1,512,16,apex,2048,A100,137\n")
+    torch_row, local_row, bad = read_measurements(path)
+    plans = [row_workload(r, cfg.cluster, load_gpu_config, load_stack_config).plan for r in (torch_row, local_row)]
+    assert [(p.overlap_grad_reduce, p.grad_bucket_mib) for p in plans] == [(True, 25), (False, None)]
+    (res,) = validate_rows([bad], cfg)
+    assert res.skipped_reason == "row 3: ddp_impl=apex is not one of torch, local"

@@ -38,7 +38,8 @@ MEASURED = ("iteration_time_ms", "iteration_time_s", "step_time_s", "tokens_per_
             "samples_per_s", "model_tflops_per_gpu", "mfu")
 OPTIONAL = ("vocab_size", "vocab_divisible_by", "ffn_hidden_size", "num_kv_heads", "gated_mlp", "gpu", "gpus_per_node",
             "recompute",
-            "sequence_parallel", "schedule", "virtual_stages", "layers_per_virtual_stage", "distributed_optimizer",
+            "sequence_parallel", "schedule", "virtual_stages", "layers_per_virtual_stage", "ddp_impl",
+            "distributed_optimizer",
             "precision",
             "overlap_grad_reduce", "flash_attention", "params_billion", "name")
 VTRAIN_HEADERS = {

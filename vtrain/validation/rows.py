@@ -231,6 +231,11 @@ STACK_ALIASES = {"megatron": "megatron_core_te", "megatron_lm": "megatron_core_t
                  "mosaicml": "llm_foundry_fsdp", "torchtitan_compile": "torchtitan_fsdp2_compile",
                  "torchtitan_torch_compile": "torchtitan_fsdp2_compile",  # "torchtitan (torch.compile)"
                  "torchtitan_compiled": "torchtitan_fsdp2_compile"}
+# Megatron-LM's --DDP-impl (2021-2022): ``torch``, PyTorch's DistributedDataParallel, all-reduces its gradient
+# buckets during the backward pass; ``local``, Megatron's own, after it (value: whether the reduction overlaps)
+DDP_IMPLS = {"torch": True, "local": False}
+# PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py), in MiB
+TORCH_DDP_BUCKET_MIB = 25
 # Megatron-LM named on a GPU without FP8 tensor cores (A100, V100): the Megatron-LM of that era (SC'21 to 2022,
 # before Megatron-Core and Transformer Engine), fp16 with fp32 master weights; a named Megatron-Core, NeMo or
 # Megatron-Bridge stays megatron_core_te on any GPU
@@ -741,6 +746,14 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         plan_d["sequence_parallel"] = plan_d.get("tp", 1) > 1
     if defaults.recipe_overlaps and "tp_comm_overlap" not in p:
         plan_d["tp_comm_overlap"] = bool(plan_d.get("sequence_parallel")) and plan_d.get("tp", 1) > 1
+    ddp = row.get("ddp_impl")  # Megatron-LM's --DDP-impl (2021-2022)
+    if ddp is not None and "overlap_grad_reduce" not in p:
+        key = table_key(ddp)
+        if key not in DDP_IMPLS:
+            raise ConfigError(f"{prefix} ddp_impl={ddp} is not one of {', '.join(DDP_IMPLS)}")
+        plan_d["overlap_grad_reduce"] = DDP_IMPLS[key]
+        if DDP_IMPLS[key] and "grad_bucket_mib" not in p:
+            plan_d["grad_bucket_mib"] = TORCH_DDP_BUCKET_MIB
     per_stage = row.get("layers_per_virtual_stage")  # Megatron's --num-layers-per-virtual-pipeline-stage
     if per_stage is not None and "virtual_stages" not in p:
         n, pp_ = int(parse_cell(row, "layers_per_virtual_stage", per_stage, int)), int(plan_d.get("pp", 1))

@@ -99,10 +99,6 @@ WEAK_SCALING_DEFAULTS = RowDefaults(
     stack="megatron_lm_2021")
 
 
-# PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py), in MiB
-TORCH_DDP_BUCKET_MIB = 25
-
-
 def measured_row(row: WeakScalingRow, index: int, micro_batch: Optional[int] = None) -> MeasuredRow:
     """The table row in the measured-row schema, with the run configuration its script states (else the
     assumptions of the module docstring)."""
@@ -122,8 +118,8 @@ def measured_row(row: WeakScalingRow, index: int, micro_batch: Optional[int] = N
               "vocab_size": row.vocab, "seq_len": row.seq_len, "num_gpus": row.num_gpus, "tp": row.tp,
               "pp": row.pp, "dp": dp, "micro_batch": micro_batch, "global_batch": row.global_batch,
               "schedule": "interleaved" if chunks > 1 else "1f1b", "virtual_stages": chunks}
-    if row.ddp_impl == "torch":
-        values.update(overlap_grad_reduce="true", grad_bucket_mib=TORCH_DDP_BUCKET_MIB)
+    if row.ddp_impl:
+        values["ddp_impl"] = row.ddp_impl  # rows.DDP_IMPLS: torch overlaps in 25 MiB buckets, local does not
     return MeasuredRow(index, {k: str(v) for k, v in values.items()})
 
 
