@@ -70,7 +70,7 @@ class Constants:
 
     gpu: GpuSpec
     stack: StackSpec
-    origin: Optional[StackSpec] = None  # the base stack before any value was set (None: ``stack``)
+    origin: StackSpec  # the base stack before any value was set
     stack_values: Tuple[Tuple[str, float], ...] = ()  # the stack constants with_values set, in name order
 
     @classmethod
@@ -81,7 +81,7 @@ class Constants:
         gpu: Dict[str, Any] = {k: v for k, v in values.items() if k in GPU_CONSTANTS}
         stack: Dict[str, Any] = {k: v for k, v in values.items() if k in STACK_CONSTANTS}
         shared = tuple(sorted({**dict(self.stack_values), **stack}.items()))
-        return Constants(replace(self.gpu, **gpu), replace(self.stack, **stack), self.origin or self.stack, shared)
+        return Constants(replace(self.gpu, **gpu), replace(self.stack, **stack), self.origin, shared)
 
     def value(self, name: str) -> float:
         return float(getattr(self.gpu if name in GPU_CONSTANTS else self.stack, name))
@@ -91,8 +91,7 @@ class Constants:
         workload's own with the set constants it shares."""
         if w.stack.name == self.stack.name:
             return self.stack
-        origin = self.origin or self.stack
-        shared: Dict[str, Any] = {k: v for k, v in self.stack_values if getattr(w.stack, k) == getattr(origin, k)}
+        shared: Dict[str, Any] = {k: v for k, v in self.stack_values if getattr(w.stack, k) == getattr(self.origin, k)}
         return replace(w.stack, **shared)
 
 

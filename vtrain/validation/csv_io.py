@@ -23,9 +23,8 @@ from vtrain.errors import ConfigError
 log = logging.getLogger(__name__)
 
 REQUIRED = ("seq_len",)  # tp, pp: an absent column is 1, as an empty cell is
-# the micro-batch, or torchtitan's per-rank batch; neither: the fastest of 1-16 that fits and divides the
-# per-replica batch (validation.run.UNSTATED_MICRO_BATCHES; published tables often leave it out)
-MICRO = ("micro_batch", "local_batch")
+# the micro-batch (micro_batch, or torchtitan's per-rank local_batch) is not required: a row silent on it runs the
+# fastest of 1-16 that fits and divides its per-replica batch (validation.run.UNSTATED_MICRO_BATCHES)
 # at least one: sequences, or tokens (divided by seq_len), or what the global batch follows from: the gradient
 # accumulation steps (micro_batch x grad_accum x dp) or torchtitan's per-rank batch (local_batch x dp)
 BATCH = ("global_batch", "global_batch_tokens", "grad_accum", "local_batch")

@@ -109,15 +109,16 @@ def measured_row(row: WeakScalingRow, index: int, micro_batch: Optional[int] = N
         micro_batch = row.micro_batch
     if micro_batch is None:
         micro_batch = 1 if row.pp > 1 else next(b for b in (8, 4, 2, 1) if per_replica % b == 0)
-    m = per_replica // micro_batch
-    if stated:
-        chunks = row.layers // (row.pp * row.layers_per_virtual_stage) if row.layers_per_virtual_stage else 1
+    values: Dict[str, Any] = {
+        "name": row.model, "num_layers": row.layers, "hidden_size": row.hidden, "num_heads": row.heads,
+        "vocab_size": row.vocab, "seq_len": row.seq_len, "num_gpus": row.num_gpus, "tp": row.tp, "pp": row.pp,
+        "dp": dp, "micro_batch": micro_batch, "global_batch": row.global_batch}
+    if stated and row.layers_per_virtual_stage:  # the interleaved chunks follow from it (rows.row_workload)
+        values["layers_per_virtual_stage"] = row.layers_per_virtual_stage
     else:
-        chunks = 2 if row.pp > 1 and row.layers % (2 * row.pp) == 0 and m % row.pp == 0 else 1
-    values = {"name": row.model, "num_layers": row.layers, "hidden_size": row.hidden, "num_heads": row.heads,
-              "vocab_size": row.vocab, "seq_len": row.seq_len, "num_gpus": row.num_gpus, "tp": row.tp,
-              "pp": row.pp, "dp": dp, "micro_batch": micro_batch, "global_batch": row.global_batch,
-              "schedule": "interleaved" if chunks > 1 else "1f1b", "virtual_stages": chunks}
+        m = per_replica // micro_batch
+        chunks = 2 if not stated and row.pp > 1 and row.layers % (2 * row.pp) == 0 and m % row.pp == 0 else 1
+        values.update(schedule="interleaved" if chunks > 1 else "1f1b", virtual_stages=chunks)
     if row.ddp_impl:
         values["ddp_impl"] = row.ddp_impl  # rows.DDP_IMPLS: torch overlaps in 25 MiB buckets, local does not
     return MeasuredRow(index, {k: str(v) for k, v in values.items()})
