@@ -77,7 +77,7 @@ class AnalyticalCostModel:
         self.flash_k0 = gpu.flash_attention_k0_tokens
         self.flash_cap = gpu.flash_attention_max_length_factor
         # benchmarked GEMM rate -> rate inside a training step (and on this part's clock)
-        self.sustained = gpu.sustained_gemm_fraction * gpu.power_clock_fraction
+        self.sustained = stack.sustained_gemm_fraction(gpu) * gpu.power_clock_fraction
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
         self.kernel_s = gpu.kernel_time_s
         self.host_s = stack.host_time_per_kernel_s

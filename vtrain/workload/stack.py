@@ -7,9 +7,12 @@ and in a few µs in another (CUDA graphs, fused kernels). Configs in ``conf/stac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from vtrain.workload.fields import FRACTION, Domain, spec
+
+if TYPE_CHECKING:
+    from vtrain.workload.system import GpuSpec
 
 # Physical ranges of a framework's constants (beyond them a prediction is meaningless, and its arithmetic
 # overflows): host times up to 1 s per op or iteration, traffic factors up to 100x, bytes up to 1 KiB per
@@ -50,6 +53,11 @@ class StackSpec:
         factory=dict, domain=FRACTION,
         doc="the same ratio measured on one GPU architecture (gpu.architecture: hopper, blackwell, ...), which "
             "replaces attention_kernel_efficiency there (bench/fit_attention.py --write)")
+    gemm_curve_fitted_on: str = spec(
+        "", doc="the GPU architecture (gpu.architecture) whose GEMM curve was fitted to this stack's own measured "
+                "runs: there its GEMMs run at the curve itself, with no gpu.sustained_gemm_fraction discount "
+                "(the A100 curve is vTrain's single-node runs' rate; other A100 stacks sustain the fraction the "
+                "Megatron-LM weak-scaling runs show); '' for none")
     fuse_elementwise: bool = spec(False, doc="a compiler fuses adjacent memory-bound ops into one kernel "
                                              "(torch.compile); see vtrain.graph.fusion")
     sac_keeps_unread: bool = spec(True, doc="per-op selective checkpointing keeps every output its policy names, "
@@ -157,6 +165,12 @@ class StackSpec:
         """This stack's fused-attention kernel against the GPU's reference kernel, on ``architecture``: the
         measured ratio where one is listed, else the general one."""
         return self.attention_kernel_efficiency_by_architecture.get(architecture, self.attention_kernel_efficiency)
+
+    def sustained_gemm_fraction(self, gpu: "GpuSpec") -> float:
+        """The share of ``gpu``'s GEMM curve this stack's GEMMs sustain inside a training step: 1 on the
+        architecture whose curve was fitted to this stack's runs (:attr:`gemm_curve_fitted_on`), else the GPU's."""
+        return 1.0 if self.gemm_curve_fitted_on and gpu.architecture == self.gemm_curve_fitted_on \
+            else gpu.sustained_gemm_fraction
 
     def provenance_on(self, architecture: str) -> Dict[str, str]:
         """The provenance of the constants a plan on ``architecture`` rests on: all but the one of the two
