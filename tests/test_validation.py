@@ -59,7 +59,7 @@ def test_single_node_error_within_recorded_bound(cfg):
     s = summary_of(results)
     print(s.line())
     assert s.n == 180 and s.skipped == 0
-    assert s.mape_pct < 6.5  # recorded 5.59% on this sample (8.69% when one GEMM rate served both A100 sets): README "Accuracy"
+    assert s.mape_pct < 6.5  # recorded 5.59% on this sample (8.69% with one GEMM rate for both A100 sets)
 
 
 def test_summary_line_format(cfg):

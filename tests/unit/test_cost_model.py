@@ -122,3 +122,21 @@ def test_flash_attention_efficiency_overrides_the_gemm_product():
     assert t == pytest.approx(op.flops / (gpu.peak_flops_per_s(w.plan.precision.value) * 0.5))
     assert legacy == pytest.approx(op.flops / (gpu.peak_flops_per_s(w.plan.precision.value)
                                                * gpu.gemm_max_efficiency * gpu.attention_efficiency))
+
+
+def test_a_stack_runs_at_the_gemm_curve_only_where_the_curve_was_fitted_to_its_runs():
+    """stack.gemm_curve_fitted_on: on that architecture the stack's GEMMs run at the GPU's curve; any other stack,
+    or the same stack on another architecture, at gpu.sustained_gemm_fraction of it. Memory-bound ops are
+    unchanged (the share is a tensor-core clock, not HBM)."""
+    w, cost = _model()
+    gpu = w.cluster.gpu
+    assert gpu.architecture == "ampere" and gpu.sustained_gemm_fraction < 1.0
+    at_curve = replace(w.stack, gemm_curve_fitted_on="ampere")
+    other = replace(w.stack, gemm_curve_fitted_on="")
+    assert at_curve.sustained_gemm_fraction(gpu) == 1.0
+    assert other.sustained_gemm_fraction(gpu) == gpu.sustained_gemm_fraction
+    assert replace(w.stack, gemm_curve_fitted_on="hopper").sustained_gemm_fraction(gpu) == gpu.sustained_gemm_fraction
+    big = Gemm("g", m=8192, n=8192, k=8192)
+    t_curve = AnalyticalCostModel(replace(w, stack=at_curve)).compute_time_s(big)
+    t_other = AnalyticalCostModel(replace(w, stack=other)).compute_time_s(big)
+    assert t_curve / t_other == pytest.approx(gpu.sustained_gemm_fraction, rel=1e-6)
