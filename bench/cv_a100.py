@@ -4,8 +4,8 @@ bench/fit_intervals.py turns into the prediction intervals of the fitted regime.
     python bench/cv_a100.py [--jobs 2] [--max-evals 120]   # ~25 min on 2 cores
 
 The fit is the default A100 calibration (task=calibrate, calibrate.fit_on=joint: the 1,440 single-node
-runs and the 10 Megatron-LM weak-scaling rows, each set's MAPE weighted equally; all 10 constants of
-vtrain/calibration/fit.py BOUNDS). Two cross-validations, each fold a full refit (Nelder-Mead from the
+runs and the 10 Megatron-LM weak-scaling rows, each set's MAPE weighted equally; the constants of
+vtrain/calibration/fit.py FITTED). Two cross-validations, each fold a full refit (Nelder-Mead from the
 shipped constants, ``--max-evals`` evaluations, as task=calibrate does):
 
 - single-node rows: leave one (t, d, p) shape out (18 folds; calibrate.folds=shape), weak-scaling rows in;

@@ -37,10 +37,12 @@ BOUNDS: Dict[str, Tuple[float, float]] = {
 }
 
 # What task=calibrate fits by default: the constants that move the A100 fit's error by more than 0.1 point
-# at +-10% (README "Accuracy", the calibrate table). The other seven were inert there (<= 0.04 point at
-# +-10%, 2026-12) and are set from first principles or their component data in the GPU and stack configs.
-FITTED: Tuple[str, ...] = ("gemm_max_efficiency", "memory_efficiency", "host_time_per_kernel_s",
-                           "sustained_gemm_fraction")
+# at +-10% (README "Accuracy", the calibrate table). The large-GEMM efficiency is not among them: on one stack
+# it and the sustained share multiply (one of them is free), and the A100's is measured apart (the best
+# achievable matmul); fitted with the others it lands within 0.6% of that measurement and cross-validates worse
+# (README). The other seven were inert (<= 0.04 point at +-10%, 2026-12) and are set from first principles or
+# their component data in the GPU and stack configs.
+FITTED: Tuple[str, ...] = ("memory_efficiency", "host_time_per_kernel_s", "sustained_gemm_fraction")
 
 
 @dataclass(frozen=True)
