@@ -49,7 +49,8 @@ class GpuSpec:
     sustained_gemm_fraction: float = spec(
         1.0, domain=FRACTION,
         doc="share of its benchmarked GEMM rate a GPU sustains inside a training step (power and clock "
-            "limits under continuous load); 1 where the GEMM constants were fitted to training runs (A100)")
+            "limits under continuous load); a stack whose own runs the GEMM curve was fitted to runs at 1 there "
+            "(stack.gemm_curve_fitted_on: the A100's, vTrain's single-node runs)")
     power_clock_fraction: float = spec(
         1.0, domain=FRACTION,
         doc="tensor-core clock of this part under its board power limit, relative to the part its GEMM and "
