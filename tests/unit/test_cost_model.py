@@ -121,7 +121,8 @@ def test_flash_attention_efficiency_overrides_the_gemm_product():
     t = AnalyticalCostModel(w2).compute_time_s(op)
     assert t == pytest.approx(op.flops / (gpu.peak_flops_per_s(w.plan.precision.value) * 0.5))
     assert legacy == pytest.approx(op.flops / (gpu.peak_flops_per_s(w.plan.precision.value)
-                                               * gpu.gemm_max_efficiency * gpu.attention_efficiency))
+                                               * gpu.gemm_max_efficiency * gpu.attention_efficiency
+                                               * w.stack.sustained_gemm_fraction(gpu)))
 
 
 def test_a_stack_runs_at_the_gemm_curve_only_where_the_curve_was_fitted_to_its_runs():
@@ -140,3 +141,21 @@ def test_a_stack_runs_at_the_gemm_curve_only_where_the_curve_was_fitted_to_its_r
     t_curve = AnalyticalCostModel(replace(w, stack=at_curve)).compute_time_s(big)
     t_other = AnalyticalCostModel(replace(w, stack=other)).compute_time_s(big)
     assert t_curve / t_other == pytest.approx(gpu.sustained_gemm_fraction, rel=1e-6)
+
+
+def test_only_the_stack_the_a100_curve_was_fitted_to_runs_at_it():
+    """The stacks that inherit megatron_deepspeed_2022's configuration (Megatron-Core, DeepSpeed, torchtitan,
+    llm-foundry, Megatron-LM 2021) do not inherit its gemm_curve_fitted_on: on an A100 their GEMMs, and the fused
+    attention priced from the GEMM curve, run at the GPU's sustained share."""
+    from vtrain.config.build import gpu_spec, stack_spec
+    from vtrain.config.compose import group_options, load_gpu_config, load_stack_config
+
+    gpu = gpu_spec(load_gpu_config("a100_80gb"))
+    at_curve = {name for name in group_options("stack")
+                if stack_spec(load_stack_config(name)).sustained_gemm_fraction(gpu) == 1.0}
+    assert at_curve == {"megatron_deepspeed_2022"}
+    w, _ = _model()
+    te = replace(w, stack=stack_spec(load_stack_config("megatron_core_te")))
+    vtrain_stack = replace(w, stack=stack_spec(load_stack_config("megatron_deepspeed_2022")))
+    ratio = AnalyticalCostModel(te).flash_rate / AnalyticalCostModel(vtrain_stack).flash_rate
+    assert ratio == pytest.approx(gpu.sustained_gemm_fraction, rel=1e-6)

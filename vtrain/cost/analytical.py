@@ -68,8 +68,8 @@ class AnalyticalCostModel:
         self.eta_max = self.curve.eta_max
         self.wave = True
         self.attn_eff = gpu.attention_efficiency
-        if gpu.flash_attention_efficiency is None:
-            self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff
+        if gpu.flash_attention_efficiency is None:  # the GEMM curve's rate, sustained as the stack's GEMMs are
+            self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff * stack.sustained_gemm_fraction(gpu)
         else:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
         # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
