@@ -68,16 +68,16 @@ class AnalyticalCostModel:
         self.eta_max = self.curve.eta_max
         self.wave = True
         self.attn_eff = gpu.attention_efficiency
+        sustained = stack.sustained_gemm_fraction(gpu)  # benchmarked GEMM rate -> rate inside a training step
         if gpu.flash_attention_efficiency is None:  # the GEMM curve's rate, sustained as the stack's GEMMs are
-            self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff * stack.sustained_gemm_fraction(gpu)
+            self.flash_rate = self.peak * self.attn_curve.eta_max * self.attn_eff * sustained
         else:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
         # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
         self.flash_rate *= stack.attention_factor(gpu.architecture) * gpu.power_clock_fraction
         self.flash_k0 = gpu.flash_attention_k0_tokens
         self.flash_cap = gpu.flash_attention_max_length_factor
-        # benchmarked GEMM rate -> rate inside a training step (and on this part's clock)
-        self.sustained = stack.sustained_gemm_fraction(gpu) * gpu.power_clock_fraction
+        self.sustained = sustained * gpu.power_clock_fraction  # and on this part's clock
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
         self.kernel_s = gpu.kernel_time_s
         self.host_s = stack.host_time_per_kernel_s
