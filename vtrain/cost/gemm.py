@@ -33,6 +33,7 @@ TILE_M, TILE_N = 128, 128  # a typical cuBLAS/CUTLASS tensor-core output tile
 ELEMENT_BYTES: Dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0,
                                    "fp8_rowwise": 1.0, "fp8_blockwise": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 HIGH_PRECISIONS = ("bf16", "fp16", "fp32", "tf32")  # what stays in high precision in an fp8/fp4 plan
+BLOCK_SCALED = ("mxfp8", "nvfp4")  # microscaling formats: a scale per 32 (MX) or 16 (NVFP4) elements
 
 
 def alignment_elements(*dims: int, widest: int = 8) -> int:
@@ -134,6 +135,8 @@ class GemmCurve:
         effs = gpu.gemm_efficiency_by_precision
         fallback = fp8_fallback(precision, effs)  # a scaled-FP8 recipe with no efficiency of its own: fp8's
         eta_max = effs.get(precision, effs[fallback] if fallback else gpu.gemm_max_efficiency)
+        if precision in BLOCK_SCALED and borrowed_efficiency(gpu, precision):  # priced at another format's rate
+            eta_max *= gpu.block_scaled_gemm_ratio
         return cls(precision=precision, peak_flops_per_s=peak_tflops * TFLOPS, eta_max=eta_max,
                    half_mn=gpu.gemm_half_efficiency_dim, half_k=half_k, fixed_time_s=gpu.gemm_fixed_time_s,
                    wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff,

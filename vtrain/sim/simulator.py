@@ -12,7 +12,7 @@ from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.comm.sharding import deferred_sync
 from vtrain.cost.base import CostModel
-from vtrain.cost.gemm import borrowed_efficiency
+from vtrain.cost.gemm import BLOCK_SCALED, borrowed_efficiency
 from vtrain.errors import ConfigError
 from vtrain.graph.options import graph_options
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
@@ -238,8 +238,10 @@ def _notes(prov: Dict[str, str], w: Workload) -> Tuple[str, ...]:
     p = w.plan.precision.value
     borrowed = borrowed_efficiency(w.cluster.gpu, p) if w.plan.precision.low else None
     if borrowed:
-        out += (f"caution: {p} GEMMs are priced at {borrowed}'s efficiency: no table measures this GPU's {p} "
-                "kernels",)
+        ratio = w.cluster.gpu.block_scaled_gemm_ratio if p in BLOCK_SCALED else 1.0
+        scaled = f" x {ratio:.3g} (gpu.block_scaled_gemm_ratio, fitted end to end)" if ratio != 1.0 else ""
+        out += (f"caution: {p} GEMMs are priced at {borrowed}'s efficiency{scaled}: no table measures this GPU's "
+                f"{p} kernels",)
     return out
 
 

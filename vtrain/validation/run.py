@@ -38,7 +38,7 @@ class RowResult:
     stack: str = ""  # the software stack and recompute mode simulated (what the row said or its defaults)
     recompute: str = ""
     plan_shape: str = ""  # the simulated (tp,pp,dp): what the row's cells resolved to (an absent pp is 1, dp derived)
-    micro_batch: str = ""  # the simulated micro-batch (a row silent on it: the fastest that fits, _simulate_row)
+    micro_batch: str = ""  # the simulated micro-batch (a row silent on it: the fastest that fits, simulate_row)
 
     @property
     def covered(self) -> Optional[bool]:
@@ -224,7 +224,7 @@ def _rank(report: Report) -> Tuple[bool, float]:
     return (not report.fits, report.iteration_time_s)
 
 
-def _simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
+def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
                   stack: Optional[str]) -> Tuple[Workload, Report]:
     """The row's workload and report; a row silent on recompute whose defaults say so
     (``RowDefaults.recompute_to_fit``) takes the first of those modes that fits, and a row silent on its
@@ -259,7 +259,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
     out: List[RowResult] = []
     for row in rows:
         try:
-            w, report = _simulate_row(row, cfg, load_gpu, load_stack, defaults, stack)
+            w, report = simulate_row(row, cfg, load_gpu, load_stack, defaults, stack)
             if not math.isfinite(report.iteration_time_s) or report.iteration_time_s <= 0:
                 raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
                                   "(a shape no run has: check its sizes)")

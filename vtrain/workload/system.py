@@ -51,6 +51,11 @@ class GpuSpec:
         doc="share of its benchmarked GEMM rate a GPU sustains inside a training step (power and clock "
             "limits under continuous load); a stack whose own runs the GEMM curve was fitted to runs at 1 there "
             "(stack.gemm_curve_fitted_on: the A100's, vTrain's single-node runs)")
+    block_scaled_gemm_ratio: float = spec(
+        1.0, domain=FRACTION,
+        doc="share of per-tensor FP8's large-GEMM efficiency that the block-scaled formats (mxfp8, nvfp4: scales "
+            "per 32 / 16 elements) reach, their scale handling included, where no table measures their own "
+            "GEMMs (gemm_efficiency_by_precision copies fp8's); fitted end to end on bf16/MXFP8 pairs")
     power_clock_fraction: float = spec(
         1.0, domain=FRACTION,
         doc="tensor-core clock of this part under its board power limit, relative to the part its GEMM and "
