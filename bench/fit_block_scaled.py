@@ -51,7 +51,7 @@ def _load() -> Tuple[List[Tuple[Simulated, Simulated]], List[Simulated]]:
     def simulated(row: MeasuredRow, data: str, cluster: str, stack: Optional[str] = None) -> Simulated:
         """The row as task=validate simulates it (its dataset's defaults, recompute and micro-batch choices)."""
         cfg = compose([f"+cluster={cluster}"], require=False)
-        w, _ = simulate_row(row, cfg, load_gpu, load_stack_config, shipped_defaults(data), stack)
+        w, _, _ = simulate_row(row, cfg, load_gpu, load_stack_config, shipped_defaults(data), stack)
         return row, w, measured_ms(row, w)[0]
 
     rows = [r for r in read_measurements(resolve_dataset("torchtitan")) if str(r.get("gpu")) in FITTED]

@@ -13,13 +13,20 @@ from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
-from vtrain.validation.run import RowResult, coverage_pct, memory_summary_of, summary_of, validate_rows
+from vtrain.validation.run import (
+    STATED_MODE_MEMORY_FACTOR,
+    RowResult,
+    coverage_pct,
+    memory_summary_of,
+    summary_of,
+    validate_rows,
+)
 from vtrain.workload.fields import Domain, check_value
 
 RESULT_COLUMNS = ("row", "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "ape_pct", "fits",
                   "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
                   "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute",
-                  "simulated_micro_batch")
+                  "simulated_micro_batch", "ruled_out_recompute_peak_gib")
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
@@ -48,7 +55,8 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             covered = "" if r.covered is None else r.covered
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, ape, fits, mem, mem_err,
                         r.skipped_reason or "", lo, hi, covered, r.interval_regime, r.stack, r.recompute,
-                        r.micro_batch])
+                        r.micro_batch,
+                        "" if r.ruled_out_recompute_peak_gib is None else f"{r.ruled_out_recompute_peak_gib:.2f}"])
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -136,6 +144,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     skipped = [r for r in results if r.predicted_ms is None]
     for r in skipped[:10]:
         say(f"skipped {r.skipped_reason}")
+    ruled = [r for r in ok if r.ruled_out_recompute_peak_gib is not None]
+    if ruled:  # a mode the memory model rules out by far: the lightest heavier mode that fits was run
+        first = ruled[0]
+        said = first.row.get("recompute") or "its defaults'"
+        say(f"recompute ruled out: {len(ruled)} of {len(ok)} simulated rows (row {first.row.index} first: "
+            f"recompute={said} needs {first.ruled_out_recompute_peak_gib:.0f} GiB, more than "
+            f"{STATED_MODE_MEMORY_FACTOR:g}x its GPU's memory) ran with the lightest heavier mode that fits "
+            f"({first.recompute}; validation.csv: simulated_recompute)")
     oom = [r for r in ok if r.fits is False]
     if oom:  # a run that ran fitted: each of these is an error of the memory model (or of the row's plan)
         say(f"predicted out of memory: {len(oom)} of {len(ok)} simulated rows (row {oom[0].row.index} first), "
