@@ -109,7 +109,8 @@ def test_own_csv_rows_take_the_software_of_their_gpu(tmp_path, cfg):
     a100, h100, big = validate_rows(rows, cfg, defaults=None)
     assert (a100.stack, a100.recompute) == ("megatron_deepspeed_2022", "full")
     assert (h100.stack, h100.recompute, h100.fits) == ("megatron_core_te", "none", True)
-    assert (big.recompute, big.fits) == ("full", True)  # 4 x 8K tokens a GPU of a 6.7B model: ~150 GB without
+    # 4 x 8K tokens a GPU of a 6.7B model: ~150 GB without; full recompute of the first k of its 32 layers fits
+    assert big.recompute.startswith("full (") and big.recompute.endswith(" layers per chunk)") and big.fits
     w = row_workload(rows[1], cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
     assert w.plan.sequence_parallel and w.plan.distributed_optimizer and w.plan.flash_attention
     assert w.plan.precision.value == "bf16"

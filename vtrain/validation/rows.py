@@ -670,12 +670,13 @@ def model_config_fields(name: str) -> Dict[str, Any]:
 
 def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
                  load_stack: Callable[[str], Any], defaults: Optional[RowDefaults] = RowDefaults(),
-                 stack: Optional[str] = None, recompute: Optional[Recompute] = None) -> Workload:
+                 stack: Optional[str] = None, recompute: Optional[Mapping[str, Any]] = None) -> Workload:
     """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs): ``stack``
     (validate.stack) overrides the dataset's stack for rows without a ``stack`` column; ``defaults`` None:
-    those of the stack the row names, else of its GPU (:func:`defaults_of`); ``recompute`` replaces the
-    defaults' recompute mode for a row without a ``recompute`` column. Raises ConfigError (the skip reason)
-    when the row cannot be simulated as measured."""
+    those of the stack the row names, else of its GPU (:func:`defaults_of`); ``recompute`` (plan settings:
+    ``recompute``, ``recompute_modules``, ``recompute_num_layers``) replaces the defaults' recompute settings
+    for a row without a ``recompute`` column. Raises ConfigError (the skip reason) when the row cannot be
+    simulated as measured."""
     prefix = f"row {row.index}:"
     if (row.get("global_batch") or "").strip() == "-1":  # torchtitan's default: local batch x dp (x accumulation)
         row = MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "global_batch"})
@@ -737,7 +738,7 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
         p["recompute"] = Recompute.SELECTIVE_OP
     if p.get("zero_stage") == 0 and "distributed_optimizer" not in p:  # "ZeRO 0": no sharded optimizer either
         p["distributed_optimizer"] = False
-    plan_d = {**defaults.plan, **({"recompute": recompute} if recompute is not None else {}), **p}
+    plan_d = {**defaults.plan, **(recompute if recompute is not None and "recompute" not in p else {}), **p}
     if "fp32_grads" not in p and stack_name_ != defaults.stack:  # NVIDIA's recipes' bf16 gradients are theirs:
         plan_d.pop("fp32_grads", None)  # torchtitan (reduce_dtype fp32) and DeepSpeed accumulate in fp32
     if model.is_moe and "etp" not in p and defaults.moe_etp:

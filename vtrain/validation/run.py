@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
@@ -240,32 +240,66 @@ def _with_recompute(row: MeasuredRow, mode: Recompute) -> MeasuredRow:
     return MeasuredRow(row.index, {**row.values, "recompute": mode.value})
 
 
+def recompute_steps(modes: Sequence[Recompute], w: Workload) -> List[Dict[str, Any]]:
+    """The recompute settings a row silent on its mode tries, lightest first (``w``: the row at its first
+    mode): its defaults' ``modes``, with Megatron-Core's finer steps between them, as a tuned recipe picks
+    the least recompute that fits. After ``selective`` (the attention core) its wider module set: the norms,
+    the expert activation of an MoE model and MLA's up-projections (``--recompute-modules``); before ``full``,
+    full recompute of the first k layers of each model chunk (``--recompute-method block
+    --recompute-num-layers k``), for k = 1 .. layers per chunk - 1."""
+    model = w.model
+    out: List[Dict[str, Any]] = []
+    for mode in modes:
+        if mode == Recompute.FULL:
+            chunk = -(-model.num_layers // (w.plan.pp * max(1, w.plan.virtual_stages)))
+            out += [{"recompute": Recompute.FULL, "recompute_num_layers": k} for k in range(1, chunk)]
+        out.append({"recompute": mode})
+        if mode == Recompute.SELECTIVE:
+            wider = ["core_attn", "layernorm"] + (["moe_act"] if model.is_moe else []) + (
+                ["mla_up_proj"] if model.q_lora_rank or model.kv_lora_rank else [])
+            out.append({"recompute": mode, "recompute_modules": ",".join(wider)})
+    return out
+
+
+def recompute_label(w: Workload) -> str:
+    """The recompute settings simulated, as validation.csv writes them: the mode, with Megatron-Core's
+    modules when they are not the default attention core, or the layers per chunk of a block recompute."""
+    p = w.plan
+    if p.recompute == Recompute.SELECTIVE and p.recompute_modules != "core_attn":
+        return f"selective ({p.recompute_modules})"
+    if p.recompute == Recompute.FULL and p.recompute_num_layers:
+        return f"full ({p.recompute_num_layers} layers per chunk)"
+    return str(p.recompute.value)
+
+
 def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
                  stack: Optional[str]) -> Tuple[Workload, Report, Optional[float]]:
     """The row's workload and report, and its recompute mode's predicted peak (bytes) when that mode was ruled
     out (else None). A row silent on recompute whose defaults say so (``RowDefaults.recompute_to_fit``) takes
-    the first of those modes that fits; a row whose mode needs more than :data:`STATED_MODE_MEMORY_FACTOR` x
-    its GPU's memory the first mode of that ladder (or :data:`RECOMPUTE_LADDER`) that fits at a lower peak; a
-    row silent on its micro-batch the fastest of :func:`_micro_batch_choices` that fits (else the fastest)."""
+    the first of :func:`recompute_steps` that fits; a row whose mode needs more than
+    :data:`STATED_MODE_MEMORY_FACTOR` x its GPU's memory the first mode of that ladder (or
+    :data:`RECOMPUTE_LADDER`) that fits at a lower peak; a row silent on its micro-batch the fastest of
+    :func:`_micro_batch_choices` that fits (else the fastest)."""
     modes = defaults_of(row, cfg.cluster, load_gpu, defaults, stack).recompute_to_fit
-    tries: Sequence[Optional[Recompute]] = modes if modes and row.get("recompute") is None else (None,)
     choices = _micro_batch_choices(row, cfg, load_gpu, load_stack, defaults, stack)
 
-    def fastest(r0: MeasuredRow, mode: Optional[Recompute]) -> Tuple[Workload, Report]:
+    def fastest(r0: MeasuredRow, settings: Optional[Mapping[str, Any]]) -> Tuple[Workload, Report]:
         best: Optional[Tuple[Workload, Report]] = None
         for mb in choices:
             r = r0 if mb is None else _with_micro_batch(r0, mb)
-            w = row_workload(r, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=mode)
+            w = row_workload(r, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=settings)
             report, _ = simulate_workload(w, AnalyticalCostModel(w))
             if best is None or _rank(report) < _rank(best[1]):
                 best = (w, report)
         assert best is not None
         return best
 
-    for mode in tries:
-        w, report = fastest(row, mode)
-        if report.fits:
-            break
+    w, report = fastest(row, {"recompute": modes[0]} if modes and row.get("recompute") is None else None)
+    if modes and row.get("recompute") is None and not report.fits:
+        for settings in recompute_steps(modes, w)[1:]:
+            w, report = fastest(row, settings)
+            if report.fits:
+                break
     if report.peak_memory_bytes > STATED_MODE_MEMORY_FACTOR * report.memory_capacity_bytes:
         for mode in modes or RECOMPUTE_LADDER:
             w2, report2 = fastest(_with_recompute(row, mode), None)
@@ -303,7 +337,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
                              report.iteration_time_hi_s * 1e3, report.interval_regime,
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
-                             w.plan.recompute.value, f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
+                             recompute_label(w), f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
                              str(w.plan.micro_batch_size), None if ruled_out is None else ruled_out / 2**30))
     return out
 
