@@ -83,3 +83,17 @@ def row_workload_of(row, cfg):
     from vtrain.validation.rows import row_workload
 
     return row_workload(row, cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
+
+
+@pytest.mark.parametrize("column, value, simulated", [
+    ("recompute_num_layers", "2", "full (2 layers per chunk)"),  # Megatron's --recompute-num-layers: full
+    ("recompute_modules", "moe", "selective (moe)"),  # --recompute-modules: selective
+])
+def test_a_layer_count_or_module_list_implies_its_mode(column, value, simulated):
+    """A row stating Megatron's layer count or modules but no mode ran the mode they belong to (was: the first
+    step of the ladder, none, with a layer count: a skip reason)."""
+    cfg = compose(["+cluster=h100x1024"], require=False)
+    cells = dict(model="deepseek_v3", gpu="h100_sxm", num_gpus="1024", global_batch="8192", micro_batch="1",
+                 seq_len="4096", tp="1", pp="16", ep="64", precision="bf16", iteration_time_ms="60000")
+    (r,) = validate_rows([MeasuredRow(1, {**cells, column: value})], cfg, None)
+    assert r.skipped_reason is None and r.recompute == simulated

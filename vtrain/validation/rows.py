@@ -668,6 +668,11 @@ def model_config_fields(name: str) -> Dict[str, Any]:
     return {k: v for k, v in as_mapping(load_group_config("model", name, ModelConfig)).items() if v is not None}
 
 
+def states_recompute(row: MeasuredRow) -> bool:
+    """Whether the row says how it recomputed: a mode, or Megatron's layer count or modules, which imply one."""
+    return any(row.get(c) is not None for c in ("recompute", "recompute_num_layers", "recompute_modules"))
+
+
 def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
                  load_stack: Callable[[str], Any], defaults: Optional[RowDefaults] = RowDefaults(),
                  stack: Optional[str] = None, recompute: Optional[Mapping[str, Any]] = None) -> Workload:
@@ -685,6 +690,10 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     cluster_cfg = row_cluster(row, cluster_cfg)
     m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
     p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
+    if "recompute" not in p and p.get("recompute_num_layers"):  # Megatron's --recompute-num-layers: granularity full
+        p["recompute"] = Recompute.FULL
+    elif "recompute" not in p and "recompute_modules" in p:  # --recompute-modules: granularity selective
+        p["recompute"] = Recompute.SELECTIVE
     base: Dict[str, Any] = {}
     sized = BARE_SIZE.fullmatch(table_key(str(row.get("model") or "")))
     stack_name_ = stated_stack(row, stack, gpu) or defaults.stack

@@ -12,7 +12,7 @@ from vtrain.report import Report
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
-from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload
+from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload, states_recompute
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
 
@@ -294,10 +294,15 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
         assert best is not None
         return best
 
-    w, report = fastest(row, {"recompute": modes[0]} if modes and row.get("recompute") is None else None)
-    if modes and row.get("recompute") is None and not report.fits:
+    silent = modes and not states_recompute(row)
+    w, report = fastest(row, {"recompute": modes[0]} if silent else None)
+    if silent and not report.fits:
         for settings in recompute_steps(modes, w)[1:]:
-            w, report = fastest(row, settings)
+            try:
+                w2, report2 = fastest(row, settings)
+            except ConfigError:  # a step the row's own cells rule out (e.g. its recompute_num_layers)
+                continue
+            w, report = w2, report2
             if report.fits:
                 break
     if report.peak_memory_bytes > STATED_MODE_MEMORY_FACTOR * report.memory_capacity_bytes:
