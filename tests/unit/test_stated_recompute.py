@@ -97,3 +97,12 @@ def test_a_layer_count_or_module_list_implies_its_mode(column, value, simulated)
                  seq_len="4096", tp="1", pp="16", ep="64", precision="bf16", iteration_time_ms="60000")
     (r,) = validate_rows([MeasuredRow(1, {**cells, column: value})], cfg, None)
     assert r.skipped_reason is None and r.recompute == simulated
+
+
+def test_a_ruled_out_row_with_a_layer_count_is_not_skipped(scout):
+    """Scout's stated 'none' replaced by a layer count (full recompute of 1 layer of 48): still far beyond its
+    GPU, and the ladder's selective step, which the count rules out, is passed over, not a skip reason."""
+    row = scout[0]
+    cells = {k: v for k, v in row.values.items() if k != "recompute"}
+    (r,) = _validate([MeasuredRow(row.index, {**cells, "recompute_num_layers": "1"})])
+    assert r.skipped_reason is None and r.predicted_ms is not None

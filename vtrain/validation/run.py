@@ -39,7 +39,7 @@ class RowResult:
     recompute: str = ""
     plan_shape: str = ""  # the simulated (tp,pp,dp): what the row's cells resolved to (an absent pp is 1, dp derived)
     micro_batch: str = ""  # the simulated micro-batch (a row silent on it: the fastest that fits, simulate_row)
-    # the stated recompute mode's predicted peak (GiB) when it was ruled out (STATED_MODE_MEMORY_FACTOR)
+    # the row's recompute mode's predicted peak (GiB) when it was ruled out (STATED_MODE_MEMORY_FACTOR)
     ruled_out_recompute_peak_gib: Optional[float] = None
 
     @property
@@ -307,7 +307,10 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
                 break
     if report.peak_memory_bytes > STATED_MODE_MEMORY_FACTOR * report.memory_capacity_bytes:
         for mode in modes or RECOMPUTE_LADDER:
-            w2, report2 = fastest(_with_recompute(row, mode), None)
+            try:
+                w2, report2 = fastest(_with_recompute(row, mode), None)
+            except ConfigError:  # a mode the row's other cells rule out (a layer count needs full)
+                continue
             if report2.fits and report2.peak_memory_bytes < report.peak_memory_bytes:
                 return w2, report2, report.peak_memory_bytes
     return w, report, None
