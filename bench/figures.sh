@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the README's accuracy figures from their commands (never by hand) after a modelling change, and
 # print each one's summary line: the validations (A100 single node, weak scaling, Megatron-Core MoE on H100
-# and Blackwell, torchtitan), the component-table fits (GEMMs, collectives, attention over lengths, FP8 recipes)
-# and the measured H200 iterations (profile path, bench/h200_measured.py), then
+# and Blackwell, torchtitan), the component-table fits (GEMMs, collectives, attention over lengths, FP8 recipes),
+# the block-scaled GEMM ratio, and the measured H200 iterations (profile path, bench/h200_measured.py), then
 # the interval table and its plot (vtrain/data/intervals.json, docs/intervals.png: stale ones fail tests/unit/test_intervals.py).
 #   usage: bash bench/figures.sh            about 4 minutes on the 2-core VM
 #          bash bench/figures.sh --cv       and the cross-validation (bench/cv_a100.py: much longer)
@@ -42,6 +42,7 @@ step torchtitan_table 'H100 rows' "$PY" bench/torchtitan_table.py
 step fit_gemm 'in sample|effective eta' "$PY" bench/fit_gemm.py
 step fit_collectives 'all four collectives' "$PY" bench/fit_collectives.py
 step fit_attention_length 'k0 = |held out' "$PY" bench/fit_attention_length.py
+step fit_block_scaled 'block_scaled_gemm_ratio = |fitted$' "$PY" bench/fit_block_scaled.py
 step h200_measured 'MAPE' "$PY" bench/h200_measured.py
 step h200_llama_measured 'MAPE' "$PY" bench/h200_measured.py --profile profiles/measured/h200-llama
 step intervals '^\| all \||^wrote' "$PY" bench/fit_intervals.py --plot docs/intervals.png
