@@ -294,17 +294,32 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
         assert best is not None
         return best
 
+    def tried(settings: Mapping[str, Any]) -> Optional[Tuple[Workload, Report]]:
+        try:
+            return fastest(row, settings)
+        except ConfigError:  # a step the row's own cells rule out (e.g. its recompute_num_layers)
+            return None
+
     silent = modes and not states_recompute(row)
     w, report = fastest(row, {"recompute": modes[0]} if silent else None)
     if silent and not report.fits:
-        for settings in recompute_steps(modes, w)[1:]:
-            try:
-                w2, report2 = fastest(row, settings)
-            except ConfigError:  # a step the row's own cells rule out (e.g. its recompute_num_layers)
-                continue
-            w, report = w2, report2
-            if report.fits:
-                break
+        steps = recompute_steps(modes, w)[1:]
+        i = 0
+        while i < len(steps):
+            block = [j for j in range(i, len(steps)) if steps[j].get("recompute_num_layers")]
+            if block and block[0] == i:  # block recompute: the fewest layers that fit, by bisection (memory
+                lo, hi = i, block[-1]  # falls as layers are recomputed)
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    got = tried(steps[mid])
+                    lo, hi = (lo, mid) if got is not None and got[1].fits else (mid + 1, hi)
+                got, i = tried(steps[lo]), block[-1] + 1
+            else:
+                got, i = tried(steps[i]), i + 1
+            if got is not None:
+                w, report = got
+                if report.fits:
+                    break
     if report.peak_memory_bytes > STATED_MODE_MEMORY_FACTOR * report.memory_capacity_bytes:
         for mode in modes or RECOMPUTE_LADDER:
             try:
