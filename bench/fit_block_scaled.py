@@ -44,7 +44,7 @@ PAIR_KEY = ("table", "model", "gpu", "num_gpus", "micro_batch", "global_batch", 
 Simulated = Tuple[MeasuredRow, Workload, float]  # row, workload, measured ms
 
 
-def _load() -> Tuple[List[Tuple[Simulated, Simulated]], List[Simulated]]:
+def load_pairs() -> Tuple[List[Tuple[Simulated, Simulated]], List[Simulated]]:
     """(bf16, low-precision) pairs of the torchtitan Blackwell rows, and Megatron-Core's Blackwell MXFP8 rows."""
     load_gpu = functools.lru_cache(None)(load_gpu_config)
 
@@ -114,7 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--write", action="store_true",
                     help=f"write the ratio into conf/gpu/{{{','.join(FITTED + TRANSFERS)}}}.yaml")
     args = ap.parse_args(argv)
-    pairs, megatron = _load()
+    pairs, megatron = load_pairs()
     dense, held = split(pairs)
     ratio = round(fit(dense), 3)
     print(f"fit on {len(dense)} dense bf16/MXFP8 pairs (torchtitan, B200 and GB200): block_scaled_gemm_ratio = "

@@ -27,7 +27,7 @@ def _fit_module():
 @pytest.fixture(scope="module")
 def fitted():
     fit = _fit_module()
-    pairs, megatron = fit._load()
+    pairs, megatron = fit.load_pairs()
     dense, held = fit.split(pairs)
     return fit, dense, held, megatron
 
