@@ -106,3 +106,17 @@ def test_a_ruled_out_row_with_a_layer_count_is_not_skipped(scout):
     cells = {k: v for k, v in row.values.items() if k != "recompute"}
     (r,) = _validate([MeasuredRow(row.index, {**cells, "recompute_num_layers": "1"})])
     assert r.skipped_reason is None and r.predicted_ms is not None
+
+
+def test_task_validate_says_which_rows_it_ruled_out(tmp_path, capfd):
+    """One line names the rows, the stated mode, its predicted peak and the mode run instead; exit 0. (Eager, the
+    same row fits in no mode: its fp32 loss alone holds 10 x 8K x 202K logits x 12 B, so it runs as stated.)"""
+    from tests.clirun import validate_table
+
+    head = "model,gpu,num_gpus,local_batch,seq_len,ep,precision,recompute,stack,torch_compile,tokens_per_s_per_gpu\n"
+    res, rows = validate_table(head + "llama4_scout,gb200,256,10,8192,16,bf16,none,torchtitan,yes,6169\n", tmp_path,
+                               capfd)
+    assert res.code == 0, res.err
+    line = next(x for x in res.out.splitlines() if x.startswith("recompute ruled out:"))
+    assert "1 of 1 simulated rows (row 1 first: recompute=none needs" in line and "(full;" in line, line
+    assert rows[0]["simulated_recompute"] == "full" and float(rows[0]["ruled_out_recompute_peak_gib"]) > 368
