@@ -56,15 +56,17 @@ def test_a_row_silent_on_its_mode_runs_the_lightest_that_fits_too(scout):
 
 
 def test_a_megatron_row_silent_on_recompute_takes_the_least_that_fits():
-    """Megatron-Core's finer steps between the modes: after selective (the attention core) its wider module set,
-    before full recompute of every layer that of the first k layers of each chunk, smallest k first."""
+    """Megatron-Core's finer steps between the modes: after selective (the attention core) its wider module sets
+    (the memory-bound ones, then MLA's up-projections), before full recompute of every layer that of the first k
+    layers of each chunk, smallest k first."""
     from vtrain.validation.rows import MEGATRON_CORE_DEFAULTS
     from vtrain.validation.run import recompute_steps
     from vtrain.workload.enums import Recompute
 
     cfg = compose(["+cluster=h100x1024"], require=False)
     head = "model,gpu,num_gpus,global_batch,micro_batch,seq_len,tp,pp,virtual_stages,ep,precision,iteration_time_ms\n"
-    # DeepSeek-V3 on 1,024 H100 (PP16 x EP64, 4K): selective's attention core does not fit, the wider set does
+    # DeepSeek-V3 on 1,024 H100 (PP16 x EP64, 4K): neither the attention core nor the memory-bound modules fit;
+    # with MLA's up-projections recomputed too it does
     rows = [MeasuredRow(1, dict(zip(head.strip().split(","),
                                     "deepseek_v3,h100_sxm,1024,8192,1,4096,1,16,1,64,bf16,60000".split(","))))]
     (r,) = validate_rows(rows, cfg, None)
@@ -73,9 +75,10 @@ def test_a_megatron_row_silent_on_recompute_takes_the_least_that_fits():
     steps = recompute_steps(MEGATRON_CORE_DEFAULTS.recompute_to_fit, w)
     chunk = -(-w.model.num_layers // 16)
     assert steps[0] == {"recompute": Recompute.NONE} and steps[-1] == {"recompute": Recompute.FULL}
-    assert steps[2] == {"recompute": Recompute.SELECTIVE,
-                        "recompute_modules": "core_attn,layernorm,moe_act,mla_up_proj"}
-    assert [s.get("recompute_num_layers") for s in steps[3:-1]] == list(range(1, chunk))
+    assert steps[2:4] == [{"recompute": Recompute.SELECTIVE, "recompute_modules": "core_attn,layernorm,moe_act"},
+                          {"recompute": Recompute.SELECTIVE,
+                           "recompute_modules": "core_attn,layernorm,moe_act,mla_up_proj"}]
+    assert [s.get("recompute_num_layers") for s in steps[4:-1]] == list(range(1, chunk))
 
 
 def row_workload_of(row, cfg):

@@ -243,8 +243,9 @@ def _with_recompute(row: MeasuredRow, mode: Recompute) -> MeasuredRow:
 def recompute_steps(modes: Sequence[Recompute], w: Workload) -> List[Dict[str, Any]]:
     """The recompute settings a row silent on its mode tries, lightest first (``w``: the row at its first
     mode): its defaults' ``modes``, with Megatron-Core's finer steps between them, as a tuned recipe picks
-    the least recompute that fits. After ``selective`` (the attention core) its wider module set: the norms,
-    the expert activation of an MoE model and MLA's up-projections (``--recompute-modules``); before ``full``,
+    the least recompute that fits. After ``selective`` (the attention core) its wider module sets: the norms
+    and the expert activation of an MoE model (memory-bound kernels), then also MLA's up-projections (GEMMs;
+    ``--recompute-modules``); before ``full``,
     full recompute of the first k layers of each model chunk (``--recompute-method block
     --recompute-num-layers k``), for k = 1 .. layers per chunk - 1."""
     model = w.model
@@ -254,10 +255,11 @@ def recompute_steps(modes: Sequence[Recompute], w: Workload) -> List[Dict[str, A
             chunk = -(-model.num_layers // (w.plan.pp * max(1, w.plan.virtual_stages)))
             out += [{"recompute": Recompute.FULL, "recompute_num_layers": k} for k in range(1, chunk)]
         out.append({"recompute": mode})
-        if mode == Recompute.SELECTIVE:
-            wider = ["core_attn", "layernorm"] + (["moe_act"] if model.is_moe else []) + (
-                ["mla_up_proj"] if model.q_lora_rank or model.kv_lora_rank else [])
+        if mode == Recompute.SELECTIVE:  # the memory-bound modules first, then MLA's up-projection GEMMs
+            wider = ["core_attn", "layernorm"] + (["moe_act"] if model.is_moe else [])
             out.append({"recompute": mode, "recompute_modules": ",".join(wider)})
+            if model.q_lora_rank or model.kv_lora_rank:
+                out.append({"recompute": mode, "recompute_modules": ",".join([*wider, "mla_up_proj"])})
     return out
 
 
