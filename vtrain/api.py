@@ -1,12 +1,16 @@
 """The public core: ``simulate(cfg) -> Report``. Pure: no I/O, no Hydra, no torch/mlflow/optuna."""
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 from vtrain.config.build import build_workload
+from vtrain.config.validate import check_plan
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.cost.base import CostModel
+from vtrain.errors import ConfigError
 from vtrain.report import Report
+from vtrain.sim.recompute_fit import MODES, first_fitting, recompute_steps
 from vtrain.sim.simulator import SimulationTrace, simulate_workload
 from vtrain.workload.workload import Workload
 
@@ -31,3 +35,20 @@ def simulate(cfg: Any, profile: Any = None) -> Report:
 def simulate_with_trace(cfg: Any, profile: Any = None) -> Tuple[Report, Optional[SimulationTrace]]:
     w = build_workload(cfg)
     return simulate_workload(w, cost_model_for(w, profile), keep_trace=True)
+
+
+def least_recompute_that_fits(w: Workload, cost_for: Callable[[Workload], CostModel]
+                              ) -> Optional[Tuple[Workload, Report]]:
+    """``w`` with the lightest recompute step that fits its GPUs (:mod:`vtrain.sim.recompute_fit`) and its report;
+    None when no step fits."""
+    def attempt(settings: Mapping[str, Any]) -> Optional[Tuple[Workload, Report]]:
+        plan = replace(w.plan, **{"recompute_modules": "core_attn", "recompute_num_layers": 0, **settings})
+        try:
+            check_plan(w.model, plan, w.cluster)
+            w2 = replace(w, plan=plan)
+            return w2, simulate_workload(w2, cost_for(w2))[0]
+        except ConfigError:
+            return None
+
+    got = first_fitting(recompute_steps(MODES, w.model, w.plan), attempt)
+    return got if got is not None and got[1].fits else None

@@ -59,8 +59,8 @@ def test_a_megatron_row_silent_on_recompute_takes_the_least_that_fits():
     """Megatron-Core's finer steps between the modes: after selective (the attention core) its wider module sets
     (the memory-bound ones, then MLA's up-projections), before full recompute of every layer that of the first k
     layers of each chunk, smallest k first."""
+    from vtrain.sim.recompute_fit import recompute_steps
     from vtrain.validation.rows import MEGATRON_CORE_DEFAULTS
-    from vtrain.validation.run import recompute_steps
     from vtrain.workload.enums import Recompute
 
     cfg = compose(["+cluster=h100x1024"], require=False)
@@ -72,7 +72,7 @@ def test_a_megatron_row_silent_on_recompute_takes_the_least_that_fits():
     (r,) = validate_rows(rows, cfg, None)
     assert r.fits and r.recompute == "selective (core_attn,layernorm,moe_act,mla_up_proj)", r.recompute
     w = row_workload_of(rows[0], cfg)
-    steps = recompute_steps(MEGATRON_CORE_DEFAULTS.recompute_to_fit, w)
+    steps = recompute_steps(MEGATRON_CORE_DEFAULTS.recompute_to_fit, w.model, w.plan)
     chunk = -(-w.model.num_layers // 16)
     assert steps[0] == {"recompute": Recompute.NONE} and steps[-1] == {"recompute": Recompute.FULL}
     assert steps[2:4] == [{"recompute": Recompute.SELECTIVE, "recompute_modules": "core_attn,layernorm,moe_act"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -17,10 +18,13 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.cli.profiles import profile_for
     from vtrain.timeline import chrome_trace, spans
 
-    report, trace = simulate_with_trace(cfg, profile=profile_for(cfg))
+    profile = profile_for(cfg)
+    report, trace = simulate_with_trace(cfg, profile=profile)
     from vtrain.cli.gantt import plot_timeline  # numpy and matplotlib: only once the plan is valid
 
     say(render_report(report))
+    if not report.fits:
+        say(recompute_hint(cfg, report, profile))
     sweep.note(**headline(report))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "report.json", report.to_dict())
@@ -32,3 +36,21 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     say(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
              f"and {out_dir / 'timeline.png'}")
     return 0
+
+
+def recompute_hint(cfg: DictConfig, report: Any, profile: Any) -> str:
+    """For a plan that does not fit: the least recompute that does (vtrain.sim.recompute_fit), its time and
+    peak, and the overrides that set it; or that no recompute setting fits."""
+    from vtrain.api import cost_model_for, least_recompute_that_fits
+    from vtrain.config.build import build_workload
+    from vtrain.sim.recompute_fit import recompute_label, recompute_overrides
+
+    got = least_recompute_that_fits(build_workload(cfg), lambda w: cost_model_for(w, profile))
+    if got is None:
+        return ("hint: no recompute setting fits this plan (full recompute of every layer neither): shard more "
+                "(parallelism.zero_stage, tp, pp, ep) or lower parallelism.micro_batch_size")
+    w, fitted = got
+    slower = (fitted.iteration_time_s / report.iteration_time_s - 1) * 100
+    peak, capacity = fitted.peak_memory_bytes / 2**30, fitted.memory_capacity_bytes / 2**30
+    return (f"hint: fits with recompute {recompute_label(w.plan)}: {fitted.iteration_time_s:.2f} s per iteration "
+            f"({slower:+.1f}%), {peak:.1f} GiB of {capacity:.0f} GiB ({recompute_overrides(w.plan)})")

@@ -4,11 +4,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
+from vtrain.sim.recompute_fit import first_fitting, recompute_label, recompute_steps
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
@@ -240,45 +241,11 @@ def _with_recompute(row: MeasuredRow, mode: Recompute) -> MeasuredRow:
     return MeasuredRow(row.index, {**row.values, "recompute": mode.value})
 
 
-def recompute_steps(modes: Sequence[Recompute], w: Workload) -> List[Dict[str, Any]]:
-    """The recompute settings a row silent on its mode tries, lightest first (``w``: the row at its first
-    mode): its defaults' ``modes``, with Megatron-Core's finer steps between them, as a tuned recipe picks
-    the least recompute that fits. After ``selective`` (the attention core) its wider module sets: the norms
-    and the expert activation of an MoE model (memory-bound kernels), then also MLA's up-projections (GEMMs;
-    ``--recompute-modules``); before ``full``,
-    full recompute of the first k layers of each model chunk (``--recompute-method block
-    --recompute-num-layers k``), for k = 1 .. layers per chunk - 1."""
-    model = w.model
-    out: List[Dict[str, Any]] = []
-    for mode in modes:
-        if mode == Recompute.FULL:
-            chunk = -(-model.num_layers // (w.plan.pp * max(1, w.plan.virtual_stages)))
-            out += [{"recompute": Recompute.FULL, "recompute_num_layers": k} for k in range(1, chunk)]
-        out.append({"recompute": mode})
-        if mode == Recompute.SELECTIVE:  # the memory-bound modules first, then MLA's up-projection GEMMs
-            wider = ["core_attn", "layernorm"] + (["moe_act"] if model.is_moe else [])
-            out.append({"recompute": mode, "recompute_modules": ",".join(wider)})
-            if model.q_lora_rank or model.kv_lora_rank:
-                out.append({"recompute": mode, "recompute_modules": ",".join([*wider, "mla_up_proj"])})
-    return out
-
-
-def recompute_label(w: Workload) -> str:
-    """The recompute settings simulated, as validation.csv writes them: the mode, with Megatron-Core's
-    modules when they are not the default attention core, or the layers per chunk of a block recompute."""
-    p = w.plan
-    if p.recompute == Recompute.SELECTIVE and p.recompute_modules != "core_attn":
-        return f"selective ({p.recompute_modules})"
-    if p.recompute == Recompute.FULL and p.recompute_num_layers:
-        return f"full ({p.recompute_num_layers} layers per chunk)"
-    return str(p.recompute.value)
-
-
 def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
                  stack: Optional[str]) -> Tuple[Workload, Report, Optional[float]]:
     """The row's workload and report, and its recompute mode's predicted peak (bytes) when that mode was ruled
     out (else None). A row silent on recompute whose defaults say so (``RowDefaults.recompute_to_fit``) takes
-    the first of :func:`recompute_steps` that fits; a row whose mode needs more than
+    the first of :func:`vtrain.sim.recompute_fit.recompute_steps` that fits; a row whose mode needs more than
     :data:`STATED_MODE_MEMORY_FACTOR` x its GPU's memory the first mode of that ladder (or
     :data:`RECOMPUTE_LADDER`) that fits at a lower peak; a row silent on its micro-batch the fastest of
     :func:`_micro_batch_choices` that fits (else the fastest)."""
@@ -305,23 +272,9 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
     silent = modes and not states_recompute(row)
     w, report = fastest(row, {"recompute": modes[0]} if silent else None)
     if silent and not report.fits:
-        steps = recompute_steps(modes, w)[1:]
-        i = 0
-        while i < len(steps):
-            block = [j for j in range(i, len(steps)) if steps[j].get("recompute_num_layers")]
-            if block and block[0] == i:  # block recompute: the fewest layers that fit, by bisection (memory
-                lo, hi = i, block[-1]  # falls as layers are recomputed)
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    got = tried(steps[mid])
-                    lo, hi = (lo, mid) if got is not None and got[1].fits else (mid + 1, hi)
-                got, i = tried(steps[lo]), block[-1] + 1
-            else:
-                got, i = tried(steps[i]), i + 1
-            if got is not None:
-                w, report = got
-                if report.fits:
-                    break
+        got = first_fitting(recompute_steps(modes, w.model, w.plan)[1:], tried)
+        if got is not None:
+            w, report = got
     if report.peak_memory_bytes > STATED_MODE_MEMORY_FACTOR * report.memory_capacity_bytes:
         for mode in modes or RECOMPUTE_LADDER:
             try:
@@ -362,7 +315,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
                              report.iteration_time_hi_s * 1e3, report.interval_regime,
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
-                             recompute_label(w), f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
+                             recompute_label(w.plan), f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
                              str(w.plan.micro_batch_size), None if ruled_out is None else ruled_out / 2**30))
     return out
 
