@@ -10,7 +10,7 @@ from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
-from vtrain.sim.recompute_fit import MODES, first_fitting, recompute_steps
+from vtrain.sim.recompute_fit import MODES, PER_OP_MODES, first_fitting, recompute_steps
 from vtrain.sim.simulator import SimulationTrace, simulate_workload
 from vtrain.workload.workload import Workload
 
@@ -39,8 +39,9 @@ def simulate_with_trace(cfg: Any, profile: Any = None) -> Tuple[Report, Optional
 
 def least_recompute_that_fits(w: Workload, cost_for: Callable[[Workload], CostModel]
                               ) -> Optional[Tuple[Workload, Report]]:
-    """``w`` with the lightest recompute step that fits its GPUs (:mod:`vtrain.sim.recompute_fit`) and its report;
-    None when no step fits."""
+    """``w`` with the lightest recompute step that fits its GPUs (:mod:`vtrain.sim.recompute_fit`; a stack whose
+    selective checkpointing is per-op, torchtitan's, steps through its own modes) and its report; None when no
+    step fits."""
     def attempt(settings: Mapping[str, Any]) -> Optional[Tuple[Workload, Report]]:
         plan = replace(w.plan, **{"recompute_modules": "core_attn", "recompute_num_layers": 0, **settings})
         try:
@@ -50,5 +51,7 @@ def least_recompute_that_fits(w: Workload, cost_for: Callable[[Workload], CostMo
         except ConfigError:
             return None
 
-    got = first_fitting(recompute_steps(MODES, w.model, w.plan), attempt)
+    per_op = w.stack.selective_is_per_op  # torchtitan: per-op SAC, and no block recompute
+    steps = recompute_steps(PER_OP_MODES if per_op else MODES, w.model, w.plan, block=not per_op)
+    got = first_fitting(steps, attempt)
     return got if got is not None and got[1].fits else None

@@ -73,3 +73,15 @@ def test_task_simulate_says_when_no_recompute_fits(capfd, tmp_path, extra):
     res = run_inprocess(["task=simulate", *DEEPSEEK, *extra, "tracking=off", f"hydra.run.dir={tmp_path}"], capfd)
     assert res.code == 0, res.err
     assert "hint: no recompute setting fits this plan" in res.out, res.out[-800:]
+
+
+def test_torchtitan_steps_through_its_own_modes():
+    """torchtitan's selective checkpointing is per-op SAC and it has no block recompute by layer count."""
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "stack=torchtitan_fsdp2",
+                                "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8", "parallelism.zero_stage=3",
+                                "parallelism.micro_batch_size=4", "training.seq_len=8192"]))
+    steps = recompute_steps((Recompute.NONE, Recompute.SELECTIVE_OP, Recompute.FULL), w.model, w.plan, block=False)
+    assert steps == [{"recompute": m} for m in (Recompute.NONE, Recompute.SELECTIVE_OP, Recompute.FULL)]
+    got = least_recompute_that_fits(w, cost_model_for)
+    assert got is not None and got[1].fits and got[0].plan.recompute in (Recompute.SELECTIVE_OP, Recompute.FULL)
+    assert got[0].plan.recompute_num_layers == 0

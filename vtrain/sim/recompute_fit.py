@@ -19,15 +19,19 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
 MODES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # Megatron-Core's granularities, lightest first
+# torchtitan's activation checkpointing modes (its "selective" is per-op SAC; no block recompute by layer count)
+PER_OP_MODES = (Recompute.NONE, Recompute.SELECTIVE_OP, Recompute.FULL)
 T = TypeVar("T")
 
 
-def recompute_steps(modes: Sequence[Recompute], model: ModelSpec, plan: ParallelPlan) -> List[Dict[str, Any]]:
+def recompute_steps(modes: Sequence[Recompute], model: ModelSpec, plan: ParallelPlan,
+                    block: bool = True) -> List[Dict[str, Any]]:
     """The recompute settings (plan fields) of ``modes`` with Megatron-Core's finer steps between them, lightest
-    first: after ``selective`` its wider module sets, before ``full`` block recompute of k layers per chunk."""
+    first: after ``selective`` its wider module sets, before ``full`` (with ``block``) block recompute of k layers
+    per chunk."""
     out: List[Dict[str, Any]] = []
     for mode in modes:
-        if mode == Recompute.FULL:
+        if mode == Recompute.FULL and block:
             chunk = -(-model.num_layers // (plan.pp * max(1, plan.virtual_stages)))
             out += [{"recompute": Recompute.FULL, "recompute_num_layers": k} for k in range(1, chunk)]
         out.append({"recompute": mode})
