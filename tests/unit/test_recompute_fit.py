@@ -8,7 +8,14 @@ from tests.clirun import run_inprocess
 from vtrain import compose
 from vtrain.api import cost_model_for, least_recompute_that_fits
 from vtrain.config.build import build_workload
-from vtrain.sim.recompute_fit import MODES, first_fitting, recompute_label, recompute_overrides, recompute_steps
+from vtrain.sim.recompute_fit import (
+    MODES,
+    BlockRun,
+    first_fitting,
+    recompute_label,
+    recompute_overrides,
+    recompute_steps,
+)
 from vtrain.workload.enums import Recompute
 
 DEEPSEEK = ["+model=deepseek_v3", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=16", "parallelism.dp=64",
@@ -22,8 +29,7 @@ class Fake:  # the part of a Report first_fitting reads
 
 
 def test_block_steps_are_bisected_for_the_fewest_layers_that_fit():
-    steps = [{"recompute": Recompute.NONE}, *({"recompute": Recompute.FULL, "recompute_num_layers": k}
-                                             for k in range(1, 64)), {"recompute": Recompute.FULL}]
+    steps = [{"recompute": Recompute.NONE}, BlockRun(1, 63), {"recompute": Recompute.FULL}]
     calls = []
 
     def attempt(s):
@@ -33,6 +39,19 @@ def test_block_steps_are_bisected_for_the_fewest_layers_that_fit():
 
     got = first_fitting(steps, attempt)
     assert got is not None and got[0]["recompute_num_layers"] == 37 and len(calls) <= 9  # not 37 tries
+
+
+def test_when_the_heaviest_step_does_not_fit_nothing_else_is_tried():
+    """A fuzzed billion-layer model: one more simulation, not a bisection over 62 million layer counts."""
+    calls = []
+
+    def attempt(s):
+        calls.append(s)
+        return s, Fake(fits=False)
+
+    got = first_fitting([{"recompute": Recompute.NONE}, BlockRun(1, 62_500_000), {"recompute": Recompute.FULL}],
+                        attempt)
+    assert got is not None and got[0] == {"recompute": Recompute.FULL} and len(calls) == 1
 
 
 def test_a_step_the_plan_rules_out_is_passed_over_and_the_last_run_is_returned():
@@ -47,7 +66,7 @@ def test_steps_of_a_dense_model_have_no_moe_or_mla_modules():
                                 "parallelism.dp=4"]))
     steps = recompute_steps(MODES, w.model, w.plan)
     assert [s.get("recompute_modules") for s in steps[:3]] == [None, None, "core_attn,layernorm"]
-    assert steps[-1] == {"recompute": Recompute.FULL} and len(steps) == 3 + (80 // 4 - 1) + 1
+    assert steps[3:] == [BlockRun(1, 80 // 4 - 1), {"recompute": Recompute.FULL}]
 
 
 def test_a_plan_that_does_not_fit_is_given_the_least_recompute_that_does():

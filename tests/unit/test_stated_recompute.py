@@ -59,7 +59,7 @@ def test_a_megatron_row_silent_on_recompute_takes_the_least_that_fits():
     """Megatron-Core's finer steps between the modes: after selective (the attention core) its wider module sets
     (the memory-bound ones, then MLA's up-projections), before full recompute of every layer that of the first k
     layers of each chunk, smallest k first."""
-    from vtrain.sim.recompute_fit import recompute_steps
+    from vtrain.sim.recompute_fit import BlockRun, recompute_steps
     from vtrain.validation.rows import MEGATRON_CORE_DEFAULTS
     from vtrain.workload.enums import Recompute
 
@@ -78,7 +78,7 @@ def test_a_megatron_row_silent_on_recompute_takes_the_least_that_fits():
     assert steps[2:4] == [{"recompute": Recompute.SELECTIVE, "recompute_modules": "core_attn,layernorm,moe_act"},
                           {"recompute": Recompute.SELECTIVE,
                            "recompute_modules": "core_attn,layernorm,moe_act,mla_up_proj"}]
-    assert [s.get("recompute_num_layers") for s in steps[4:-1]] == list(range(1, chunk))
+    assert steps[4:] == [BlockRun(1, chunk - 1), {"recompute": Recompute.FULL}]
 
 
 def row_workload_of(row, cfg):

@@ -7,11 +7,13 @@ The steps (:func:`recompute_steps`): no recompute; selective (the attention core
 ``--recompute-modules``: the norms and an MoE model's expert activation (memory-bound kernels), then also MLA's
 up-projections (GEMMs); block recompute of the first k layers of each model chunk (``--recompute-method block
 --recompute-num-layers k``), k = 1 .. layers per chunk - 1; full recompute of every layer. Memory falls along
-them, so the block steps are searched by bisection (:func:`first_fitting`).
+them, so the block steps are searched by bisection, and when full recompute does not fit nothing else is tried
+(:func:`first_fitting`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from vtrain.report import Report
 from vtrain.workload.enums import Recompute
@@ -24,16 +26,32 @@ PER_OP_MODES = (Recompute.NONE, Recompute.SELECTIVE_OP, Recompute.FULL)
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class BlockRun:
+    """Block recompute of the first k = ``lo`` .. ``hi`` layers of each chunk: one step per k, searched by
+    bisection (a chunk may hold millions of layers in a fuzzed config; the steps are never listed)."""
+
+    lo: int
+    hi: int
+
+    def at(self, k: int) -> Dict[str, Any]:
+        return {"recompute": Recompute.FULL, "recompute_num_layers": k}
+
+
+Step = Union[Dict[str, Any], BlockRun]
+
+
 def recompute_steps(modes: Sequence[Recompute], model: ModelSpec, plan: ParallelPlan,
-                    block: bool = True) -> List[Dict[str, Any]]:
+                    block: bool = True) -> List[Step]:
     """The recompute settings (plan fields) of ``modes`` with Megatron-Core's finer steps between them, lightest
     first: after ``selective`` its wider module sets, before ``full`` (with ``block``) block recompute of k layers
-    per chunk."""
-    out: List[Dict[str, Any]] = []
+    per chunk (a :class:`BlockRun`)."""
+    out: List[Step] = []
     for mode in modes:
         if mode == Recompute.FULL and block:
             chunk = -(-model.num_layers // (plan.pp * max(1, plan.virtual_stages)))
-            out += [{"recompute": Recompute.FULL, "recompute_num_layers": k} for k in range(1, chunk)]
+            if chunk > 1:
+                out.append(BlockRun(1, chunk - 1))
         out.append({"recompute": mode})
         if mode == Recompute.SELECTIVE:  # the memory-bound modules first, then MLA's up-projection GEMMs
             wider = ["core_attn", "layernorm"] + (["moe_act"] if model.is_moe else [])
@@ -43,28 +61,32 @@ def recompute_steps(modes: Sequence[Recompute], model: ModelSpec, plan: Parallel
     return out
 
 
-def first_fitting(steps: Sequence[Mapping[str, Any]],
+def first_fitting(steps: Sequence[Step],
                   attempt: Callable[[Mapping[str, Any]], Optional[Tuple[T, Report]]]) -> Optional[Tuple[T, Report]]:
     """The first of ``steps`` whose attempt fits, else the last attempt that ran (None: none ran). ``attempt``
-    returns None for a step the plan rules out. A run of block-recompute steps is bisected: the fewest layers
-    that fit (memory falls as layers are recomputed)."""
-    last: Optional[Tuple[T, Report]] = None
-    i = 0
-    while i < len(steps):
-        block = [j for j in range(i, len(steps)) if steps[j].get("recompute_num_layers")]
-        if block and block[0] == i:
-            lo, hi = i, block[-1]
+    returns None for a step the plan rules out. A :class:`BlockRun` is bisected for the fewest layers that fit
+    (memory falls as layers are recomputed). When the heaviest step, the last, does not fit, no other is tried."""
+    if not steps:
+        return None
+    last_step = steps[-1]
+    heaviest = attempt(last_step.at(last_step.hi) if isinstance(last_step, BlockRun) else last_step)
+    if heaviest is not None and not heaviest[1].fits:
+        return heaviest
+    last = heaviest
+    for step in steps:
+        if isinstance(step, BlockRun):
+            lo, hi = step.lo, step.hi
             while lo < hi:
                 mid = (lo + hi) // 2
-                probe = attempt(steps[mid])
+                probe = attempt(step.at(mid))
                 lo, hi = (lo, mid) if probe is not None and probe[1].fits else (mid + 1, hi)
-            got, i = attempt(steps[lo]), block[-1] + 1
+            got = attempt(step.at(lo))
         else:
-            got, i = attempt(steps[i]), i + 1
+            got = heaviest if step is last_step else attempt(step)
         if got is not None:
-            last = got
             if got[1].fits:
-                break
+                return got
+            last = got if heaviest is None else heaviest
     return last
 
 
