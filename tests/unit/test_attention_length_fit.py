@@ -2,22 +2,12 @@
 today's model: the B200 sequence-length sweep is simulated whole (DeepSpeed ZeRO-3 steps), so a change to any
 other kernel of those steps can move the fit, and this fails until ``--write`` has refitted the configs. The
 check is local (the shipped k0 against its neighbours on the script's 50-key grid), not the whole grid."""
-import importlib.util
-import sys
-from pathlib import Path
-
+from tests.bench_scripts import load_bench
 from vtrain.config.compose import load_gpu_config
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fit_attention_length.py"
 
 
 def _fit_module():
-    spec = importlib.util.spec_from_file_location("fit_attention_length", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("fit_attention_length")
 
 
 def test_shipped_blackwell_k0_is_the_fit_of_the_current_model():

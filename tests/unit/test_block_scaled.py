@@ -1,27 +1,20 @@
 """Block-scaled GEMMs (MXFP8, NVFP4) where no table measures them: per-tensor FP8's efficiency times
 ``gpu.block_scaled_gemm_ratio``, fitted on the measured bf16 -> MXFP8 speedups of the dense torchtitan pairs
 (bench/fit_block_scaled.py) and checked on pairs and rows it was not fitted on."""
-import importlib.util
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
+from tests.bench_scripts import load_bench
 from vtrain import compose, simulate
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import load_gpu_config
 from vtrain.cost.gemm import GemmCurve, borrowed_efficiency
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fit_block_scaled.py"
-
 
 def _fit_module():
-    spec = importlib.util.spec_from_file_location("fit_block_scaled", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("fit_block_scaled")
 
 
 @pytest.fixture(scope="module")

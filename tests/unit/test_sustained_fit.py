@@ -1,20 +1,13 @@
 """The shipped sustained-GEMM fractions are what their fit gives under today's model: a change to a kernel the fit
 subtracts (element-wise work, optimizer, communication of the decomposed DeepSpeed step) moves the fitted value,
 and this fails until ``python bench/fit_sustained.py --write`` has refitted the configs."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "fit_sustained.py"
+from tests.bench_scripts import load_bench
 
 
 def _fit_module():
-    spec = importlib.util.spec_from_file_location("fit_sustained", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("fit_sustained")
 
 
 @pytest.mark.parametrize("gpu", ["h200", "b200"])
