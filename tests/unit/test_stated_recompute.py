@@ -1,4 +1,4 @@
-"""A row whose recompute mode (stated, or its defaults') needs more than STATED_MODE_MEMORY_FACTOR x its GPU's
+"""A row whose recompute mode (stated, or its defaults') needs more than RULED_OUT_MEMORY_FACTOR x its GPU's
 memory cannot have run so: task=validate runs the lightest heavier mode that fits and says so; a row out of memory
 by less keeps its mode (an error of the memory model, or of the plan, reported as predicted out of memory)."""
 import csv
@@ -9,7 +9,7 @@ from vtrain import compose
 from vtrain.cli.task_validate import write_csv
 from vtrain.validation.csv_io import MeasuredRow, read_measurements
 from vtrain.validation.datasets import resolve_dataset, shipped_defaults
-from vtrain.validation.run import STATED_MODE_MEMORY_FACTOR, validate_rows
+from vtrain.validation.run import RULED_OUT_MEMORY_FACTOR, validate_rows
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_a_stated_mode_needing_several_times_the_memory_runs_the_lightest_mode_t
     results = _validate(scout)
     for r in results:
         gib = r.ruled_out_recompute_peak_gib
-        assert gib is not None and gib > STATED_MODE_MEMORY_FACTOR * 184  # GB200: 184 GiB visible
+        assert gib is not None and gib > RULED_OUT_MEMORY_FACTOR * 184  # GB200: 184 GiB visible
         assert r.recompute == "full" and r.fits and r.peak_memory_gib < gib  # per-op SAC does not fit either
         print(f"\nrow {r.row.index} ({r.row.get('precision')}): stated none needs {gib:.0f} GiB; full recompute "
               f"{r.peak_memory_gib:.0f} GiB, time error {(r.predicted_ms / r.measured_ms - 1) * 100:+.1f}%")
@@ -44,7 +44,7 @@ def test_a_row_out_of_memory_by_less_keeps_its_stated_mode(scout):
     smaller = MeasuredRow(row.index, {**row.values, "micro_batch": "5", "global_batch": "1280"})  # 363 GiB
     (r,) = _validate([smaller])
     assert r.recompute == "none" and r.ruled_out_recompute_peak_gib is None
-    assert r.fits is False and r.peak_memory_gib < STATED_MODE_MEMORY_FACTOR * 184
+    assert r.fits is False and r.peak_memory_gib < RULED_OUT_MEMORY_FACTOR * 184
 
 
 def test_a_row_silent_on_its_mode_runs_the_lightest_that_fits_too(scout):

@@ -14,7 +14,7 @@ from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
 from vtrain.validation.run import (
-    STATED_MODE_MEMORY_FACTOR,
+    RULED_OUT_MEMORY_FACTOR,
     RowResult,
     coverage_pct,
     memory_summary_of,
@@ -150,7 +150,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         said = first.row.get("recompute") or "its defaults'"
         say(f"recompute ruled out: {len(ruled)} of {len(ok)} simulated rows (row {first.row.index} first: "
             f"recompute={said} needs {first.ruled_out_recompute_peak_gib:.0f} GiB, more than "
-            f"{STATED_MODE_MEMORY_FACTOR:g}x its GPU's memory) ran with the lightest heavier mode that fits "
+            f"{RULED_OUT_MEMORY_FACTOR:g}x its GPU's memory) ran with the lightest heavier mode that fits "
             f"({first.recompute}; validation.csv: simulated_recompute)")
     oom = [r for r in ok if r.fits is False]
     if oom:  # a run that ran fitted: each of these is an error of the memory model (or of the row's plan)

@@ -40,7 +40,7 @@ class RowResult:
     recompute: str = ""
     plan_shape: str = ""  # the simulated (tp,pp,dp): what the row's cells resolved to (an absent pp is 1, dp derived)
     micro_batch: str = ""  # the simulated micro-batch (a row silent on it: the fastest that fits, simulate_row)
-    # the row's recompute mode's predicted peak (GiB) when it was ruled out (STATED_MODE_MEMORY_FACTOR)
+    # the row's recompute mode's predicted peak (GiB) when it was ruled out (RULED_OUT_MEMORY_FACTOR)
     ruled_out_recompute_peak_gib: Optional[float] = None
 
     @property
@@ -232,7 +232,7 @@ def _rank(report: Report) -> Tuple[bool, float]:
 # peak memory: MAPE 10.3%, largest 18.5%, README "Accuracy"), so the mode, not the model, is taken to be wrong
 # and the row runs the lightest heavier mode that fits; validation.csv keeps the row's ``recompute`` beside
 # ``simulated_recompute``, and ``ruled_out_recompute_peak_gib`` says why.
-STATED_MODE_MEMORY_FACTOR = 2.0
+RULED_OUT_MEMORY_FACTOR = 2.0
 # the modes tried for such a row when its defaults name none (RowDefaults.recompute_to_fit), lightest first
 RECOMPUTE_LADDER = (Recompute.SELECTIVE, Recompute.FULL)
 
@@ -246,7 +246,7 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
     """The row's workload and report, and its recompute mode's predicted peak (bytes) when that mode was ruled
     out (else None). A row silent on recompute whose defaults say so (``RowDefaults.recompute_to_fit``) takes
     the first of :func:`vtrain.sim.recompute_fit.recompute_steps` that fits; a row whose mode needs more than
-    :data:`STATED_MODE_MEMORY_FACTOR` x its GPU's memory the first mode of that ladder (or
+    :data:`RULED_OUT_MEMORY_FACTOR` x its GPU's memory the first mode of that ladder (or
     :data:`RECOMPUTE_LADDER`) that fits at a lower peak; a row silent on its micro-batch the fastest of
     :func:`_micro_batch_choices` that fits (else the fastest)."""
     modes = defaults_of(row, cfg.cluster, load_gpu, defaults, stack).recompute_to_fit
@@ -263,26 +263,23 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
         assert best is not None
         return best
 
-    def tried(settings: Mapping[str, Any]) -> Optional[Tuple[Workload, Report]]:
+    def tried(r0: MeasuredRow, settings: Optional[Mapping[str, Any]]) -> Optional[Tuple[Workload, Report]]:
         try:
-            return fastest(row, settings)
-        except ConfigError:  # a step the row's own cells rule out (e.g. its recompute_num_layers)
+            return fastest(r0, settings)
+        except ConfigError:  # a step the row's own cells rule out (e.g. a layer count needs full recompute)
             return None
 
     silent = modes and not states_recompute(row)
     w, report = fastest(row, {"recompute": modes[0]} if silent else None)
     if silent and not report.fits:
-        got = first_fitting(recompute_steps(modes, w.model, w.plan)[1:], tried)
+        got = first_fitting(recompute_steps(modes, w.model, w.plan)[1:], lambda s: tried(row, s))
         if got is not None:
             w, report = got
-    if report.peak_memory_bytes > STATED_MODE_MEMORY_FACTOR * report.memory_capacity_bytes:
+    if report.peak_memory_bytes > RULED_OUT_MEMORY_FACTOR * report.memory_capacity_bytes:
         for mode in modes or RECOMPUTE_LADDER:
-            try:
-                w2, report2 = fastest(_with_recompute(row, mode), None)
-            except ConfigError:  # a mode the row's other cells rule out (a layer count needs full)
-                continue
-            if report2.fits and report2.peak_memory_bytes < report.peak_memory_bytes:
-                return w2, report2, report.peak_memory_bytes
+            heavier = tried(_with_recompute(row, mode), None)
+            if heavier is not None and heavier[1].fits and heavier[1].peak_memory_bytes < report.peak_memory_bytes:
+                return heavier[0], heavier[1], report.peak_memory_bytes
     return w, report, None
 
 
