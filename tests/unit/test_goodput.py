@@ -1,0 +1,76 @@
+"""Goodput (vtrain/sim/goodput.py): the Young/Daly closed form, and the failure model against published figures."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vtrain.sim.goodput import checkpoint_bytes, goodput_of, job_failures_per_h, young_daly_interval_s
+from vtrain.workload import reliability as rel
+
+DAY_S = 86400.0
+
+
+def _run(train_s: float, gpus: int, params: float = 405e9, restart_s: float = rel.RESTART_S):
+    return goodput_of(train_s, gpus, 8, checkpoint_bytes(params), rel.CHECKPOINT_WRITE_GB_PER_S_PER_NODE,
+                      rel.GPU_FAILURES_PER_H, rel.NODE_FAILURES_PER_H, restart_s)
+
+
+def test_young_daly_closed_form() -> None:
+    assert young_daly_interval_s(60.0, 3600.0) == pytest.approx(math.sqrt(2 * 60 * 3600))
+    # the interval minimises the first-order loss delta/tau + tau/(2M): its derivative vanishes there
+    delta, mtbf = 30.0, 7200.0
+    tau = young_daly_interval_s(delta, mtbf)
+    loss = lambda t: delta / t + t / (2 * mtbf)  # noqa: E731
+    assert loss(tau) < loss(tau * 0.8) and loss(tau) < loss(tau * 1.25)
+    assert -delta / tau**2 + 1 / (2 * mtbf) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_expected_time_formula() -> None:
+    g = goodput_of(1e6, 64, 8, 8e12, 1.0, 1e-5, 1e-4, 300.0)
+    nodes, write = 8, 8e12 / (8 * 1e9)
+    rate = 64 * 1e-5 + nodes * 1e-4
+    assert g.failures_per_h == pytest.approx(rate)
+    assert g.checkpoint_write_s == pytest.approx(write)
+    m = 3600 / rate
+    tau = math.sqrt(2 * write * m)
+    wall = 1e6 * (1 + write / tau) / (1 - (300 + write + (tau + write) / 2) / m)
+    assert g.expected_time_s == pytest.approx(wall)
+    assert g.goodput == pytest.approx(1e6 / wall)
+    assert g.expected_failures == pytest.approx(wall / m)
+
+
+def test_no_failures_means_full_goodput() -> None:
+    g = goodput_of(1e5, 1024, 8, 1e12, 1.0, 0.0, 0.0, 600.0)
+    assert g.goodput == 1.0 and g.expected_time_s == 1e5 and g.expected_failures == 0.0
+
+
+def test_llama3_interruption_rate() -> None:
+    """The rates are derived from Llama 3's 419 interruptions: 16,384 GPUs fail every 3.1 hours, as published."""
+    rate = job_failures_per_h(16_384, 2_048, rel.GPU_FAILURES_PER_H, rel.NODE_FAILURES_PER_H)
+    assert rate * 54 * 24 == pytest.approx(419.0)
+    assert 3600 / rate / 3600 == pytest.approx(3.09, abs=0.01)
+
+
+def test_llama3_effective_training_time() -> None:
+    """Validation against a figure the rates were NOT derived from: Llama 3 405B reached "higher than 90%
+    effective training time" on 16,384 H100s (Dubey et al. 2024, Sec. 3.3.4). The model predicts 92.4% for a
+    54-day window with a 405B checkpoint (14 bytes/parameter) and a 10-minute restart: within the published
+    bound; and its failures over that window (~408) match the 419 counted."""
+    train_s = 54 * DAY_S * rel.LLAMA3_EFFECTIVE_TRAINING_TIME
+    g = _run(train_s, 16_384)
+    assert g.goodput == pytest.approx(0.924, abs=0.002)
+    assert g.goodput > rel.LLAMA3_EFFECTIVE_TRAINING_TIME
+    assert g.expected_failures == pytest.approx(419, rel=0.05)
+    assert g.checkpoint_write_s == pytest.approx(5.67e12 / 2e12)
+
+
+def test_goodput_falls_with_scale() -> None:
+    goodputs = [_run(30 * DAY_S, n).goodput for n in (1_024, 4_096, 16_384, 65_536)]
+    assert goodputs == sorted(goodputs, reverse=True)
+    assert goodputs[0] == pytest.approx(0.974, abs=0.002) and goodputs[-1] == pytest.approx(0.764, abs=0.002)
+
+
+def test_loss_share_is_capped() -> None:
+    g = goodput_of(1e6, 8, 8, 1e12, 1.0, 1.0, 1.0, 7200.0)  # a failure every ~6 minutes, 2-hour restarts
+    assert 0 < g.goodput <= 1e-3 and math.isfinite(g.expected_time_s)
