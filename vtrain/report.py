@@ -95,6 +95,14 @@ class Report:
     cost_lo_usd: float = 0.0
     cost_hi_usd: float = 0.0
     interval_regime: str = ""  # the residual class the interval rests on, e.g. fitted/dense/single_node
+    # goodput (vtrain/sim/goodput.py): failures, restarts and checkpoints at the cluster's rates; the expected
+    # figures are the run's wall time and cost including them (time_to_train_s, cost_usd: without)
+    goodput: float = 1.0
+    expected_time_to_train_s: float = 0.0
+    expected_cost_usd: float = 0.0
+    expected_failures: float = 0.0
+    checkpoint_interval_s: float = 0.0  # Young/Daly
+    checkpoint_write_s: float = 0.0
 
     @property
     def breakdown(self) -> StageBreakdown:

@@ -3,16 +3,21 @@ validation.csv and a predicted-vs-measured scatter plot. Reports; does not judge
 from __future__ import annotations
 
 import csv
+import json
+from dataclasses import asdict
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from omegaconf import DictConfig
 
+from vtrain.cli import sweep
 from vtrain.cli.logs import say
 from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import REQUIRED, read_measurements
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
+from vtrain.validation.metrics import ErrorSummary
+from vtrain.validation.published import source_lines, summary_by_source
 from vtrain.validation.run import (
     RULED_OUT_MEMORY_FACTOR,
     RowResult,
@@ -26,7 +31,7 @@ from vtrain.workload.fields import Domain, check_value
 RESULT_COLUMNS = ("row", "measured_ms", "predicted_ms", "error_pct", "measured_quantity", "ape_pct", "fits",
                   "predicted_peak_memory_gib", "memory_error_pct", "skipped_reason", "predicted_lo_ms",
                   "predicted_hi_ms", "covered80", "interval_regime", "simulated_stack", "simulated_recompute",
-                  "simulated_micro_batch", "ruled_out_recompute_peak_gib")
+                  "simulated_micro_batch", "ruled_out_recompute_peak_gib", "validation_notes")
 
 
 def write_csv(results: Sequence[RowResult], path: Path) -> None:
@@ -56,7 +61,27 @@ def write_csv(results: Sequence[RowResult], path: Path) -> None:
             w.writerow([r.row.index, *values, measured, pred, err, r.quantity, ape, fits, mem, mem_err,
                         r.skipped_reason or "", lo, hi, covered, r.interval_regime, r.stack, r.recompute,
                         r.micro_batch,
-                        "" if r.ruled_out_recompute_peak_gib is None else f"{r.ruled_out_recompute_peak_gib:.2f}"])
+                        "" if r.ruled_out_recompute_peak_gib is None else f"{r.ruled_out_recompute_peak_gib:.2f}",
+                        r.notes])
+
+
+def write_summary(results: Sequence[RowResult], pooled: ErrorSummary, path: Path) -> None:
+    """The run's summary: the pooled error figures and, for a file with a ``source_key`` column, each source's
+    (MAPE, median and max APE, share within 10%, rows simulated and skipped); also the sweep summary's metrics."""
+    by_source = {key: asdict(s) for key, s in summary_by_source(results).items()}
+    cov = coverage_pct(results)
+    doc = {"pooled": asdict(pooled), "coverage80_pct": cov, "by_source": by_source}
+    path.write_text(json.dumps(_finite(doc), indent=2))
+    sweep.note(mape_pct=pooled.mape_pct, within_10_pct=pooled.within_10_pct, rows=pooled.n, skipped=pooled.skipped)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN as None (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
@@ -161,9 +186,13 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     if ok:
         scatter_plot(results, out_dir / "validation.png",
                      f"{Path(path).name} on {cfg.cluster.name}\n{summary.line()}")
+    for line in source_lines(results):  # a compiled table's sources (a source_key column), then all pooled
+        say(f"source {line}")
     say(f"{summary.line()} | {coverage_line(results)}")
+    write_summary(results, summary, out_dir / "validation_summary.json")
     mem = memory_summary_of(results)
     if mem is not None:
         say(f"peak memory: {mem.line()}")
-    say(f"wrote {out_dir / 'validation.csv'}" + (f" and {out_dir / 'validation.png'}" if ok else ""))
+    say(f"wrote {out_dir / 'validation.csv'}, {out_dir / 'validation_summary.json'}"
+        + (f" and {out_dir / 'validation.png'}" if ok else ""))
     return 0

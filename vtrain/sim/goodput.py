@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from vtrain.workload.workload import Workload
+
 GB = 1e9
 # a run whose failures eat all its time never finishes: the loss share is capped below 1 so that the expected
 # time stays finite (a goodput of at most 1e-3 and the report says so)
@@ -69,3 +71,15 @@ def goodput_of(train_s: float, gpus: int, gpus_per_node: int, state_bytes: float
     return Goodput(goodput=train_s / wall_s, failures_per_h=rate_h, checkpoint_bytes=state_bytes,
                    checkpoint_write_s=write_s, restore_s=write_s, checkpoint_interval_s=tau,
                    expected_failures=wall_s / mtbf_s, expected_time_s=wall_s)
+
+
+def run_goodput(w: Workload, train_s: float) -> Goodput:
+    """Goodput of workload ``w``'s run of ``train_s`` failure-free seconds at its cluster's rates: the checkpoint
+    holds every parameter once (weights at the training precision, bf16 for the 8- and 4-bit formats, whose
+    master copy is what is saved) with fp32 master weights and Adam's moments."""
+    plan, cluster = w.plan, w.cluster
+    weight_bytes = 4.0 if plan.precision.value == "fp32" else 2.0
+    moment_bytes = 2.0 if plan.optimizer_moments == "bf16" else 4.0
+    state = checkpoint_bytes(float(w.model.total_params()), weight_bytes, moment_bytes)
+    return goodput_of(train_s, plan.num_gpus, cluster.gpus_per_node, state, cluster.checkpoint_write_gb_per_s,
+                      cluster.gpu_failures_per_h, cluster.node_failures_per_h, cluster.restart_s)

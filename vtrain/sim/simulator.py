@@ -18,6 +18,7 @@ from vtrain.graph.options import graph_options
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
+from vtrain.sim.goodput import run_goodput
 from vtrain.sim.engine import PipelineRun
 from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
@@ -357,6 +358,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     critical = min(stages, key=lambda st: st.bubble_s)  # Report.breakdown
     iv = interval_of(w, prov, critical.host_overhead_s / iteration if iteration > 0 else 0.0)
     cost_usd = gpu_hours * w.usd_per_gpu_hour
+    gp = run_goodput(w, time_to_train)
     report = Report(
         model=model.name, cluster=cluster.name, gpu=gpu.name, plan=plan,
         iteration_time_s=iteration, stages=stages, peak_memory_bytes=peak, memory=mems[peak_stage],
@@ -372,7 +374,10 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
         time_to_train_lo_s=time_to_train * iv.lo_factor, time_to_train_hi_s=time_to_train * iv.hi_factor,
         cost_lo_usd=cost_usd * iv.lo_factor, cost_hi_usd=cost_usd * iv.hi_factor, interval_regime=iv.regime,
         energy_kwh_per_iteration=e.energy_kwh_per_iteration, energy_kwh=e.energy_kwh,
-        avg_power_w_per_gpu=e.avg_power_w_per_gpu, co2_kg=e.co2_kg, energy_cost_usd=e.energy_cost_usd)
+        avg_power_w_per_gpu=e.avg_power_w_per_gpu, co2_kg=e.co2_kg, energy_cost_usd=e.energy_cost_usd,
+        goodput=gp.goodput, expected_time_to_train_s=gp.expected_time_s, expected_cost_usd=cost_usd / gp.goodput,
+        expected_failures=gp.expected_failures, checkpoint_interval_s=gp.checkpoint_interval_s,
+        checkpoint_write_s=gp.checkpoint_write_s)
     trace = None
     if keep_trace:
         trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m,

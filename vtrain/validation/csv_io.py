@@ -137,6 +137,11 @@ HEADER_ALIASES = {
     "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp", "context_parallel_degree": "cp",
     "expert_parallel_degree": "ep", "expert_tensor_parallel_degree": "etp", "data_parallel_shard_degree": "fsdp",
     "compile": "torch_compile",
+    # compiled tables' short shape, batch and time names ("layers", "hidden", "kv_heads", "global_batch_seqs")
+    "layers": "num_layers", "n_layers": "num_layers", "hidden": "hidden_size", "d_model": "hidden_size",
+    "heads": "num_heads", "n_heads": "num_heads", "kv_heads": "num_kv_heads", "ffn_hidden": "ffn_hidden_size",
+    "vocab": "vocab_size", "global_batch_seqs": "global_batch", "global_batch_sequences": "global_batch",
+    "iter_time_s": "iteration_time_s", "iter_time_ms": "iteration_time_ms", "params_b": "params_billion",
     "mfu_%": "mfu", "mfu_pct": "mfu", "mfu_percent": "mfu", "model_flops_utilization": "mfu",
     "model_flop_utilization": "mfu"}
 # the words of a rate ("Tokens / sec / GPU", "TFLOP/s/GPU", "Tok/s/GPU") as HEADER_ALIASES spells them

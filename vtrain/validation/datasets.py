@@ -20,7 +20,11 @@ SHIPPED = {
     "torchtitan": "modern_gpus/torchtitan_rows.csv",  # bench/torchtitan_rows.py
     "megatron_moe_qwen3_h100": "modern_gpus/megatron_moe_qwen3_h100.csv",  # bench/make_moe_csv.py
     "megatron_moe_qwen3_blackwell": "modern_gpus/megatron_moe_qwen3_blackwell.csv",  # bench/make_moe_csv.py
+    # 247 published runs of 8 sources, each row naming its framework (published_runs/README.md)
+    "published_runs": "published_runs/published_runs_calibration.csv",
 }
+# the shipped sets whose rows name their own framework: each row takes that stack's defaults
+ROW_STACK = ("published_runs",)
 # the software stack each shipped measurement ran on (rows without a ``stack`` column)
 SHIPPED_STACK = {"a100_single_node": "megatron_deepspeed_2022", "megatron_2021_weak_scaling": "megatron_lm_2021",
                  "torchtitan": "torchtitan_fsdp2", "megatron_moe_qwen3_h100": "megatron_core_te",
@@ -32,7 +36,7 @@ def shipped_defaults(name: str) -> Any:
     for a CSV of one's own (each row's defaults follow its GPU: :func:`vtrain.validation.rows.era_defaults`)."""
     from vtrain.validation.rows import MEGATRON_CORE_DEFAULTS, MODERN_DEFAULTS, RowDefaults
 
-    if name not in SHIPPED:
+    if name not in SHIPPED or name in ROW_STACK:
         return None
     if name == "megatron_moe_qwen3_blackwell":  # 4K rows set no recompute: Megatron-Core's, the first mode that fits
         # launched with Megatron-LM's own scripts, which accumulate and reduce bf16 gradients in fp32

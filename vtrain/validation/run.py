@@ -13,6 +13,7 @@ from vtrain.sim.recompute_fit import first_fitting, recompute_label, recompute_s
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
+from vtrain.validation.published import pasted_row
 from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload, states_recompute
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
@@ -42,6 +43,7 @@ class RowResult:
     micro_batch: str = ""  # the simulated micro-batch (a row silent on it: the fastest that fits, simulate_row)
     # the row's recompute mode's predicted peak (GiB) when it was ruled out (RULED_OUT_MEMORY_FACTOR)
     ruled_out_recompute_peak_gib: Optional[float] = None
+    notes: str = ""  # what was read or ignored of the row's pasted cells (validation.published.pasted_row)
 
     @property
     def covered(self) -> Optional[bool]:
@@ -292,8 +294,11 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
     load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
     load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
     out: List[RowResult] = []
-    for row in rows:
+    for pasted in rows:
+        row = pasted
+        notes: List[str] = []
         try:
+            row, notes = pasted_row(pasted)  # the cells as a table writes them, in the row builder's spellings
             w, report, ruled_out = simulate_row(row, cfg, load_gpu, load_stack, defaults, stack)
             if not math.isfinite(report.iteration_time_s) or report.iteration_time_s <= 0:
                 raise ConfigError(f"row {row.index}: the predicted iteration time is {report.iteration_time_s} "
@@ -305,15 +310,16 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
         except ConfigError as err:
             reason = " ".join(str(err).split())  # one line, whatever the cells held, naming its row
             prefix = f"row {row.index}:"
-            out.append(RowResult(row, float("nan"), None,
-                                 reason if reason.startswith(prefix) else f"{prefix} {reason}"))
+            out.append(RowResult(pasted, float("nan"), None,
+                                 reason if reason.startswith(prefix) else f"{prefix} {reason}", notes="; ".join(notes)))
             continue
-        out.append(RowResult(row, measured, report.iteration_time_s * 1e3, None, quantity, report.fits,
+        out.append(RowResult(pasted, measured, report.iteration_time_s * 1e3, None, quantity, report.fits,
                              report.peak_memory_bytes / 2**30, mem, report.iteration_time_lo_s * 1e3,
                              report.iteration_time_hi_s * 1e3, report.interval_regime,
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
                              recompute_label(w.plan), f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
-                             str(w.plan.micro_batch_size), None if ruled_out is None else ruled_out / 2**30))
+                             str(w.plan.micro_batch_size), None if ruled_out is None else ruled_out / 2**30,
+                             "; ".join(notes)))
     return out
 
 

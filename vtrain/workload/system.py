@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
+from vtrain.workload.reliability import (
+    CHECKPOINT_WRITE_GB_PER_S_PER_NODE,
+    GPU_FAILURES_PER_H,
+    NODE_FAILURES_PER_H,
+    RESTART_S,
+)
 
 GIB = 2**30  # binary gibibyte, for capacities
 GB = 10**9  # SI gigabyte, for bandwidths
@@ -26,6 +32,7 @@ CAPACITY_GIB = Domain(lo=0.0, hi=2.0**20, lo_open=True)
 GEMM_DIM = Domain(lo=0.0, hi=1.0e6)
 FIXED_TIME_S = Domain(lo=0.0, hi=1.0)
 POWER_W = Domain(lo=0.0, hi=1.0e5)
+FAILURE_RATE_PER_H = Domain(lo=0.0, hi=1.0)  # a component failing more than hourly is broken, not unreliable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +174,16 @@ class ClusterSpec:
                                       "its share of the scale-out switches (0: GPUs only); shared by its GPUs")
     pue: float = spec(DEFAULT_PUE, domain=Domain(lo=1.0, hi=10.0),
                       doc="site power usage effectiveness: facility power / IT power (cooling, power delivery)")
+    # reliability (vtrain/sim/goodput.py): defaults and their sources in vtrain/workload/reliability.py
+    gpu_failures_per_h: float = spec(GPU_FAILURES_PER_H, unit="1/h", domain=FAILURE_RATE_PER_H,
+                                     doc="job-interrupting failures per GPU-hour (Llama 3's GPU share)")
+    node_failures_per_h: float = spec(NODE_FAILURES_PER_H, unit="1/h", domain=FAILURE_RATE_PER_H,
+                                      doc="job-interrupting failures per node-hour besides its GPUs: host, "
+                                          "network, software (Llama 3's other 41%)")
+    restart_s: float = spec(RESTART_S, unit="s", domain=Domain(lo=0.0, hi=1.0e6),
+                            doc="from a failure to training again, besides reading the checkpoint (assumed)")
+    checkpoint_write_gb_per_s: float = spec(CHECKPOINT_WRITE_GB_PER_S_PER_NODE, unit="GB/s", domain=RATE_GB_PER_S,
+                                            doc="storage write (and read) bandwidth per node for checkpoints")
 
     @property
     def num_gpus(self) -> int:

@@ -1,0 +1,165 @@
+"""Published runs as pasted: the cells of compiled tables read as the row builder's columns, the shipped
+``published_runs`` set (vtrain/data/published_runs, its README gives each source) as workloads, and the error
+per source.
+
+:func:`pasted_row` runs on every measured row before it is simulated (task=validate, :func:`published_rows`): it
+rewrites the cells a table writes in its own words (:mod:`vtrain.validation.spellings`) and leaves every other
+cell as it is, so a CSV in vtrain's own schema reads exactly as before.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from vtrain.errors import ConfigError
+from vtrain.validation.csv_io import MeasuredRow, normalise_header
+from vtrain.validation.metrics import ErrorSummary, summarise_ape
+from vtrain.validation.spellings import (
+    framework_cell,
+    gpu_cell,
+    model_variant_cells,
+    precision_cells,
+    sharding_cells,
+)
+
+SOURCE_COLUMN = "source_key"  # a compiled table's source of each row: the error is given per source too
+# the architectures vtrain's model schema has (decoder-only transformers, dense or mixture-of-experts); a row of
+# another (hybrid Mamba-Transformer: Nemotron-H, Nemotron 3) is a skip with this reason
+KNOWN_ARCHITECTURES = ("dense", "moe", "transformer", "decoder", "mla", "gqa", "mha")
+# the columns of a data-parallel mode in a compiled table ("DDP (FSDP=0; ...)", "PyTorch FSDP FULL_SHARD")
+SHARDING_COLUMNS = ("zero_or_fsdp", "fsdp_or_zero", "data_parallel_mode", "dp_mode", "dp_impl")
+# a model-parallel size of 2020-era Megatron-LM (--model-parallel-size, before pipelines: the tensor degree)
+MODEL_PARALLEL_COLUMNS = ("mp_size", "model_parallel_size", "mp")
+
+
+def _architecture(row: MeasuredRow) -> None:
+    arch = row.get("arch_type") or row.get("architecture")
+    if arch is None:
+        return
+    words = arch.strip().lower().replace("_", "-").split("-")
+    if any(w in ("mamba", "ssm", "hybrid", "rwkv", "hyena") for w in words):
+        raise ConfigError(f"row {row.index}: arch_type={arch}: hybrid Mamba / state-space layers are not in "
+                          "vtrain's model schema (decoder-only transformers, dense or mixture-of-experts)")
+
+
+def _measurement(values: Dict[str, str], row: MeasuredRow) -> None:
+    """A ``metric``/``value`` pair (the table's primary figure and its kind) as the column it names, where that
+    column is empty."""
+    metric, value = row.get("metric"), row.get("value")
+    if metric is None or value is None:
+        return
+    column = normalise_header(metric)
+    if row.get(column) is None:
+        values[column] = value
+
+
+def pasted_row(row: MeasuredRow) -> Tuple[MeasuredRow, List[str]]:
+    """(the row with its pasted cells in the row builder's spellings, notes on what was read or ignored). Raises
+    ConfigError (the row's skip reason) for an architecture outside the schema or a cell none of the spellings
+    reads."""
+    _architecture(row)
+    values = dict(row.values)
+    notes: List[str] = []
+    _measurement(values, row)
+    framework = row.get("framework")
+    if framework is not None and row.get("stack") is None:
+        read = framework_cell(framework)
+        if read is not None:
+            values["framework"], release = read
+            if release:
+                values.setdefault("framework_release", release)
+    precision = row.get("precision")
+    if precision is not None:
+        cells = precision_cells(precision)
+        if cells is not None:
+            values["precision"] = cells["precision"] if "precision" in cells else precision
+            if "mp_mode" in cells and row.get("mp_mode") is None:
+                values["mp_mode"] = cells["mp_mode"]
+    gpu = row.get("gpu")
+    if gpu is not None:
+        values["gpu"] = gpu_cell(gpu) or gpu
+    for column in SHARDING_COLUMNS:
+        raw = row.get(column)
+        if raw is not None and not any(row.get(c) is not None for c in ("fsdp", "sharding_strategy", "zero_stage")):
+            try:
+                values.update(sharding_cells(raw))
+            except ConfigError as err:
+                raise ConfigError(f"row {row.index}: {column}={raw}: {str(err).split(': ', 1)[1]}") from None
+    if row.get("tp") is None and row.get("pp") is None:
+        mp = next((row.get(c) for c in MODEL_PARALLEL_COLUMNS if row.get(c) is not None), None)
+        if mp is not None:
+            values["tp"] = mp
+    model = row.get("model")
+    if model is not None:
+        for column, value in model_variant_cells(model).items():
+            if row.get(column) is None:
+                values[column] = value
+    return _ignored_settings(MeasuredRow(row.index, values), notes), notes
+
+
+def _ignored_settings(row: MeasuredRow, notes: List[str]) -> MeasuredRow:
+    """A setting the framework itself ignores, dropped with a note: TP communication overlap without tensor
+    parallelism (Megatron-Bridge's CommOverlapConfig turns tp_comm_overlap off when tensor_model_parallel_size
+    is 1, with a warning; Megatron-Core has no TP collectives to overlap)."""
+    overlap, tp = row.get("tp_comm_overlap"), row.get("tp")
+    if overlap is not None and overlap.strip().lower() in ("1", "true", "yes", "y", "on") and (tp or "1") == "1":
+        notes.append("tp_comm_overlap ignored at tp=1 (the framework turns it off: no TP collectives)")
+        return MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "tp_comm_overlap"})
+    return row
+
+
+def summary_by_source(results: Sequence[Any]) -> Dict[str, ErrorSummary]:
+    """The error summary of each ``source_key`` (in first-seen order), over rows that name one; {} for a file
+    without the column."""
+    keys = list(dict.fromkeys(r.row.get(SOURCE_COLUMN) for r in results if r.row.get(SOURCE_COLUMN)))
+    out: Dict[str, ErrorSummary] = {}
+    for key in keys:
+        mine = [r for r in results if r.row.get(SOURCE_COLUMN) == key]
+        ape = [r.ape_pct for r in mine if r.ape_pct is not None]
+        out[key] = summarise_ape(ape, skipped=len(mine) - len(ape))
+    return out
+
+
+def source_lines(results: Sequence[Any]) -> List[str]:
+    """One line per source: ``<source_key> (n rows): <MAPE line>``; [] for a file without sources."""
+    return [f"{key}: {s.line()}" for key, s in summary_by_source(results).items()]
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One row of the shipped published runs, as task=validate simulates it: its source, the row as read (after
+    :func:`pasted_row`), the workload simulated (micro-batch and recompute as the validator chose them) and the
+    measured iteration time in seconds; ``skipped``: why it could not be simulated (then workload is None)."""
+
+    source_key: str
+    row: MeasuredRow
+    workload: Optional[Any]
+    measured_s: float
+    skipped: Optional[str] = None
+
+
+def published_rows(cluster: str = "h100x1024", name: str = "published_runs") -> List[PublishedRow]:
+    """Every row of the shipped ``published_runs`` set (or another shipped or CSV ``name``), read and simulated
+    as task=validate does (each row on its own GPU's platform; ``cluster`` only for rows that name none)."""
+    from vtrain import compose
+    from vtrain.config.compose import load_gpu_config, load_stack_config
+    from vtrain.validation.csv_io import read_measurements
+    from vtrain.validation.datasets import resolve_dataset
+    from vtrain.validation.run import check_measured_ms, measured_ms, simulate_row
+
+    cfg = compose([f"+cluster={cluster}"], require=False)
+    load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
+    load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
+    out: List[PublishedRow] = []
+    for raw in read_measurements(resolve_dataset(name)):
+        source = raw.get(SOURCE_COLUMN) or ""
+        try:
+            row, _ = pasted_row(raw)
+            w, _, _ = simulate_row(row, cfg, load_gpu, load_stack, None, None)
+            ms = check_measured_ms(row, measured_ms(row, w)[0])
+        except ConfigError as err:
+            out.append(PublishedRow(source, raw, None, float("nan"), str(err)))
+            continue
+        out.append(PublishedRow(source, row, w, ms / 1e3))
+    return out
