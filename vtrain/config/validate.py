@@ -142,10 +142,10 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     if p.schedule == Schedule.INTERLEAVED:
         if not (p.pp > 1):
             raise ConfigError("schedule=interleaved needs pp>1")
-        if not (p.num_microbatches % p.pp == 0):
-            raise ConfigError(f"pp={p.pp} must divide the number of micro-batches={p.num_microbatches} "
-                              f"with schedule=interleaved (Megatron-Core runs them in groups of pp and refuses "
-                              f"a remainder group smaller than pp)")
+        check_microbatch_group(p)
+    elif p.microbatch_group_size_per_vp_stage:
+        raise ConfigError(f"parallelism.microbatch_group_size_per_vp_stage={p.microbatch_group_size_per_vp_stage}: "
+                          f"applies to schedule=interleaved, not {p.schedule.value} (set it to 0)")
     stage = p.sharding_stage
     if not (stage < 3 or p.dp * p.cp > 1):
         raise ConfigError("zero_stage=3 needs dp*cp>1 (nothing to shard the parameters over)")
@@ -185,6 +185,9 @@ def check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
     last stage counts whose rest divides over the other stages (:func:`vtrain.workload.partition.layer_split`)."""
     n = p.pp * (1 if p.schedule == Schedule.DUALPIPE else p.chunks)  # DualPipe: each direction is pp deep
     first, last = p.first_stage_layers, p.last_stage_layers
+    if p.pipeline_layout:
+        check_layout(m, p)
+        return
     if first or last:
         if not (p.pp > 1):
             raise ConfigError("first_stage_layers / last_stage_layers need pp>1")
@@ -224,6 +227,39 @@ def check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
     if not (first_pos >= (0 if p.account_for_embedding else 1) and last_pos >= (0 if p.account_for_loss else 1)
             and base >= 1):
         raise ConfigError(f"pp*virtual_stages={p.pp}*{p.chunks} leaves a pipeline position without a transformer layer")
+
+
+def check_microbatch_group(p: ParallelPlan) -> None:
+    """Megatron-Core's interleaved schedule (schedules.py, forward_backward_pipelining_with_interleaving): the
+    group size N is in [pp, m], and the last group of m % N micro-batches is 0 or at least pp."""
+    m, group = p.num_microbatches, p.microbatch_group
+    if p.microbatch_group_size_per_vp_stage and not (p.pp <= group <= m):
+        raise ConfigError(f"parallelism.microbatch_group_size_per_vp_stage={group}: must be in [pp={p.pp}, "
+                          f"micro-batches={m}] (Megatron-Core's interleaved schedule)")
+    rest = m % group
+    if 0 < rest < p.pp:
+        if not p.microbatch_group_size_per_vp_stage:
+            raise ConfigError(f"pp={p.pp} must divide the number of micro-batches={m} with schedule=interleaved "
+                              "(Megatron-Core runs them in groups of pp and refuses a remainder group smaller than "
+                              "pp; parallelism.microbatch_group_size_per_vp_stage > pp admits other counts)")
+        raise ConfigError(f"parallelism.microbatch_group_size_per_vp_stage={group}: leaves a last group of "
+                          f"{m}%{group}={rest} micro-batches, which Megatron-Core refuses unless it is 0 or "
+                          f">= pp={p.pp}")
+
+
+def check_layout(m: ModelSpec, p: ParallelPlan) -> None:
+    """Megatron-Core's explicit layout: its own rules (:func:`vtrain.workload.pipeline_layout.layout_layers`),
+    on the schedules that run Megatron's order q = chunk*pp + stage, alone (it states where E and L sit)."""
+    from vtrain.workload.pipeline_layout import layout_layers
+
+    key = f"parallelism.pipeline_layout={p.pipeline_layout}"
+    if p.schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
+        raise ConfigError(f"{key}: applies to Megatron's order q = chunk*pp + stage (1f1b, interleaved, "
+                          f"zero_bubble, gpipe), not schedule={p.schedule.value}")
+    if p.first_stage_layers or p.last_stage_layers or p.account_for_embedding or p.account_for_loss:
+        raise ConfigError(f"{key}: does not combine with first/last_stage_layers or account_for_embedding/loss "
+                          "(the layout states where every layer, the embedding and the loss sit)")
+    layout_layers(p.pipeline_layout, m.num_layers, p.pp, p.chunks, m.mtp_layers)
 
 
 def check_moe_plan(m: ModelSpec, p: ParallelPlan) -> None:

@@ -9,19 +9,17 @@ Models"), Sec. 4, per layer and micro-batch (fp16, dropout masks 1 byte):
 The terms are generalised (GQA, SwiGLU, FFN width, no dropout, flash attention) by counting each
 saved tensor; for GPT shapes they reduce exactly to the formulas above (tests check it).
 In-flight micro-batches: 1F1B keeps p - s on stage s, GPipe all m, interleaved 1F1B keeps its warm-up
-depth of model chunks (Narayanan et al. SC'21, Sec. 2.2.2).
+depth of model chunks + 1 (Narayanan et al. SC'21, Sec. 2.2.2; :func:`vtrain.sim.schedule.peak_inflight_chunks`).
 """
 from __future__ import annotations
 
 from vtrain.comm.cp import kv_features
-from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
+from vtrain.workload.enums import CpComm, Precision, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
 from vtrain.workload.workload import Workload
-
-_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV))
 
 
 def saved_linear_input_bytes(plan: ParallelPlan) -> float:
@@ -97,20 +95,15 @@ def cp_gathered_kv_bytes(model: ModelSpec, plan: ParallelPlan, expands_kv: bool 
 
 
 def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> float:
-    """Layer activations alive at the peak of the schedule on ``stage`` (in units of one layer·mb)."""
-    p, m = plan.pp, plan.num_microbatches
-    if plan.schedule == Schedule.GPIPE:
-        return float(m * layers_per_stage)
-    if plan.schedule in _TWO_CHUNKS:
-        # chunk activations alive, each of half the stage's layers: ZB-V keeps 1F1B's 2p (Qi et al. 2024,
-        # Sec. 6); DualPipe p+1 stage copies and DualPipeV 2p+1 chunks (DualPipe README, "Activation")
-        alive = {Schedule.ZBV: 2 * p, Schedule.DUALPIPE: p + 1, Schedule.DUALPIPEV: 2 * p + 1}[plan.schedule]
-        return float(min(alive, 2 * m) * layers_per_stage / 2)
-    if plan.schedule == Schedule.INTERLEAVED and plan.chunks > 1:
-        v = plan.chunks
-        chunks_alive = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
-        return float(chunks_alive * layers_per_stage / v)
-    return float(min(p - stage, m) * layers_per_stage)
+    """Layer activations alive at the peak of the schedule on ``stage`` (in units of one layer·mb): the
+    schedule's peak chunk activations (:func:`vtrain.sim.schedule.peak_inflight_chunks`), each of the
+    stage's layers / its chunks."""
+    from vtrain.sim.schedule import peak_inflight_chunks
+
+    v = plan.chunks
+    alive = peak_inflight_chunks(plan.schedule, plan.pp, v, plan.num_microbatches, stage,
+                                 plan.microbatch_group_size_per_vp_stage, plan.overlap_moe_comm)
+    return float(alive * layers_per_stage / v)
 
 
 def state_bytes_per_param(plan: ParallelPlan, shards: int = 0, masters_sharded: bool = False

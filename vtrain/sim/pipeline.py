@@ -134,7 +134,7 @@ _units: Dict[_Key, int] = {}  # what each memo entry costs against _RUNS_MAX_TAS
 
 def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int, ms: int, fused: bool,
                gpu_s: Sequence[float], lags: Sequence[float], latency_s: Sequence[float],
-               host_s: Sequence[float], keep_tasks: bool = False) -> Simulated:
+               host_s: Sequence[float], keep_tasks: bool = False, group: int = 0) -> Simulated:
     """The run of ``ms`` micro-batches (the whole schedule, or the simulated part of a longer one) and its
     periodic window. It depends only on the schedule's shape and the pass and transfer times, not on the
     iteration's micro-batch count m (m' is m reduced modulo the period), so plans that differ in dp alone
@@ -149,7 +149,7 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
         if hit is not None and (hit[1].end or not keep_tasks):
             _RUNS.move_to_end(hashed)  # the most recently used last
             return hit
-    cs = compile_schedule(schedule, p, chunks, ms, fused, _zbv_costs(schedule, p, chunks, gpu_s))
+    cs = compile_schedule(schedule, p, chunks, ms, fused, _zbv_costs(schedule, p, chunks, gpu_s), group)
     run = run_pipeline(cs, gpu_s, lags, latency_s, host_s, record_from=0 if keep_tasks else cs.window_start)
     sim = (cs, run, _periodic_window(cs, run), tuple(tuple(run.end[i] for i in row) for row in cs.last_bwd))
     kept = sim if keep_tasks else (cs, PipelineRun([], [], [], [], [], run.stage_end, run.stage_bubble,
@@ -194,21 +194,24 @@ def clear_runs() -> None:
 
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],
                       latency_s: Sequence[float], host_s: Sequence[float], full: bool = False,
-                      fused: bool = False, keep_tasks: bool = False) -> PipelineResult:
+                      fused: bool = False, keep_tasks: bool = False, group: int = 0) -> PipelineResult:
     """The pipeline phase for m micro-batches; ``full`` forces the whole schedule (timelines, tests);
     ``fused``: steady forward/backward pairs run as one overlapped task; ``keep_tasks``: the result's run
-    holds every simulated task's times (a timeline; else it may hold the per-stage sums only)."""
+    holds every simulated task's times (a timeline; else it may hold the per-stage sums only); ``group``: the
+    interleaved schedule's micro-batches per chunk group (0: p)."""
     chunks = chunks_of(schedule, v)
-    per = period(schedule, p, chunks)
-    inputs = (schedule, p, chunks, fused, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
+    group = group if schedule == Schedule.INTERLEAVED and group != p else 0
+    per = period(schedule, p, chunks, group)
+    inputs = (schedule, p, chunks, fused, group, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
     if per is not None and not full:
         mbs = per[0]
         for ms in _candidates(p, 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.ZERO_BUBBLE) else chunks,
                               mbs, m):
-            if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else 1):
+            # at least one whole group, so that m' runs m's groups less some whole ones (same last group)
+            if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else max(1, group)):
                 continue
             sim = _simulated((ms, *inputs), schedule, p, chunks, ms, fused, gpu_s, lags, latency_s, host_s,
-                             keep_tasks)
+                             keep_tasks, group)
             if sim[2] is not None:
                 shift, waits = sim[2]
                 return _result(sim, (m - ms) // mbs, shift, waits)
@@ -218,4 +221,4 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
                           f"pipeline tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
                           "(a larger micro_batch_size or dp) or a 1f1b/interleaved schedule")
     return _result(_simulated((m, *inputs), schedule, p, chunks, m, fused, gpu_s, lags, latency_s, host_s,
-                              keep_tasks))
+                              keep_tasks, group))

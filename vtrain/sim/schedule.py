@@ -3,9 +3,11 @@
 - GPipe (Huang et al. 2019): all forwards, then all backwards.
 - 1F1B (PipeDream-Flush, Narayanan et al. 2021, Fig. 4 top): stage s runs min(p-s-1, m) warm-up
   forwards, then alternates one forward and one backward, then drains the backwards.
-- Interleaved 1F1B (Narayanan et al. SC'21, Fig. 4 bottom; Megatron-LM's
+- Interleaved 1F1B (Narayanan et al. SC'21, Fig. 4 bottom; Megatron-Core's
   ``forward_backward_pipelining_with_interleaving``): v model chunks per stage, warm-up
-  (p-s-1)·2 + (v-1)·p chunk-forwards, chunk order advancing every p micro-batches.
+  (p-s-1)·2 + (v-1)·N chunk-forwards, the chunk order advancing every N micro-batches
+  (``microbatch_group_size_per_vp_stage``, default N = p); with m not a multiple of N the last group holds
+  the m mod N (>= p) left (Megatron-Core's ``get_schedule_table``).
 - Zero-bubble ZB-H1 and ZB-V (Qi et al. 2024) and DualPipe / DualPipeV (DeepSeek-V3 report):
   :mod:`vtrain.sim.schedule_zb`. They split the backward pass into B (input gradient, on the critical
   path) and W (weight gradient, deferred into bubbles) and place chunks in a V or in two directions.
@@ -48,6 +50,7 @@ class StageOrder:
     warmup: Tuple[Task, ...]
     steady: Tuple[Tuple[Task, ...], ...]  # repeating units ((forward, backward) pairs for 1F1B)
     cooldown: Tuple[Task, ...]
+    regular: int = -1  # steady units that repeat (-1: all); the rest touch a shorter last micro-batch group
 
     def tasks(self) -> List[Task]:
         return [*self.warmup, *(t for unit in self.steady for t in unit), *self.cooldown]
@@ -86,13 +89,16 @@ def check_schedule(schedule: Schedule, p: int, m: int) -> None:
                               f"schedule={schedule.value} needs micro-batches >= 2*pp={2 * p}, got {m}")
 
 
-def _interleaved_ids(k: int, p: int, v: int, backward: bool) -> Tuple[int, int]:
-    """Megatron's mapping of the k-th virtual micro-batch to (chunk, micro-batch)."""
-    group = k // (p * v)
-    chunk = (k // p) % v
-    if backward:
-        chunk = v - 1 - chunk
-    return chunk, group * p + k % p
+@lru_cache(maxsize=256)
+def interleaved_table(m: int, v: int, group: int) -> Tuple[Tuple[int, int], ...]:
+    """(chunk, micro-batch) of each virtual micro-batch id: groups of ``group`` micro-batches run chunk 0, then
+    chunk 1, ...; the last group holds what is left (Megatron-Core's ``get_schedule_table``). A backward runs
+    chunk v-1-c of the same entry (its ``get_model_chunk_id(forward=False)``)."""
+    out: List[Tuple[int, int]] = []
+    for lo in range(0, m, group):
+        hi = m if lo + group >= m else lo + group
+        out += [(c, i) for c in range(v) for i in range(lo, hi)]
+    return tuple(out)
 
 
 def _fuse(steady: Tuple[Tuple[Task, ...], ...]) -> Tuple[Tuple[Task, ...], ...]:
@@ -102,8 +108,9 @@ def _fuse(steady: Tuple[Tuple[Task, ...], ...]) -> Tuple[Tuple[Task, ...], ...]:
 
 
 def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int, fused: bool = False,
-                costs: Tuple[int, int, int] = (1, 1, 1)) -> StageOrder:
-    """Stage ``s``'s task order; ``costs``: the F, B, W pass times ZB-V's greedy order is built on."""
+                costs: Tuple[int, int, int] = (1, 1, 1), group: int = 0) -> StageOrder:
+    """Stage ``s``'s task order; ``costs``: the F, B, W pass times ZB-V's greedy order is built on; ``group``:
+    the interleaved schedule's micro-batches per chunk group (0: p)."""
     if schedule in SPLIT:
         from vtrain.sim.schedule_zb import zb_stage_order
 
@@ -115,17 +122,44 @@ def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int, fused: bool 
         steady: Tuple[Tuple[Task, ...], ...] = tuple(((0, 0, w + i), (1, 0, i)) for i in range(m - w))
         return StageOrder(tuple((0, 0, i) for i in range(w)), _fuse(steady) if fused else steady,
                           tuple((1, 0, i) for i in range(m - w, m)))
-    total = m * v
-    w = min((p - s - 1) * 2 + (v - 1) * p + int(fused), total)
-    fwd = [_interleaved_ids(k, p, v, False) for k in range(total)]
-    bwd = [_interleaved_ids(k, p, v, True) for k in range(total)]
+    total, n = m * v, group or p
+    w = min(interleaved_warmup(p, v, s, n, fused), total)  # Megatron-Core's get_pp_rank_microbatches
+    fwd = interleaved_table(m, v, n)
+    bwd = [(v - 1 - c, i) for c, i in fwd]
     steady = tuple(((0, *fwd[w + k]), (1, *bwd[k])) for k in range(total - w))
+    # units from the first forward of a shorter last group on do not repeat the period's pattern
+    regular = len(steady) if m % n == 0 else min(len(steady), max(0, (m - m % n) * v - w))
     return StageOrder(tuple((0, c, i) for c, i in fwd[:w]), _fuse(steady) if fused else steady,
-                      tuple((1, c, i) for c, i in bwd[total - w:]))
+                      tuple((1, c, i) for c, i in bwd[total - w:]), regular)
 
 
-def period(schedule: Schedule, p: int, v: int) -> Optional[Tuple[int, int]]:
-    """(micro-batches, steady units) per repeating period of the steady state (None: no repetition)."""
+def interleaved_warmup(p: int, v: int, s: int, group: int, fused: bool = False) -> int:
+    """Chunk forwards before stage ``s``'s first backward: (p-s-1)·2 + (v-1)·N, one more with the fused
+    1F1B pairs (Megatron-Core's get_pp_rank_microbatches, overlap_moe_expert_parallel_comm)."""
+    return (p - s - 1) * 2 + (v - 1) * group + int(fused)
+
+
+def peak_inflight_chunks(schedule: Schedule, p: int, v: int, m: int, s: int, group: int = 0,
+                         fused: bool = False) -> int:
+    """Model-chunk activations stage ``s`` holds at its peak: the forwards its order runs before its first
+    backward frees one, plus the forward that precedes that backward (the steady unit's). 1F1B: p - s
+    micro-batches (Narayanan et al. 2021, Sec. 2.2), ZB-H1 the same (Qi et al. 2024, Sec. 3.1); interleaved:
+    (p-s-1)·2 + (v-1)·N + 1 chunks (Megatron-Core's warm-up count + 1); fused pairs run one forward more
+    (Megatron-Core's combined 1F1B); GPipe all m. The two-chunk schedules hold chunk activations: ZB-V 2p
+    (1F1B's memory, Qi et al. 2024 Sec. 6), DualPipe p + 1 stage copies and DualPipeV 2p + 1 chunks (DualPipe
+    README, "Activation"), at most 2m."""
+    if schedule == Schedule.GPIPE:
+        return m
+    if schedule in _TWO_CHUNKS:
+        return min({Schedule.ZBV: 2 * p, Schedule.DUALPIPE: p + 1, Schedule.DUALPIPEV: 2 * p + 1}[schedule], 2 * m)
+    if schedule == Schedule.INTERLEAVED and v > 1:
+        return min(interleaved_warmup(p, v, s, group or p, fused) + 1, m * v)
+    return min(p - s + int(fused), m)
+
+
+def period(schedule: Schedule, p: int, v: int, group: int = 0) -> Optional[Tuple[int, int]]:
+    """(micro-batches, steady units) per repeating period of the steady state (None: no repetition);
+    ``group``: the interleaved schedule's micro-batch group (0: p)."""
     if schedule == Schedule.GPIPE:
         return None
     if schedule in SPLIT:
@@ -133,13 +167,14 @@ def period(schedule: Schedule, p: int, v: int) -> Optional[Tuple[int, int]]:
 
         return zb_period(schedule)
     if schedule == Schedule.INTERLEAVED and v > 1:
-        return p, p * v
+        n = group or p
+        return n, n * v
     return 1, 1
 
 
-def period_mbs(schedule: Schedule, p: int, v: int) -> Optional[int]:
+def period_mbs(schedule: Schedule, p: int, v: int, group: int = 0) -> Optional[int]:
     """Micro-batches per repeating period of the steady state (None: the schedule does not repeat)."""
-    per = period(schedule, p, v)
+    per = period(schedule, p, v, group)
     return None if per is None else per[0]
 
 
@@ -199,15 +234,18 @@ def _deps(kind: int, c: int, i: int, s: int, pos: Tuple[Tuple[int, ...], ...], c
 
 @lru_cache(maxsize=512)
 def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = False,
-                     costs: Tuple[int, int, int] = (1, 1, 1)) -> CompiledSchedule:
+                     costs: Tuple[int, int, int] = (1, 1, 1), group: int = 0) -> CompiledSchedule:
     chunks = chunks_of(schedule, v)
     pos, chain = layout(schedule, p, v)
     split = splits_backward(schedule)
     kinds = 3 if split else 2
     wait_key = fused_key(p, chunks, kinds, p, 0, 0)
-    orders = [stage_order(schedule, p, chunks, m, s, fused, costs) for s in range(p)]
+    group = group if schedule == Schedule.INTERLEAVED and group != p else 0  # one cache entry for the default
+    orders = [stage_order(schedule, p, chunks, m, s, fused, costs, group) for s in range(p)]
     seqs = [o.tasks() for o in orders]
-    cool_start = [len(o.warmup) + sum(len(u) for u in o.steady) for o in orders]
+    # a task from here on is "tainted" like the cool-down: the shorter last group's units do not repeat
+    cool_start = [len(o.warmup) + sum(len(u) for u in (o.steady if o.regular < 0 else o.steady[:o.regular]))
+                  for o in orders]
     done: Dict[Task, int] = {}  # (kind, q, mb) -> topological index
     ptr = [0] * p
     stage: List[int] = []
@@ -286,7 +324,7 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
             at += len(unit)
         pairs_l.append(tuple(units))
     pairs = tuple(pairs_l)
-    per = period(schedule, p, chunks)
+    per = period(schedule, p, chunks, group)
     clean = min((next((k for k, unit in enumerate(units) if any(tainted[i] for i in unit)), len(units))
                  for units in pairs), default=0)
     q = 1 if per is None else per[1]

@@ -18,8 +18,8 @@ from vtrain.graph.options import graph_options
 from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
-from vtrain.sim.goodput import run_goodput
 from vtrain.sim.engine import PipelineRun
+from vtrain.sim.goodput import run_goodput
 from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
 from vtrain.sim.memory import (
@@ -327,7 +327,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), latencies,
-                             host_times, full=full, fused=plan.overlap_moe_comm, keep_tasks=keep_trace)
+                             host_times, full=full, fused=plan.overlap_moe_comm, keep_tasks=keep_trace,
+                             group=plan.microbatch_group_size_per_vp_stage)
     # ZeRO-3's side stream is one serial queue per GPU: each pass is priced with its own, so a pass's unfinished
     # reduce-scatters (side_tail_s) would vanish into the next; a stage ends no earlier than its side stream has
     # done all of the iteration's gathers and reduce-scatters

@@ -9,7 +9,8 @@ matrices (and their biases) split over t ranks, norms replicated, the word embed
 experts split over ep ranks and their matrices over etp; MLA's down-projections replicated.
 
 Layers per position: :func:`layer_split` (even, the remainder spread from the first position, explicit
-first/last stage counts, or the embedding and the loss counted as layers). Which layers have experts
+first/last stage counts, the embedding and the loss counted as layers, or Megatron-Core's explicit
+``pipeline_layout``). Which layers have experts
 follows :meth:`ModelSpec.is_moe_layer` over the global order.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Tuple
 
 from vtrain.workload.enums import Schedule
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.pipeline_layout import parse_layout
 from vtrain.workload.plan import ParallelPlan
 
 _MEGATRON_ORDER = frozenset((Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.INTERLEAVED))  # q = c·p + s, one chain
@@ -142,11 +144,15 @@ def layer_split(num_layers: int, plan: ParallelPlan, chain: int = 0) -> Tuple[in
       uniform partition); ``account_for_embedding`` / ``account_for_loss`` (Megatron's
       --account-for-embedding/loss-in-pipeline-split) count the embedding as one layer of the first
       position and the output layer + loss as one of the last, so those positions get one transformer
-      layer less.
+      layer less;
+    - ``pipeline_layout`` (Megatron-Core's --pipeline-model-parallel-layout): the ``t`` count of each position
+      (:mod:`vtrain.workload.pipeline_layout`).
     Rules (what divides what) are checked by :func:`vtrain.config.validate.check_plan`.
     """
     p, v = plan.pp, plan.chunks
     n = chain or p * v
+    if plan.pipeline_layout:  # Megatron-Core's explicit layout (checked by check_pipeline_split)
+        return tuple(pos.count("t") for pos in parse_layout(plan.pipeline_layout))
     if n == 1:
         return (num_layers,)
     first, last = plan.first_stage_layers, plan.last_stage_layers

@@ -54,6 +54,13 @@ class ParallelPlan:
                                        doc="the embedding counts as one layer of the first stage in the split")
     account_for_loss: bool = spec(False, group=PAR,
                                   doc="the output layer and loss count as one layer of the last stage")
+    pipeline_layout: str = spec("", group=PAR, doc="layers per pipeline position in Megatron-Core's "
+                                "--pipeline-model-parallel-layout syntax, e.g. 'Et*3|(tt|)*29,m|L' (E embedding, "
+                                "t layer, m MTP, L loss, | next position, q = chunk*pp + stage; empty: even split)")
+    microbatch_group_size_per_vp_stage: int = spec(
+        0, group=PAR, domain=NON_NEGATIVE_INT,
+        doc="interleaved 1F1B: micro-batches run per model chunk before the next chunk (Megatron-Core "
+            "--microbatch-group-size-per-virtual-pipeline-stage; 0: pp, its default)")
     tp_comm_overlap: bool = spec(False, group=PAR,
                                  doc="TP all-gather/reduce-scatter split into chunks pipelined with their GEMMs "
                                      "(TE userbuffers, torchtitan async TP); needs sequence_parallel")
@@ -117,6 +124,12 @@ class ParallelPlan:
         if self.schedule in _TWO_CHUNKS:
             return 2
         return self.virtual_stages if self.schedule is _INTERLEAVED else 1
+
+    @property
+    def microbatch_group(self) -> int:
+        """Micro-batches per model chunk before the next chunk of the interleaved schedule (0 in the config
+        means pp, Megatron-Core's default)."""
+        return self.microbatch_group_size_per_vp_stage or self.pp
 
     @property
     def expert_tp(self) -> int:
