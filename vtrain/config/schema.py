@@ -37,7 +37,13 @@ else:
     NetworkConfig = schema_of(NetworkTier, name="NetworkConfig")
     ClusterConfig = schema_of(ClusterSpec, overrides={"gpu": (str, MISSING)})  # names its gpu/ config
     ParallelismConfig = schema_of(ParallelPlan, group=PAR, name="ParallelismConfig")
-    TrainingConfig = schema_of(ParallelPlan, group=TRAIN, name="TrainingConfig")
+    _TrainingPlanConfig = schema_of(ParallelPlan, group=TRAIN, name="TrainingPlanConfig")
+
+    @dataclass
+    class TrainingConfig(_TrainingPlanConfig):
+        """The plan's training fields, and where the run (tokens, sequence, batch) comes from."""
+
+        source: str = ""  # the published run of a training/ preset; "": none (the CLI asks for the tokens)
 
 
 @dataclass
@@ -45,7 +51,11 @@ class PricingConfig:
     name: str = MISSING
     source: str = ""
     usd_per_gpu_hour: Dict[str, float] = field(default_factory=dict)  # by gpu config name
-    usd_per_kwh: float = USD_PER_KWH  # energy, for on-premises cost (energy_cost_usd); not added to cost_usd
+    kind: str = ""  # list (on-demand) | reserved | spot
+    date: str = ""  # when the prices were read
+    estimates: Dict[str, str] = field(default_factory=dict)  # gpu -> why its price is an estimate (no public one)
+    include_energy: bool = False  # add energy_kwh x usd_per_kwh to cost_usd (on-premises: GPU-hours + power)
+    usd_per_kwh: float = USD_PER_KWH  # energy, for on-premises cost (energy_cost_usd); in cost_usd with include_energy
     grid_kg_co2_per_kwh: float = GRID_KG_CO2_PER_KWH  # grid carbon intensity (co2_kg)
 
 
