@@ -93,6 +93,8 @@ def _load_raw(group: str, name: str, seen: tuple[str, ...] = ()) -> Any:
             has_self = True
         elif isinstance(entry, str):
             parts.append(_load_raw(group, entry, (*seen, name)))
+        elif isinstance(entry, DictConfig) and all(str(k).startswith("override /") for k in entry):
+            continue  # another group's choice (a model's training run): Hydra applies it when a run is composed
         else:
             raise ConfigError(f"{group}/{name}.yaml: defaults entry {entry} must name a {group}/ config")
     if not has_self:
