@@ -123,6 +123,17 @@ def test_tp_comm_overlap_at_tp_1_is_ignored_with_a_note():
     assert notes == ["tp_comm_overlap ignored at tp=1 (the framework turns it off: no TP collectives)"]
     kept, none = pasted_row(_row(tp=2, tp_comm_overlap="true"))
     assert kept.values["tp_comm_overlap"] == "true" and none == []
+    off, why = pasted_row(_row(tp=4, sequence_parallel="no", tp_comm_overlap="yes"))
+    assert "tp_comm_overlap" not in off.values
+    assert why == ["tp_comm_overlap ignored with sequence_parallel=no (the framework turns it off)"]
+
+
+def test_tp_comm_overlap_at_tp_1_simulates_as_the_framework_runs_it(tmp_path, capfd):
+    text = ("model,gpu,num_gpus,tp,pp,global_batch,micro_batch,seq_len,precision,framework,tp_comm_overlap,"
+            "tokens_per_s_per_gpu\nllama3_8b,H100,8,1,1,128,1,8192,FP8-CS,Megatron-Bridge,true,14000\n")
+    res, rows = validate_table(text, tmp_path, capfd)
+    assert res.code == 0 and rows[0]["skipped_reason"] == "" and float(rows[0]["predicted_ms"]) > 0
+    assert rows[0]["validation_notes"].startswith("tp_comm_overlap ignored at tp=1")
 
 
 def test_hybrid_mamba_is_a_skip_with_its_reason():

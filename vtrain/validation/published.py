@@ -98,15 +98,26 @@ def pasted_row(row: MeasuredRow) -> Tuple[MeasuredRow, List[str]]:
     return _ignored_settings(MeasuredRow(row.index, values), notes), notes
 
 
+_YES = ("1", "true", "yes", "y", "on", "enabled")
+
+
 def _ignored_settings(row: MeasuredRow, notes: List[str]) -> MeasuredRow:
-    """A setting the framework itself ignores, dropped with a note: TP communication overlap without tensor
-    parallelism (Megatron-Bridge's CommOverlapConfig turns tp_comm_overlap off when tensor_model_parallel_size
-    is 1, with a warning; Megatron-Core has no TP collectives to overlap)."""
-    overlap, tp = row.get("tp_comm_overlap"), row.get("tp")
-    if overlap is not None and overlap.strip().lower() in ("1", "true", "yes", "y", "on") and (tp or "1") == "1":
-        notes.append("tp_comm_overlap ignored at tp=1 (the framework turns it off: no TP collectives)")
-        return MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "tp_comm_overlap"})
-    return row
+    """A setting the framework itself ignores, dropped with a note: TP communication overlap at tp=1 or with
+    sequence parallelism stated off (Megatron-Bridge's and NeMo's CommOverlapConfig._get_model_comm_overlap_cfgs,
+    megatron/bridge/training/comm_overlap.py: "Disabling tensor parallel communication overlap due to TP size < 2"
+    / "due to sequence_parallel=False", and tp_comm_overlap set False)."""
+    overlap = row.get("tp_comm_overlap")
+    if overlap is None or overlap.strip().lower() not in _YES:
+        return row
+    sp = row.get("sequence_parallel")
+    if (row.get("tp") or "1") == "1":
+        why = "tp_comm_overlap ignored at tp=1 (the framework turns it off: no TP collectives)"
+    elif sp is not None and sp.strip().lower() not in _YES:
+        why = f"tp_comm_overlap ignored with sequence_parallel={sp} (the framework turns it off)"
+    else:
+        return row
+    notes.append(why)
+    return MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "tp_comm_overlap"})
 
 
 def summary_by_source(results: Sequence[Any]) -> Dict[str, ErrorSummary]:
