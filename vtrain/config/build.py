@@ -250,5 +250,7 @@ def _build(nodes: Tuple[Any, ...], keys: Tuple[Any, ...]) -> Workload:
         value = pricing.get(key, default)
         check_value(f"pricing.{key}", value, domain)
         energy[key] = float(value)
+    include_energy = pricing.get("include_energy", False)
+    require(isinstance(include_energy, bool), f"pricing.include_energy={include_energy} must be true or false")
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack, usd_per_gpu_hour=float(usd),
-                    cost_model=cost_kind, **energy)
+                    cost_model=cost_kind, include_energy=include_energy, **energy)

@@ -358,7 +358,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     e = energy(stages, iteration, iterations, gpus, cluster, w.usd_per_kwh, w.grid_kg_co2_per_kwh)
     critical = min(stages, key=lambda st: st.bubble_s)  # Report.breakdown
     iv = interval_of(w, prov, critical.host_overhead_s / iteration if iteration > 0 else 0.0)
-    cost_usd = gpu_hours * w.usd_per_gpu_hour
+    cost_usd = gpu_hours * w.usd_per_gpu_hour + (e.energy_cost_usd if w.include_energy else 0.0)
     gp = run_goodput(w, time_to_train)
     report = Report(
         model=model.name, cluster=cluster.name, gpu=gpu.name, plan=plan,

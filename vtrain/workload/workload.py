@@ -33,6 +33,7 @@ class Workload:
     cost_model: str = "analytical"
     usd_per_kwh: float = USD_PER_KWH  # energy price (on-premises); a cloud GPU-hour price already includes it
     grid_kg_co2_per_kwh: float = GRID_KG_CO2_PER_KWH
+    include_energy: bool = False  # pricing.include_energy: cost_usd adds energy_kwh x usd_per_kwh
 
     @property
     def tokens_to_train(self) -> float:
