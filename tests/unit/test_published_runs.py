@@ -186,3 +186,13 @@ def test_summary_by_source_groups_the_rows_and_counts_skips():
     assert (got["a"].mape_pct, got["a"].within_10_pct, got["a"].n, got["a"].skipped) == (10.0, 50.0, 2, 0)
     assert (got["b"].mape_pct, got["b"].n, got["b"].skipped) == (2.0, 1, 1)
     assert summary_by_source([R("", 3.0)]) == {}
+
+
+def test_a_row_silent_on_its_micro_batch_runs_one_its_schedule_takes(tmp_path, capfd):
+    """Interleaved 1F1B on pp=4 with 8 sequences per replica: micro-batches of 4 and 8 leave fewer micro-batches
+    than stages (refused by the schedule), 1 and 2 run; the row is simulated at one of those, not skipped."""
+    text = ("model,gpu,num_gpus,tp,pp,virtual_stages,global_batch,seq_len,framework,tokens_per_s_per_gpu\n"
+            "llama3_8b,H100,8,2,4,2,8,4096,Megatron-Bridge,9000\n")
+    res, rows = validate_table(text, tmp_path, capfd)
+    assert res.code == 0 and rows[0]["skipped_reason"] == "", rows
+    assert rows[0]["simulated_micro_batch"] in ("1", "2") and float(rows[0]["predicted_ms"]) > 0

@@ -256,13 +256,22 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
 
     def fastest(r0: MeasuredRow, settings: Optional[Mapping[str, Any]]) -> Tuple[Workload, Report]:
         best: Optional[Tuple[Workload, Report]] = None
+        refused: Optional[ConfigError] = None
         for mb in choices:
             r = r0 if mb is None else _with_micro_batch(r0, mb)
-            w = row_workload(r, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=settings)
+            try:  # an unstated micro-batch the schedule cannot run (its count of micro-batches) is passed over
+                w = row_workload(r, cfg.cluster, load_gpu, load_stack, defaults, stack, recompute=settings)
+            except ConfigError as err:
+                if mb is None:
+                    raise
+                refused = refused or err
+                continue
             report, _ = simulate_workload(w, AnalyticalCostModel(w))
             if best is None or _rank(report) < _rank(best[1]):
                 best = (w, report)
-        assert best is not None
+        if best is None:  # no micro-batch of the choices schedules: the first one's reason
+            assert refused is not None
+            raise refused
         return best
 
     def tried(r0: MeasuredRow, settings: Optional[Mapping[str, Any]]) -> Optional[Tuple[Workload, Report]]:
