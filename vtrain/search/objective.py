@@ -60,11 +60,24 @@ class Outcome:
         return self.values is not None
 
 
+# the search ranks runs by their expected wall time and cost, failures, restarts and checkpoints included
+# (Report.goodput, vtrain/sim/goodput.py); zero failure rates (cluster.gpu_failures_per_h=0
+# cluster.node_failures_per_h=0) give the failure-free figures
+EXPECTED = {"time_to_train_s": "expected_time_to_train_s", "cost_usd": "expected_cost_usd"}
+
+
+def expected_value(r: Report, name: str) -> float:
+    """``name`` of a report, its expected figure (with goodput) for time to train and cost."""
+    expected = EXPECTED.get(name)
+    value = float(getattr(r, expected)) if expected else 0.0
+    return value if value > 0 else float(getattr(r, name))  # a report built without goodput: the plain figure
+
+
 def objective_value(r: Report, name: str, quantile: str = "mid") -> float:
     """An objective of a report; with ``quantile="hi"`` the pessimistic end of its 80% interval: the
     interval's slow end for times and costs (``time_to_train_hi_s``, ``cost_hi_usd``, ...), and the rates
     (tokens/s, MFU, HFU) that slow end implies. Memory and GPU count have no interval."""
-    value = float(getattr(r, name))
+    value = expected_value(r, name)
     if quantile != "hi" or r.iteration_time_s <= 0 or r.iteration_time_hi_s <= 0:
         return value
     slow = r.iteration_time_hi_s / r.iteration_time_s
@@ -80,8 +93,8 @@ def report_metrics(r: Report, quantile: str = "mid") -> Dict[str, float]:
     are the slow end of the interval (:func:`objective_value`), so that the fastest and cheapest plans, the
     constraints and the tables use the numbers the front was built on; the point predictions follow as
     ``predicted_<name>``."""
-    m = {"iteration_time_s": r.iteration_time_s, "time_to_train_s": r.time_to_train_s,
-         "cost_usd": r.cost_usd, "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
+    m = {"iteration_time_s": r.iteration_time_s, "time_to_train_s": expected_value(r, "time_to_train_s"),
+         "cost_usd": expected_value(r, "cost_usd"), "mfu": r.mfu, "peak_memory_gib": r.peak_memory_bytes / GIB,
          "fits": float(r.fits), "gpus_used": float(r.gpus_used), "energy_kwh": r.energy_kwh, "co2_kg": r.co2_kg}
     if quantile != "hi":
         return m
