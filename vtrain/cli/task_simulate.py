@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 from vtrain.cli import sweep
 from vtrain.cli.format import headline, plan_label, render_report
 from vtrain.cli.logs import say
+from vtrain.cli.run_info import goodput_line, require_run, run_dict, run_lines
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -19,15 +20,18 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.timeline import chrome_trace, spans
 
     profile = profile_for(cfg)
+    require_run(cfg)  # a model without a published run: its tokens from the command line
     report, trace = simulate_with_trace(cfg, profile=profile)
     from vtrain.cli.gantt import plot_timeline  # numpy and matplotlib: only once the plan is valid
 
     say(render_report(report))
+    for line in (*run_lines(cfg), goodput_line(report)):  # the run, price and goodput it assumed
+        say(line)
     if not report.fits:
         say(recompute_hint(cfg, report, profile))
     sweep.note(**headline(report))
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "report.json", report.to_dict())
+    write_json(out_dir / "report.json", {**report.to_dict(), "run": run_dict(cfg)})
     assert trace is not None
     items = spans(trace)  # read once, written twice
     write_json(out_dir / "timeline.json", chrome_trace(items), indent=None)

@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vtrain.comm.ep import expert_parallel_degrees
-from vtrain.config.validate import check_pipeline_split, check_plan
+from vtrain.config.validate import check_microbatch_group, check_pipeline_split, check_plan
 from vtrain.errors import ConfigError
 from vtrain.workload.arith import divisors
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
@@ -232,7 +232,8 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
 
 
 # settings a search keeps from the config and applies to the plans they suit (canonical drops them elsewhere)
-APPLIED_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "first_stage_layers", "last_stage_layers")
+APPLIED_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "first_stage_layers", "last_stage_layers",
+                  "pipeline_layout", "microbatch_group_size_per_vp_stage")
 # fields whose rules tie them to other plan fields: the search's one-GPU starting plan holds their defaults
 # and its base plan the config's values (vtrain.search.run.prepare)
 TIED_FIELDS = (*APPLIED_FIELDS, "fsdp_shard_size")
@@ -271,6 +272,10 @@ def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> Parallel
         changes["reshard_after_forward"] = True
     if (plan.first_stage_layers or plan.last_stage_layers) and (plan.pp == 1 or not _split_fits(model, plan)):
         changes["first_stage_layers"] = changes["last_stage_layers"] = 0  # the config's split is for another pp
+    if plan.pipeline_layout and (plan.pp == 1 or not _split_fits(model, plan)):
+        changes["pipeline_layout"] = ""  # the config's layout is for another pp x virtual_stages
+    if plan.microbatch_group_size_per_vp_stage and not _group_fits(plan):
+        changes["microbatch_group_size_per_vp_stage"] = 0  # Megatron-Core's default group: pp
     if model is not None and not model.is_moe:
         dense = {"ep": 1, "etp": 0, "moe_dispatcher": MoeDispatcher.ALLTOALL}
         changes.update({k: v for k, v in dense.items() if getattr(plan, k) != v})
@@ -286,6 +291,17 @@ def _covers_every_chunk(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:
         return plan.recompute_num_layers >= max(partition(model, plan).layers)
     except (ConfigError, ValueError, ZeroDivisionError, IndexError, StopIteration):
         return False
+
+
+def _group_fits(plan: ParallelPlan) -> bool:
+    """The config's interleaved micro-batch group suits this plan (Megatron-Core's rules)."""
+    if plan.schedule != Schedule.INTERLEAVED:
+        return False
+    try:
+        check_microbatch_group(plan)
+    except ConfigError:
+        return False
+    return True
 
 
 def _split_fits(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:

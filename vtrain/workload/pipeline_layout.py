@@ -45,9 +45,10 @@ def layout_layers(layout: str, num_layers: int, pp: int, chunks: int, mtp_layers
     key = f"parallelism.pipeline_layout={layout}"
     positions = parse_layout(layout)
     if len(positions) != pp * chunks:
+        hint = (f"set virtual_stages={len(positions) // pp}" if len(positions) % pp == 0 else
+                f"Megatron-Core needs a multiple of pp={pp}")
         raise ConfigError(f"{key}: {len(positions)} positions, but pp*virtual_stages={pp}*{chunks}={pp * chunks} "
-                          "(Megatron-Core derives the virtual stages from the layout: set virtual_stages="
-                          f"{len(positions) // pp if len(positions) % pp == 0 else 'a divisor'})")
+                          f"({hint})")
     flat = "".join(positions)
     if flat.count("E") != 1 or flat.count("L") != 1:
         raise ConfigError(f"{key}: the embedding E and the loss L must each appear exactly once")
