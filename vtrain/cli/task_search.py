@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from vtrain.cli import sweep
 from vtrain.cli.format import plan_label
 from vtrain.cli.logs import quiet_interrupts, say
+from vtrain.cli.run_info import GOODPUT_NOTE, require_run, run_lines
 from vtrain.errors import VtrainError
 
 
@@ -40,6 +41,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.search.summary import render
     from vtrain.tracking.background import Logger
 
+    require_run(cfg)  # a model without a published run: its tokens from the command line
     quiet_interrupts()  # Ctrl-C: vtrain's one line, not Optuna's traceback of the interrupted trial
     tracker = Logger(cfg) if bool(cfg.tracking.enabled) else None  # mlflow set up on the other core meanwhile
     try:
@@ -56,6 +58,8 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         if tracker is not None:
             tracker.close()
         raise VtrainError(no_plan_message(result, out_dir / "trials.csv"))
+    for line in (*run_lines(cfg), GOODPUT_NOTE):  # the run and price every plan assumed
+        say(line)
     say(render(result))
     sweep.note(**headline(result))
     say(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")

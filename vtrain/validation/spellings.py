@@ -21,7 +21,7 @@ import re
 from typing import Dict, Optional, Tuple
 
 from vtrain.errors import ConfigError
-from vtrain.validation.rows import (
+from vtrain.validation.names import (
     SHARDING_STRATEGIES,
     _gpu_configs,
     _stack_configs,
