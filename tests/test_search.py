@@ -184,7 +184,7 @@ def test_a_study_of_another_search_is_not_resumed(tmp_path):
 def test_trial_params_hold_the_plan_values_and_metric_names(tmp_path):
     run_search(small(tmp_path, "search.n_trials=6", "search.study_name=names"), tmp_path)
     study = optuna.load_study(study_name="names", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    assert study.metric_names == ["time_to_train_s", "cost_usd"]
+    assert study.metric_names == ["time to train (s)", "cost (USD)"]  # as optuna-dashboard shows them
     for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         plan = t.user_attrs["result"]["plan"]
         assert "dp_share" not in t.params and t.params["dp"] == plan["dp"] and t.params["tp"] == plan["tp"]

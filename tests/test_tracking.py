@@ -69,7 +69,7 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
         assert {"iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits",
                 "days_to_train", "cost_musd", "mfu_pct"} <= set(c.data.metrics)
         assert c.data.metrics["fits"] == 1.0
-        assert c.info.run_name.endswith(f"trial {c.data.tags['vtrain.trial']}") and "(" in c.info.run_name
+        assert c.info.run_name.endswith(f"| trial {c.data.tags['vtrain.trial']}") and "(" in c.info.run_name
     pareto = [c for c in children if c.data.tags["pareto"] == "true"]
     n_front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
     assert len(pareto) == n_front >= 1
@@ -83,16 +83,43 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
     assert sorted(r["trial"] for r in table) == list(range(8)), "each trial once in the table"
 
 
-def test_default_child_runs_are_the_front_and_top_plans_and_an_orphan_is_healed(tmp_path):
+def test_default_logs_one_child_run_per_trial_with_distinct_names_and_trimmed_params(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cfg = _cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1")
+    assert run(_cfg(tmp_path, uri, "search.n_trials=12"), tmp_path / "run1") == 0
+    client = MlflowClient(tracking_uri=uri)
+    parents, children = _runs(client, client.get_experiment_by_name("vtrain-test"))
+    assert len(parents) == 1 and len(children) == 12  # every trial, not only the front
+    assert sorted(int(c.data.tags["vtrain.trial"]) for c in children) == list(range(12))
+    names = [c.info.run_name for c in children]
+    assert len(set(names)) == 12
+    for c in children:
+        plan = {k: c.data.params[k] for k in ("tp", "pp", "dp")} if "tp" in c.data.params else None
+        if plan:  # named by the plan in the search's notation: "(tp, pp, dp) mb=... | trial N"
+            assert c.info.run_name.startswith(f"({plan['tp']}, {plan['pp']}, {plan['dp']}) mb=")
+        assert c.info.run_name.endswith(f"| trial {c.data.tags['vtrain.trial']}") or not plan
+        assert c.data.tags["vtrain.role"] in ("front", "feasible", "outside-constraints", "pruned", "fail")
+        assert c.info.status == "FINISHED" and c.data.tags["vtrain.logged"] == "true"
+        if c.data.tags["vtrain.state"] == "PRUNED":
+            assert c.data.tags["vtrain.pruned_reason"]
+    front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
+    assert sum(c.data.tags["pareto"] == "true" for c in children) == front >= 1
+    assert {c.data.tags["vtrain.role"] for c in children if c.data.tags["pareto"] == "true"} == {"front"}
+    params = parents[0].data.params
+    assert len(params) < 40 and params["model.name"] == "gpt_1_7b" and params["search.n_trials"] == "12"
+    assert params["training.global_batch_size"] == "32" and "parallelism.grad_bucket_mib" not in params
+    assert parents[0].data.tags["vtrain.best_time"].startswith("(")
+
+
+def test_front_child_runs_are_the_front_and_top_plans_and_an_orphan_is_healed(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = _cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1", "tracking.child_runs=front")
     assert run(cfg, tmp_path / "run1") == 0
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("vtrain-test")
     parents, children = _runs(client, exp)
     front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
     assert front <= len(children) <= front + 2 < 12
-    assert {c.data.tags["vtrain.role"] for c in children} <= {"front", "top"}
+    assert {c.data.tags["vtrain.role"] for c in children} <= {"front", "feasible"}
     # a kill -9 between create_run and its log_batch leaves a bare RUNNING child: the next logging heals it
     victim = children[0]
     trial = victim.data.tags["vtrain.trial"]
@@ -100,7 +127,7 @@ def test_default_child_runs_are_the_front_and_top_plans_and_an_orphan_is_healed(
     bare = client.create_run(exp.experiment_id, run_name="half-written", tags={
         "mlflow.parentRunId": parents[0].info.run_id, "vtrain.trial": trial,
         "vtrain.study": "tracked", "vtrain.storage": str(tmp_path / "optuna.db")})
-    assert run(_cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1"), tmp_path / "run2") == 0
+    assert run(cfg, tmp_path / "run2") == 0
     _, again = _runs(client, exp)
     mine = [c for c in again if c.data.tags["vtrain.trial"] == trial]
     assert len(mine) == 1 and mine[0].info.run_id != bare.info.run_id and mine[0].data.tags["vtrain.logged"] == "true"

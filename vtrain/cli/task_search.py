@@ -43,10 +43,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
 
     require_run(cfg)  # a model without a published run: its tokens from the command line
     quiet_interrupts()  # Ctrl-C: vtrain's one line, not Optuna's traceback of the interrupted trial
-    tracker = Logger(cfg) if bool(cfg.tracking.enabled) else None  # mlflow set up on the other core meanwhile
+    tracker = Logger(cfg) if bool(cfg.tracking.enabled) else None  # mlflow and child runs on the other core meanwhile
     try:
         with fewer_collections():
-            result = run_search(cfg, out_dir, profile=profile_for(cfg))
+            result = run_search(cfg, out_dir, profile=profile_for(cfg), on_trial=tracker.trial if tracker else None)
             paths = outputs.write_all(result, out_dir, int(cfg.search.top_k_artifacts))  # results on disk first
     except BaseException:
         if tracker is not None:

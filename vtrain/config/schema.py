@@ -127,8 +127,8 @@ class SearchConfig:
 class TrackingConfig:
     enabled: bool = True
     uri: Optional[str] = None  # None: sqlite:///<cwd>/outputs/mlflow.db
-    experiment_name: Optional[str] = None  # None: vtrain-<model>-<cluster>
-    child_runs: str = "front"  # front: the Pareto front and top plans | all: one per trial | none
+    experiment_name: Optional[str] = None  # None: vtrain-<model>-<cluster>; in a multirun vtrain-sweep-<sweep dir>
+    child_runs: str = "all"  # all: one per trial | front: the Pareto front and top plans | none
     top_k: int = 5  # child_runs=front: also the k best plans of each objective
     max_child_runs: int = 2000  # child_runs=all: above this many trials only front and top plans get child runs
     http_timeout_s: int = 10  # remote tracking server: fail fast instead of MLflow's long retries

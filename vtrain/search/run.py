@@ -8,7 +8,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload
@@ -25,6 +25,8 @@ from vtrain.workload.workload import Workload
 
 # settings that do not change a plan's simulation: left out of reproduce commands
 _NOT_PLAN = frozenset({"search", "tracking", "hydra", "task"})
+# told of each finished trial of an Optuna search as it ends: (study name, storage, record); e.g. MLflow's logger
+TrialSink = Callable[[str, str, TrialRecord], None]
 
 
 @dataclass
@@ -187,7 +189,8 @@ def _what_it_searches(ctx: Context, search: Any) -> Tuple[str, str, Dict[str, st
     return hashlib.sha256(text.encode()).hexdigest(), what, parts
 
 
-def run_optuna(ctx: Context, search: Any, out_dir: Path) -> Tuple[List[TrialRecord], str, str, int, int]:
+def run_optuna(ctx: Context, search: Any, out_dir: Path,
+               on_trial: Optional[TrialSink] = None) -> Tuple[List[TrialRecord], str, str, int, int]:
     from vtrain.search import study as st
     from vtrain.search.ledger import FINISHED
     from vtrain.search.storage import storage_spec
@@ -196,7 +199,8 @@ def run_optuna(ctx: Context, search: Any, out_dir: Path) -> Tuple[List[TrialReco
     name = study_name(ctx, search)
     study = st.open_study(name, spec, ctx.directions, ctx.objectives, _what_it_searches(ctx, search))
     resumed = len(study.get_trials(deepcopy=False, states=FINISHED))
-    loop = st.Loop(ctx, search, spec, study)
+    hook = None if on_trial is None else (lambda t: on_trial(name, spec.display, _record(t)))
+    loop = st.Loop(ctx, search, spec, study, hook)
     loop.run(bool(search.progress_bar))
     return [_record(t) for t in st.trials_of(study)], name, spec.display, resumed, loop.stale_failed
 
@@ -209,8 +213,9 @@ def _record(t: Any) -> TrialRecord:
                        res.get("metrics", {}), reason, res.get("duplicate_of"))
 
 
-def run_search(cfg: Any, out_dir: Path, profile: Any = None) -> SearchResult:
-    """Run the configured search; an empty ``front`` means no plan was feasible."""
+def run_search(cfg: Any, out_dir: Path, profile: Any = None, on_trial: Optional[TrialSink] = None) -> SearchResult:
+    """Run the configured search; an empty ``front`` means no plan was feasible. ``on_trial`` hears of each
+    Optuna trial as it finishes (a grid search's records come all at once, in the result)."""
     search = cfg.search
     sampler = str(search.sampler)
     ctx = prepare(cfg, profile)
@@ -220,7 +225,7 @@ def run_search(cfg: Any, out_dir: Path, profile: Any = None) -> SearchResult:
     if sampler == "grid":
         records = run_grid(ctx, int(search.workers), bool(search.progress_bar), int(search.get("max_grid_plans", 0)))
     else:
-        records, name, url, resumed, stale = run_optuna(ctx, search, out_dir)
+        records, name, url, resumed, stale = run_optuna(ctx, search, out_dir, on_trial)
     result = SearchResult(
         model=ctx.workload.model.name, cluster=ctx.workload.cluster.name, sampler=sampler,
         objectives=ctx.objectives, directions=ctx.directions, records=records, front=[], best={},

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -77,11 +77,26 @@ def open_study(name: str, spec: StorageSpec, directions: Sequence[str], objectiv
                               f"{have_space.get('what', 'another space')}; this run ({space[1]}) differs in "
                               f"{', '.join(differ) if differ else 'its search settings'}: choose another "
                               "search.study_name or search.storage")
-    if study.metric_names != list(objectives):
+    names = [metric_name(o) for o in objectives]
+    if study.metric_names != names:
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(list(objectives))  # optuna-dashboard labels the objectives
+            study.set_metric_names(names)  # optuna-dashboard labels the objectives with these
     return study
+
+
+_UNITS = (("_usd", "USD"), ("_gib", "GiB"), ("_kwh", "kWh"), ("_kg", "kg"), ("_bytes", "bytes"), ("_s", "s"))
+
+
+def metric_name(objective: str) -> str:
+    """An objective as optuna-dashboard shows it, with its unit: ``time_to_train_s`` -> ``time to train (s)``,
+    ``cost_usd`` -> ``cost (USD)``, ``mfu`` -> ``MFU (fraction)``."""
+    if objective == "mfu":
+        return "MFU (fraction)"
+    for suffix, unit in _UNITS:
+        if objective.endswith(suffix):
+            return f"{objective[:-len(suffix)].replace('_', ' ')} ({unit})"
+    return objective.replace("_", " ")
 
 
 class Objective:
@@ -201,8 +216,10 @@ class Objective:
 class Loop:
     """``study.optimize`` until ``n_trials`` trials of the study have finished (all workers together)."""
 
-    def __init__(self, ctx: Any, search: Any, spec: StorageSpec, study: optuna.Study) -> None:
+    def __init__(self, ctx: Any, search: Any, spec: StorageSpec, study: optuna.Study,
+                 on_trial: Optional[Callable[[FrozenTrial], None]] = None) -> None:
         self.ctx, self.search, self.spec, self.study = ctx, search, spec, study
+        self.on_trial = on_trial  # each finished trial of this worker (e.g. to MLflow while the search runs)
         self.n_trials = int(search.n_trials)
         self.objective = Objective(ctx, spec, self.n_trials)
         self.phases = Phases(ctx, search, self.n_trials)
@@ -229,6 +246,8 @@ class Loop:
                 self.phases.plan(self.study)
 
     def _after(self, study: optuna.Study, t: FrozenTrial) -> None:
+        if self.on_trial is not None and not t.user_attrs.get(OVER_BUDGET):
+            self.on_trial(t)
         if self.bar is not None:
             self.bar.update(1)
         if self.objective.over_budget or lg.finished_count(study) >= self.n_trials:

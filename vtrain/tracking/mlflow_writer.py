@@ -6,6 +6,7 @@ mlflow is imported lazily.
   ``vtrain.version`` and the run description ``mlflow.note.content``.
 - :func:`log_batch`: params, metrics (non-finite ones dropped) and tags in as few ``log_batch`` calls as
   MLflow's limits allow.
+- :func:`create_child`: one complete child run (tags at creation, then one ``log_batch``).
 - :func:`sync_children`: child runs keyed by a tag (e.g. the trial number): each key gets exactly one
   run. A run a killed process left half-written (no ``vtrain.logged`` tag) is deleted and written again;
   duplicates (two workers logging the same key at once on a server, where no file lock helps) are
@@ -132,6 +133,16 @@ def _oldest(runs: Sequence[Any]) -> Any:
     return min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
 
+def create_child(client: Any, exp_id: str, parent_id: str, keys: Dict[str, str], spec: RunSpec) -> str:
+    """One complete child run: created with its tags, then its params, metrics and the ``vtrain.logged`` mark
+    in one ``log_batch``, then ended. Returns its run id."""
+    tags = {"mlflow.parentRunId": parent_id, **keys, **{k: str(v)[:5000] for k, v in spec.tags.items()}}
+    run = client.create_run(exp_id, tags=tags, run_name=spec.name)
+    log_batch(client, run.info.run_id, spec.params, spec.metrics, {LOGGED: "true"})
+    client.set_terminated(run.info.run_id, spec.status)
+    return str(run.info.run_id)
+
+
 def sync_children(client: Any, exp_id: str, parent_id: str, key_tag: str, group: Dict[str, str],
                   children: Dict[str, RunSpec], retag: Optional[Dict[str, Dict[str, str]]] = None) -> int:
     """Make each key of ``children`` have exactly one complete child run of ``parent_id`` (tagged with
@@ -154,13 +165,9 @@ def sync_children(client: Any, exp_id: str, parent_id: str, key_tag: str, group:
             client.set_tag(keep.info.run_id, "mlflow.parentRunId", parent_id)
     created = 0
     for key, spec in children.items():
-        if key in existing:
-            continue
-        tags = {"mlflow.parentRunId": parent_id, **group, key_tag: key}
-        run = client.create_run(exp_id, tags=tags, run_name=spec.name)
-        log_batch(client, run.info.run_id, spec.params, spec.metrics, {**spec.tags, LOGGED: "true"})
-        client.set_terminated(run.info.run_id, spec.status)
-        created += 1
+        if key not in existing:
+            create_child(client, exp_id, parent_id, {**group, key_tag: key}, spec)
+            created += 1
     for key, tags in (retag or {}).items():
         found = existing.get(key)
         if found:
