@@ -18,7 +18,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.cli.jsonio import write_json
     from vtrain.cli.profiles import profile_for
     from vtrain.timeline import chrome_trace, spans
+    from vtrain.tracking import simulate_run
 
+    tracker = simulate_run.start(cfg)  # MLflow set up in a second process while the plan is simulated
     profile = profile_for(cfg)
     require_run(cfg)  # a model without a published run: its tokens from the command line
     report, trace = simulate_with_trace(cfg, profile=profile)
@@ -39,6 +41,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
                   f"{plan_label(report.plan)}, {report.iteration_time_s:.2f} s per iteration")
     say(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
              f"and {out_dir / 'timeline.png'}")
+    if tracker is not None:  # one MLflow run: params, metrics, these three files
+        say(tracker.finish(report.to_dict(), out_dir, [out_dir / n for n in ("report.json", "timeline.json",
+                                                                             "timeline.png")]))
     return 0
 
 
