@@ -11,6 +11,8 @@ from vtrain.cli import sweep
 from vtrain.cli.format import headline, plan_label, render_report
 from vtrain.cli.logs import say
 from vtrain.cli.run_info import goodput_line, require_run, run_dict, run_lines
+from vtrain.sim.memory_margin import margin_line
+from vtrain.workload.system import USABLE_HBM_FRACTION
 
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
@@ -29,6 +31,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     say(render_report(report))
     for line in (*run_lines(cfg), goodput_line(report)):  # the run, price and goodput it assumed
         say(line)
+    margin = margin_line(report.peak_memory_bytes, report.memory_capacity_bytes,
+                         float(cfg.cluster.get("usable_hbm_fraction", USABLE_HBM_FRACTION)))
+    if margin:  # fits the HBM, not its usable share (vtrain.sim.memory_margin)
+        say(margin)
     if not report.fits:
         say(recompute_hint(cfg, report, profile))
     sweep.note(**headline(report))

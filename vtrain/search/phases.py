@@ -25,6 +25,7 @@ from vtrain.search.encoding import trial_params
 from vtrain.search.ledger import SLOT, finished_count
 from vtrain.search.space import enumerate_plans
 from vtrain.sim.memory import memory_lower_bound_bytes
+from vtrain.sim.memory_margin import usable_bytes
 
 ROUND = "vtrain.round."
 
@@ -36,7 +37,7 @@ def seed_plans(ctx: Any, size: int, seed: int, max_draws: int = 20000) -> List[D
     from vtrain.search.encoding import choices, decode
     from vtrain.search.space import Infeasible, plan_key
 
-    cap = ctx.workload.cluster.gpu.hbm_capacity_bytes
+    cap = usable_bytes(ctx.workload.cluster)  # the memory margin (cluster.usable_hbm_fraction)
     rng = random.Random(seed)
     options = choices(ctx.space)
     picks: Dict[Any, Any] = {}

@@ -21,6 +21,7 @@ from vtrain.search.objective import Evaluator
 from vtrain.search.pareto import pareto_front, to_minimise
 from vtrain.search.space import PlanSpace, canonical, check, plan_key
 from vtrain.sim.memory import memory_lower_bound_bytes
+from vtrain.sim.memory_margin import usable_bytes
 from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.plan import ParallelPlan
 
@@ -155,7 +156,7 @@ def candidates(ev: Evaluator, plans: Iterable[ParallelPlan], limit: int) -> List
     """Up to ``limit`` new, valid neighbours of ``plans`` whose memory lower bound fits (repaired if
     needed)."""
     w = ev.workload
-    cap = w.cluster.gpu.hbm_capacity_bytes
+    cap = usable_bytes(w.cluster)  # the memory margin (cluster.usable_hbm_fraction)
     seen = set(ev.cache)
     out: List[ParallelPlan] = []
     streams = [neighbours(ev.space, plan) for plan in plans]

@@ -30,6 +30,7 @@ from vtrain.search.samplers import make_sampler, trial_seed, worker_salt
 from vtrain.search.space import Infeasible, plan_fields, plan_from_fields, plan_key
 from vtrain.search.storage import StorageSpec, fail_stale_trials, make_storage, study_lock
 from vtrain.sim.memory import memory_lower_bound_bytes
+from vtrain.sim.memory_margin import usable_bytes
 
 RESULT = "result"
 OVER_BUDGET = "vtrain.over_budget"
@@ -135,7 +136,7 @@ class Objective:
         if self.ledger.claimed(lg.key_text(plan_fields(plan))) or plan_key(plan) in self.ev.cache:
             return False
         w = self.ev.workload
-        return memory_lower_bound_bytes(w, plan) <= w.cluster.gpu.hbm_capacity_bytes
+        return memory_lower_bound_bytes(w, plan) <= usable_bytes(w.cluster)  # the memory margin
 
     def _join_generation(self, study: optuna.Study, trial: optuna.Trial) -> None:
         """Enqueued seed trials skip the sampler, so NSGA-II would never count them as its first

@@ -1,0 +1,140 @@
+"""The baseline plan a recommendation is compared with: the plan a framework recipe would run.
+
+One rule (:func:`baseline_plan`), as NVIDIA's published recipes (Megatron-Bridge / NeMo) and the Megatron
+paper set their plans (Narayanan et al., SC'21, Sec. 3.3, takeaway #1: "tensor model parallelism should
+generally be used up to degree g when using g-GPU servers, and then pipeline model parallelism can be used
+to scale up to larger models across servers"):
+
+1. Tensor parallelism inside the NVLink domain, at most :data:`RECIPE_MAX_TP` (8: one HGX node; no recipe of
+   Megatron-Bridge's goes beyond; :data:`RECIPE_MAX_TP_MOE` for MoE models), the smallest degree with which
+   the model fits without a pipeline; a model that fits at none of them gets the largest, and then
+2. pipeline parallelism from memory: the fewest stages (a divisor of the layers) with which it fits, the
+   interleaved schedule with 2 chunks per stage where the layers and micro-batches allow (recipes set a
+   virtual pipeline size whenever pp > 1), 1F1B otherwise;
+3. a mixture-of-experts model puts its experts on the largest expert-parallel degree that divides the experts
+   and stays inside the NVLink domain (the all-to-all on NVLink), experts unsplit by TP (etp = 1, as every
+   MoE recipe of Megatron-Bridge's scripts/performance sets);
+4. micro-batch 1, sequence parallelism with TP, the distributed optimizer (ZeRO-1), data parallelism over the
+   remaining GPUs (the largest degree that divides the global batch), the base plan's precision;
+5. no recompute if some plan of steps 1-2 fits, else selective, else full: the lightest mode that fits.
+
+"Fits" means the predicted peak is within the memory margin (``cluster.usable_hbm_fraction``,
+:mod:`vtrain.sim.memory_margin`). The search compares its best plan with this one (or with the user's
+``parallelism`` when given: :mod:`vtrain.search.optimum`); ``task=simulate`` runs it when no plan is given.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Iterator, List, Optional, Tuple
+
+from vtrain.comm.ep import expert_parallel_degrees
+from vtrain.config.validate import check_plan
+from vtrain.cost.base import CostModel
+from vtrain.errors import ConfigError
+from vtrain.report import Report
+from vtrain.search.space import canonical, node_aligned_tp
+from vtrain.sim.memory import memory_lower_bound_bytes
+from vtrain.sim.memory_margin import usable_bytes
+from vtrain.workload.arith import divisors
+from vtrain.workload.enums import Recompute, Schedule
+from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.workload import Workload
+
+# Megatron-Bridge / NeMo recipes keep TP within one 8-GPU NVLink node (Llama 3 405B and GPT-3 175B: TP8)
+RECIPE_MAX_TP = 8
+# MoE recipes split attention by TP 1-4 and the experts by EP: the Megatron-MoE-ModelZoo plans shipped
+# (vtrain/data/modern_gpus/megatron_moe_qwen3_*.csv, 16 rows) run TP1 (3), TP2 (4) or TP4 (9), never more
+RECIPE_MAX_TP_MOE = 4
+RECOMPUTE_ORDER = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # lightest first
+RECIPE_VP = 2  # chunks per stage tried first when pp > 1 (the smallest virtual pipeline size)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The recipe plan, its simulated report, and the rule's choices in words."""
+
+    plan: ParallelPlan
+    report: Report
+    rule: str
+
+
+def _tp_pp_order(w: Workload) -> List[Tuple[int, int]]:
+    """(tp, pp) in the rule's order: each TP degree without a pipeline, then the largest TP with more stages."""
+    c, m = w.cluster, w.model
+    limit = min(RECIPE_MAX_TP_MOE if m.is_moe else RECIPE_MAX_TP, c.domain_size)
+    tps = node_aligned_tp(m, c, max_tp=limit, cross_node=c.domain_size > c.gpus_per_node) or (1,)
+    pps = [p for p in divisors(m.num_layers, c.num_gpus // tps[-1]) if p > 1]
+    return [(t, 1) for t in tps] + [(tps[-1], p) for p in pps]
+
+
+def _expert_degree(w: Workload, tp: int, dp: int) -> int:
+    """The largest ep within the NVLink domain that the experts and the tp*dp ranks admit (1: dense)."""
+    if not w.model.is_moe:
+        return 1
+    fit = [e for e in expert_parallel_degrees(w.model.num_experts, tp, dp, 1, 1) if e <= w.cluster.domain_size]
+    return max(fit, default=1)
+
+
+def _candidates(w: Workload, recompute: Recompute) -> Iterator[ParallelPlan]:
+    """The rule's plans for one recompute mode, in order (interleaved before 1F1B at each pp > 1)."""
+    base, gpus = w.plan, w.cluster.num_gpus
+    moe = w.model.is_moe
+    for tp, pp in _tp_pp_order(w):
+        dps = divisors(base.global_batch_size, gpus // (tp * pp))
+        if not dps:
+            continue
+        dp = dps[-1]
+        schedules = [(Schedule.INTERLEAVED, RECIPE_VP), (Schedule.ONE_F_ONE_B, 1)] if pp > 1 else \
+            [(Schedule.ONE_F_ONE_B, 1)]
+        for schedule, vp in schedules:
+            plan = dataclasses.replace(
+                base, tp=tp, pp=pp, dp=dp, cp=1, micro_batch_size=1, recompute=recompute, recompute_num_layers=0,
+                sequence_parallel=tp > 1, distributed_optimizer=dp > 1, zero_stage=1 if dp > 1 else 0,
+                ep=_expert_degree(w, tp, dp), etp=1 if moe else 0, schedule=schedule, virtual_stages=vp)
+            yield canonical(plan, w.model)
+
+
+def _valid(w: Workload, plan: ParallelPlan) -> bool:
+    try:
+        check_plan(w.model, plan, w.cluster)
+    except ConfigError:
+        return False
+    return True
+
+
+def _describe(w: Workload, plan: ParallelPlan) -> str:
+    """The rule's choices for this plan, in words."""
+    parts = [f"TP{plan.tp} within the {w.cluster.domain_size}-GPU NVLink domain",
+             f"PP{plan.pp} from memory" + (f" (VP{plan.virtual_stages})" if plan.virtual_stages > 1 else ""),
+             f"DP{plan.dp}", f"recompute {plan.recompute.value}", "micro-batch 1, ZeRO-1"]
+    if w.model.is_moe:
+        parts.insert(2, f"EP{plan.ep} inside the NVLink domain")
+    return "recipe rule: " + ", ".join(parts)
+
+
+def baseline_plan(w: Workload, cost: Optional[CostModel] = None,
+                  fits: Optional[Callable[[ParallelPlan, Report], bool]] = None) -> Optional[Baseline]:
+    """The recipe rule's plan for ``w``'s model, cluster and batch (the module's rules 1-5), simulated with
+    ``cost`` (None: the analytical model); ``fits`` (default: the peak is within the memory margin) judges a
+    simulated candidate. None when no candidate fits."""
+    from vtrain.cost.analytical import AnalyticalCostModel
+    from vtrain.sim.simulator import simulate_workload
+
+    model = cost or AnalyticalCostModel(w)
+    usable = usable_bytes(w.cluster)
+    judge = fits or (lambda _plan, report: report.peak_memory_bytes <= usable)
+    for recompute in RECOMPUTE_ORDER:
+        for plan in _candidates(w, recompute):
+            if not _valid(w, plan):
+                continue
+            run = dataclasses.replace(w, plan=plan)
+            if memory_lower_bound_bytes(w, plan) > usable:
+                continue
+            try:
+                report, _ = simulate_workload(run, model)
+            except ConfigError:
+                continue
+            if judge(plan, report):
+                return Baseline(plan, report, _describe(w, plan))
+    return None
