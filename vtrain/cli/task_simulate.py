@@ -22,10 +22,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.timeline import chrome_trace, spans
     from vtrain.tracking import simulate_run
 
-    tracker = simulate_run.start(cfg)  # MLflow set up in a second process while the plan is simulated
     profile = profile_for(cfg)
     require_run(cfg)  # a model without a published run: its tokens from the command line
     report, trace = simulate_with_trace(cfg, profile=profile)
+    tracker = simulate_run.start(cfg)  # a valid plan: MLflow set up in a second process while it is written
     from vtrain.cli.gantt import plot_timeline  # numpy and matplotlib: only once the plan is valid
 
     say(render_report(report))
