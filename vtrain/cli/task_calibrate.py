@@ -6,6 +6,9 @@ MAPE, and write the fitted constants (calibrate.write=true updates conf/gpu/<gpu
 in place).
 
     python -m vtrain task=calibrate +cluster=vtrain_a100 calibrate.folds=hidden_size
+
+calibrate.scope=all fits every GPU's and stack's constants on every shipped source at once, leave-one-source-out
+(vtrain/cli/task_calibrate_all.py).
 """
 from __future__ import annotations
 
@@ -130,7 +133,17 @@ def _plausible(single: List[Any], measured_s: np.ndarray, rows: List[Any], base:
     return [single[i] for i in keep], measured_s[keep]
 
 
+SCOPES = ("a100", "all")  # calibrate.scope
+
+
 def run(cfg: DictConfig, out_dir: Path) -> int:
+    scope = str(cfg.calibrate.get("scope", "a100"))
+    if scope not in SCOPES:
+        raise ConfigError(f"calibrate.scope={scope} is not one of {', '.join(SCOPES)}")
+    if scope == "all":  # every GPU and stack on every shipped source, leave-one-source-out
+        from vtrain.cli.task_calibrate_all import run_all
+
+        return run_all(cfg, out_dir)
     require_group(cfg, "cluster")
     folds = str(cfg.calibrate.folds)
     if folds not in GROUPS and folds not in ("none", "weak_scaling"):

@@ -150,6 +150,9 @@ class CalibrateConfig:
     fit_on: str = "joint"  # joint: single-node runs + weak-scaling rows, equally weighted | single_node: those alone
     constants: Optional[List[str]] = None  # the constants to fit (calibration/fit.py BOUNDS); None: fit.FITTED
     write: bool = False
+    # a100: the A100 fit above (cluster, data, folds, fit_on, constants) | all: every GPU's and stack's constants
+    # on every shipped source, leave-one-source-out (vtrain/cli/task_calibrate_all.py)
+    scope: str = "a100"
 
 
 @dataclass

@@ -1,0 +1,254 @@
+"""One calibration of every fitted end-to-end constant, cross-validated leave-one-source-out.
+
+The constants (:data:`PARAMS`) are few and physical: a GPU architecture's share of its benchmarked GEMM rate
+sustained inside a training step, the HBM efficiency of element-wise kernels (one for every GPU), and a
+software stack family's host time per launched kernel. A constant is fitted only where at least two training
+sources inform it (have rows it applies to); otherwise it keeps its config value (its provenance says why).
+
+Objective: the mean over training sources of each source's MAPE (each source weighted equally, so 180
+single-node runs do not drown 10 published rows), minimised by Nelder-Mead (Nelder & Mead 1965) in the logit
+of each constant's log-position inside its bounds. Each evaluation reads every row's iteration time off a
+cached grid of exact simulations: each constant's log-range cut into ``GRID - 1`` equal steps, the time
+interpolated multilinearly in log time over the (at most three) constants a row depends on (a host-bound
+time is proportional to the host time, a GEMM-bound one to 1 / the sustained share: linear in log-log,
+so the interpolation is exact away from the kink between the regimes). Every figure reported is an exact
+simulation at the fitted constants, never the surrogate.
+
+Leave-one-source-out (LOSO): for each source, refit from the config values without its rows and predict them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from vtrain.calibration.sources import Source, ape_pct
+
+# nodes per constant over its log-bounds (see the module docstring): 9 nodes, steps of 9% of the sustained share,
+# 11% of the memory efficiency, 1.5x of the host time; a finer grid visits more nodes (each an exact simulation
+# of ~10 ms on a large plan) for optima that move by less than the folds' spread
+GRID = 9
+
+
+@dataclass(frozen=True)
+class Param:
+    """A fitted constant: a GpuSpec field of every GPU of the ``members`` architectures, or a StackSpec field of
+    the ``members`` stacks, bounded by its plausible physical range."""
+
+    key: str
+    field: str
+    on_gpu: bool
+    members: Tuple[str, ...]
+    lo: float
+    hi: float
+
+    def applies(self, w: Any) -> bool:
+        gpu, stack = w.cluster.gpu, w.stack
+        if not self.on_gpu:
+            return bool(stack.name in self.members)
+        if gpu.architecture not in self.members:
+            return False
+        # a stack whose GEMM curve was fitted on this architecture's runs runs at the curve (no sustained share)
+        return self.field != "sustained_gemm_fraction" or not (
+            stack.gemm_curve_fitted_on and gpu.architecture == stack.gemm_curve_fitted_on)
+
+    def value_of(self, w: Any) -> float:
+        return float(getattr(w.cluster.gpu if self.on_gpu else w.stack, self.field))
+
+    def from_unit(self, u: float) -> float:
+        return float(np.exp(np.log(self.lo) + u * (np.log(self.hi) - np.log(self.lo))))
+
+    def to_unit(self, v: float) -> float:
+        return float((np.log(v) - np.log(self.lo)) / (np.log(self.hi) - np.log(self.lo)))
+
+
+_GPUS = ("volta", "ampere", "hopper", "blackwell")
+# eager PyTorch 1.x with apex (Megatron-DeepSpeed 2022, Megatron-LM 2020-21, DeepSpeed of that era); Megatron-Core
+# with Transformer Engine's fused modules; eager PyTorch 2.x (torchtitan FSDP2, llm-foundry's Composer FSDP)
+EAGER_2022 = ("megatron_deepspeed_2022", "megatron_lm_2021", "deepspeed")
+MCORE_TE = ("megatron_core_te",)
+EAGER_2X = ("torchtitan_fsdp2", "llm_foundry_fsdp")
+# bounds: a GEMM inside a step sustains 50-100% of its benchmarked rate (the measured H200 steady/burst ratio is
+# 0.83, profiles/measured/h200/sustained_gemm.csv); element-wise kernels reach 40-95% of HBM bandwidth (STREAM-like
+# copies reach ~90%); a host issues a kernel in 5 us (CUDA launch + a fused C++ module) to 0.15 ms (eager Python
+# with autograd; the lent H200's eager PyTorch 2.x issued each op in 26 us median, profiles/measured/h200/meta.json)
+PARAMS: Tuple[Param, ...] = (
+    *(Param(f"gpu:{a}.sustained_gemm_fraction", "sustained_gemm_fraction", True, (a,), 0.5, 1.0) for a in _GPUS),
+    Param("gpu:all.memory_efficiency", "memory_efficiency", True, _GPUS, 0.4, 0.95),
+    Param("stack:eager_2022.host_time_per_kernel_s", "host_time_per_kernel_s", False, EAGER_2022, 5e-6, 1.5e-4),
+    Param("stack:megatron_core_te.host_time_per_kernel_s", "host_time_per_kernel_s", False, MCORE_TE, 5e-6, 1.5e-4),
+    Param("stack:eager_2x.host_time_per_kernel_s", "host_time_per_kernel_s", False, EAGER_2X, 5e-6, 1.5e-4),
+)
+
+
+def with_values(w: Any, params: Sequence[Param], values: Sequence[float]) -> Any:
+    """``w`` with each applicable constant set (its GPU's and its stack's fields replaced)."""
+    gpu: Dict[str, Any] = {}
+    stack: Dict[str, Any] = {}
+    for p, v in zip(params, values):
+        if p.applies(w):
+            (gpu if p.on_gpu else stack)[p.field] = float(v)
+    if not gpu and not stack:
+        return w
+    return replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, **gpu)), stack=replace(w.stack, **stack))
+
+
+def simulate_s(w: Any) -> float:
+    from vtrain.cost.analytical import AnalyticalCostModel
+    from vtrain.sim.simulator import simulate_workload
+
+    report, _ = simulate_workload(w, AnalyticalCostModel(w))
+    return float(report.iteration_time_s)
+
+
+def predict_s(workloads: Sequence[Any], params: Sequence[Param], values: Sequence[float]) -> np.ndarray:
+    """Exact simulated iteration seconds of ``workloads`` at the constants."""
+    return np.array([simulate_s(with_values(w, params, values)) for w in workloads])
+
+
+class Surrogate:
+    """Each fit row's log iteration time on the grid of the constants it depends on, simulated on first use
+    and cached (shared by every fold: a fold only changes which rows and constants enter)."""
+
+    def __init__(self, params: Sequence[Param], grid: int = GRID) -> None:
+        self.params = tuple(params)
+        self.grid = grid
+        self.cache: Dict[Tuple[int, Tuple[Tuple[int, int], ...]], float] = {}
+        self.rows: List[Any] = []
+        self.row_id: Dict[int, int] = {}
+
+    def row(self, w: Any) -> int:
+        k = self.row_id.get(id(w))
+        if k is None:
+            k = self.row_id[id(w)] = len(self.rows)
+            self.rows.append(w)
+        return k
+
+    def node(self, k: int, nodes: Tuple[Tuple[int, int], ...]) -> float:
+        got = self.cache.get((k, nodes))
+        if got is None:
+            ps = [self.params[i] for i, _ in nodes]
+            vals = [self.params[i].from_unit(j / (self.grid - 1)) for i, j in nodes]
+            got = self.cache[(k, nodes)] = float(np.log(simulate_s(with_values(self.rows[k], ps, vals))))
+        return got
+
+    def log_s(self, k: int, dims: Sequence[int], u: np.ndarray) -> float:
+        """Multilinear interpolation of row ``k``'s log time at unit coordinates ``u`` (indexed by param) over
+        the params ``dims``."""
+        if not dims:
+            return self.node(k, ())
+        pos = [min(max(u[i], 0.0), 1.0) * (self.grid - 1) for i in dims]
+        base = [min(int(p), self.grid - 2) for p in pos]
+        frac = [p - b for p, b in zip(pos, base)]
+        total = 0.0
+        for corner in range(1 << len(dims)):
+            weight = 1.0
+            nodes = []
+            for j, i in enumerate(dims):
+                bit = (corner >> j) & 1
+                weight *= frac[j] if bit else 1.0 - frac[j]
+                nodes.append((i, base[j] + bit))
+            if weight > 0.0:
+                total += weight * self.node(k, tuple(nodes))
+        return total
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted constants (None: not fitted, config values kept) and the sources they were fitted on."""
+
+    values: Tuple[Optional[float], ...]
+    trained_on: Tuple[str, ...]
+    evaluations: int
+
+    def fitted(self, params: Sequence[Param]) -> Tuple[List[Param], List[float]]:
+        pairs = [(p, v) for p, v in zip(params, self.values) if v is not None]
+        return [p for p, _ in pairs], [v for _, v in pairs]
+
+
+def informing(params: Sequence[Param], sources: Sequence[Source]) -> List[List[str]]:
+    """Per param, the sources with at least one row it applies to."""
+    return [[s.name for s in sources if any(p.applies(w) for w in s.workloads)] for p in params]
+
+
+def prior_value(p: Param, sources: Sequence[Source]) -> float:
+    """A param's config value: the median over the rows it applies to (members share one value)."""
+    vals = [p.value_of(w) for s in sources for w in s.workloads if p.applies(w)]
+    return float(np.median(vals)) if vals else float("nan")
+
+
+def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, min_sources: int = 2) -> Fit:
+    """Fit the params informed by >= ``min_sources`` of ``sources``; the others stay None (config values)."""
+    from scipy.optimize import minimize
+
+    params = surrogate.params
+    active = [i for i, names in enumerate(informing(params, sources)) if len(names) >= min_sources]
+    if not active:
+        return Fit(tuple(None for _ in params), tuple(s.name for s in sources), 0)
+    start = np.array([prior_value(params[i], sources) for i in active])
+    x0 = np.array([np.log(u / (1 - u)) for u in np.clip([params[i].to_unit(v) for i, v in zip(active, start)],
+                                                         0.05, 0.95)])
+    plan = []  # per source: (fit row ids, their dims among active params, measured, rate)
+    for s in sources:
+        idx = s.fit_index
+        ks = [surrogate.row(s.workloads[int(i)]) for i in idx]
+        dims = [[i for i in active if params[i].applies(s.workloads[int(j)])] for j in idx]
+        plan.append((ks, dims, s.measured_s[idx], s.rate[idx]))
+    evals = [0]
+
+    def loss(x: np.ndarray) -> float:
+        evals[0] += 1
+        u = np.zeros(len(params))
+        u[active] = 1.0 / (1.0 + np.exp(-x))
+        total = 0.0
+        for ks, dims, meas, rate in plan:
+            pred = np.exp([surrogate.log_s(k, d, u) for k, d in zip(ks, dims)])
+            total += float(np.mean(ape_pct(pred, meas, rate)))
+        return total / len(plan)
+
+    simplex = np.vstack([x0, x0 + 0.7 * np.eye(len(active))])  # ~15% of each log-range: a simplex that sees the data
+    res = minimize(loss, x0, method="Nelder-Mead",
+                   options={"maxfev": max_evals // 2, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 1e-3})
+    res = minimize(loss, res.x, method="Nelder-Mead",  # one restart from its optimum (a collapsed simplex)
+                   options={"maxfev": max_evals // 2, "initial_simplex": np.vstack([res.x, res.x + 0.3 *
+                                                                                     np.eye(len(active))]),
+                            "xatol": 1e-3, "fatol": 1e-3})
+    values: List[Optional[float]] = [None] * len(params)
+    for i, xi in zip(active, res.x):
+        values[i] = params[i].from_unit(float(1.0 / (1.0 + np.exp(-xi))))
+    return Fit(tuple(values), tuple(s.name for s in sources), evals[0])
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    name: str
+    n: int
+    skipped: int
+    shipped_ape: np.ndarray  # at the config values
+    in_sample_ape: np.ndarray  # at the fit on every source
+    loso_s: np.ndarray  # held-out predictions (fit without this source)
+    loso_ape: np.ndarray
+    fold: Fit
+
+
+def loso(sources: Sequence[Source], params: Sequence[Param] = PARAMS, max_evals: int = 600,
+         grid: int = GRID, progress: Optional[Callable[[str], None]] = None) -> Tuple[Fit, List[SourceResult]]:
+    """The fit on every source, and each source's in-sample and leave-one-source-out errors (``progress``
+    is told each fit as it ends)."""
+    surrogate = Surrogate(params, grid)
+    full = fit(sources, surrogate, max_evals)
+    if progress is not None:
+        progress(f"fitted on every source ({full.evaluations} evaluations, {len(surrogate.cache)} simulations)")
+    out = []
+    for s in sources:
+        ps, vs = full.fitted(params)
+        in_s = predict_s(s.workloads, ps, vs)
+        fold = fit([t for t in sources if t.name != s.name], surrogate, max_evals)
+        fp, fv = fold.fitted(params)
+        held = predict_s(s.workloads, fp, fv)
+        out.append(SourceResult(s.name, s.n, len(s.skipped), ape_pct(s.shipped_s, s.measured_s, s.rate),
+                                ape_pct(in_s, s.measured_s, s.rate), held, ape_pct(held, s.measured_s, s.rate), fold))
+        if progress is not None:
+            progress(f"held out {s.name}: MAPE {out[-1].loso_ape.mean():.2f}% ({len(surrogate.cache)} simulations)")
+    return full, out
