@@ -26,6 +26,8 @@ from vtrain.validation.spellings import (
     ("NeMo 24.05 (Megatron-Core)", "NeMo", "24.05"),
     ("Composer + llm-foundry (FSDP, FlashAttention)", "Composer", ""),
     ("NeMo 24.09", "NeMo 24.09", "24.09"),  # a whole name with its release: as it is, and the release
+    ("DeepSpeed ZeRO-3", "deepspeed", ""),  # a framework followed by its settings: its leading words
+    ("torchtitan float8 async TP", "torchtitan", ""),
 ])
 def test_framework_names_with_their_parts_and_release(raw, name, release):
     assert framework_cell(raw) == (name, release)
@@ -115,6 +117,13 @@ def test_pasted_row_rewrites_only_what_it_reads():
     assert row.values["tokens_per_s_per_gpu"] == "1234" and row.values["seq_len"] == "4096" and notes == []
     same, _ = pasted_row(_row(framework="megatron_core_te", precision="bf16", gpu="h100_sxm", tp=2))
     assert same.values == {"framework": "megatron_core_te", "precision": "bf16", "gpu": "h100_sxm", "tp": "2"}
+
+
+def test_a_zero_stage_named_with_the_framework():
+    row, _ = pasted_row(_row(framework="DeepSpeed ZeRO-3"))
+    assert (row.values["framework"], row.values["zero_stage"]) == ("deepspeed", "3")
+    stated, _ = pasted_row(_row(framework="DeepSpeed ZeRO-3", zero_stage="1"))
+    assert stated.values["zero_stage"] == "1"
 
 
 def test_tp_comm_overlap_at_tp_1_is_ignored_with_a_note():

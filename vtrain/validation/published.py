@@ -9,6 +9,7 @@ cell as it is, so a CSV in vtrain's own schema reads exactly as before.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -23,6 +24,7 @@ from vtrain.validation.spellings import (
     sharding_cells,
 )
 
+ZERO_IN_NAME = re.compile(r"\bzero[-_\s]?(?:stage[-_\s]?)?([0-3])\b", re.IGNORECASE)  # "DeepSpeed ZeRO-3"
 SOURCE_COLUMN = "source_key"  # a compiled table's source of each row: the error is given per source too
 # the architectures vtrain's model schema has (decoder-only transformers, dense or mixture-of-experts); a row of
 # another (hybrid Mamba-Transformer: Nemotron-H, Nemotron 3) is a skip with this reason
@@ -69,6 +71,9 @@ def pasted_row(row: MeasuredRow) -> Tuple[MeasuredRow, List[str]]:
             values["framework"], release = read
             if release:
                 values.setdefault("framework_release", release)
+        zero = ZERO_IN_NAME.search(framework)  # "DeepSpeed ZeRO-3": the stage, where no column states one
+        if zero is not None and row.get("zero_stage") is None and row.get("sharding_strategy") is None:
+            values["zero_stage"] = zero.group(1)
     precision = row.get("precision")
     if precision is not None:
         cells = precision_cells(precision)

@@ -54,6 +54,12 @@ def framework_cell(raw: str, pre_fp8: bool = False) -> Optional[Tuple[str, str]]
         key = table_key(part).replace(".", "_")
         if key and _stack_key(key, pre_fp8) in _stack_configs():
             return re.sub(r"\s+\d+(\.\d+)*$", "", part.strip()), found
+    # a framework followed by its settings in words ("DeepSpeed ZeRO-3", "Megatron-LM with SP"): the longest
+    # leading words that name one
+    words = table_key(raw).replace(".", "_").split("_")
+    for n in range(len(words) - 1, 0, -1):
+        if _stack_key("_".join(words[:n]), pre_fp8) in _stack_configs():
+            return "_".join(words[:n]), found
     return None
 
 
