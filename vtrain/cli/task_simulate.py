@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from vtrain.cli import sweep
+from vtrain.cli.default_plan import plan_hint, use_recipe_plan
 from vtrain.cli.format import headline, plan_label, render_report
 from vtrain.cli.logs import say
 from vtrain.cli.run_info import goodput_line, require_run, run_dict, run_lines
@@ -24,6 +25,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
 
     profile = profile_for(cfg)
     require_run(cfg)  # a model without a published run: its tokens from the command line
+    chosen, recipe_plan = use_recipe_plan(cfg, profile)  # no plan given: the recipe rule's (vtrain/search/baseline.py)
+    if chosen:
+        say(chosen)
     report, trace = simulate_with_trace(cfg, profile=profile)
     tracker = simulate_run.start(cfg)  # a valid plan: MLflow set up in a second process while it is written
     from vtrain.cli.gantt import plot_timeline  # numpy and matplotlib: only once the plan is valid
@@ -37,6 +41,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         say(margin)
     if not report.fits:
         say(recompute_hint(cfg, report, profile))
+    hint = plan_hint(cfg, report, profile, recipe_plan)  # below ~10% MFU or not fitting: the cause, a better plan
+    if hint:
+        say(hint)
     sweep.note(**headline(report))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "report.json", {**report.to_dict(), "run": run_dict(cfg)})
