@@ -18,6 +18,7 @@ from vtrain.validation.csv_io import REQUIRED, read_measurements
 from vtrain.validation.datasets import SHIPPED_STACK, resolve_dataset, shipped_defaults
 from vtrain.validation.metrics import ErrorSummary
 from vtrain.validation.published import source_lines, summary_by_source
+from vtrain.validation.ranking import margin_refusals, ranking_of_results
 from vtrain.validation.run import (
     RULED_OUT_MEMORY_FACTOR,
     RowResult,
@@ -70,7 +71,8 @@ def write_summary(results: Sequence[RowResult], pooled: ErrorSummary, path: Path
     (MAPE, median and max APE, share within 10%, rows simulated and skipped); also the sweep summary's metrics."""
     by_source = {key: asdict(s) for key, s in summary_by_source(results).items()}
     cov = coverage_pct(results)
-    doc = {"pooled": asdict(pooled), "coverage80_pct": cov, "by_source": by_source}
+    doc = {"pooled": asdict(pooled), "coverage80_pct": cov, "by_source": by_source,
+           "ranking": ranking_of_results(results).as_dict()}  # order agreement and Kendall's tau-b per group
     path.write_text(json.dumps(_finite(doc), indent=2))
     sweep.note(mape_pct=pooled.mape_pct, within_10_pct=pooled.within_10_pct, rows=pooled.n, skipped=pooled.skipped)
 
@@ -189,10 +191,14 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     for line in source_lines(results):  # a compiled table's sources (a source_key column), then all pooled
         say(f"source {line}")
     say(f"{summary.line()} | {coverage_line(results)}")
+    ranking = ranking_of_results(results)  # the order of plans of one job, beside the error (vtrain.validation.ranking)
+    for line in [ranking.line(), *ranking.group_lines(), margin_refusals(results)] if ok else []:
+        if line:
+            say(line)
     write_summary(results, summary, out_dir / "validation_summary.json")
     mem = memory_summary_of(results)
     if mem is not None:
         say(f"peak memory: {mem.line()}")
-    say(f"wrote {out_dir / 'validation.csv'}, {out_dir / 'validation_summary.json'}"
-        + (f" and {out_dir / 'validation.png'}" if ok else ""))
+    say(f"wrote {out_dir / 'validation_summary.json'}")
+    say(f"wrote {out_dir / 'validation.csv'}" + (f" and {out_dir / 'validation.png'}" if ok else ""))
     return 0
