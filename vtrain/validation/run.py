@@ -9,11 +9,13 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
+from vtrain.sim.memory_margin import usable_bytes
 from vtrain.sim.recompute_fit import first_fitting, recompute_label, recompute_steps
 from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.published import pasted_row
+from vtrain.validation.ranking import ranking_group
 from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload, states_recompute
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
@@ -44,6 +46,9 @@ class RowResult:
     # the row's recompute mode's predicted peak (GiB) when it was ruled out (RULED_OUT_MEMORY_FACTOR)
     ruled_out_recompute_peak_gib: Optional[float] = None
     notes: str = ""  # what was read or ignored of the row's pasted cells (validation.published.pasted_row)
+    # what runs it is ranked against (model, GPU type and count, sequence, global batch: validation.ranking)
+    group: str = ""
+    usable_memory_gib: Optional[float] = None  # its cluster's memory margin (cluster.usable_hbm_fraction)
 
     @property
     def covered(self) -> Optional[bool]:
@@ -328,7 +333,7 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
                              recompute_label(w.plan), f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
                              str(w.plan.micro_batch_size), None if ruled_out is None else ruled_out / 2**30,
-                             "; ".join(notes)))
+                             "; ".join(notes), ranking_group(w), usable_bytes(w.cluster) / 2**30))
     return out
 
 
