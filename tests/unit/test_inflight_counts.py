@@ -110,3 +110,39 @@ def test_dualpipev_holds_2p_plus_one_half_stage_chunks():
 def test_gpipe_holds_every_micro_batch():
     """GPipe (Huang et al. 2019): all forwards before any backward, m micro-batches on every stage."""
     _check(Schedule.GPIPE, 4, 6, 1, [6, 6, 6, 6])
+
+
+def test_dualpipe_refuses_an_odd_count_as_its_step_does():
+    """deepseek-ai/DualPipe dualpipe.py step(): num_chunks % 2 == 0 and num_chunks >= 2 * num_ranks (each
+    direction runs half of the micro-batches), num_ranks % 2 == 0."""
+    from vtrain.errors import ConfigError
+    from vtrain.sim.schedule import check_schedule
+
+    with pytest.raises(ConfigError, match=r"schedule=dualpipe needs an even number of micro-batches >= 2\*pp=8, "
+                                          r"got 9 \(DualPipe's step\(\) asserts num_chunks % 2 == 0"):
+        check_schedule(Schedule.DUALPIPE, 4, 9)
+    with pytest.raises(ConfigError, match="needs an even pp, got pp=3"):
+        check_schedule(Schedule.DUALPIPE, 3, 12)
+    check_schedule(Schedule.DUALPIPE, 4, 10)
+
+
+@pytest.mark.parametrize("m", [9, 11])
+def test_dualpipev_schedules_an_odd_count(m):
+    """dualpipev.py asserts only num_chunks >= 2 * num_ranks: 9 micro-batches on 4 ranks run, every chunk's
+    forward and backward of every micro-batch once on every rank, the weight gradient either inside a fused
+    pair's whole backward or as its own W, holding 2p + 1 chunks at the peak."""
+    from vtrain.sim.schedule import W, check_schedule
+
+    check_schedule(Schedule.DUALPIPEV, 4, m)
+    every = sorted((c, i) for c in (0, 1) for i in range(m))
+    for s in range(4):
+        fwd, bwd, wgrad = [], [], []
+        for task in stage_order(Schedule.DUALPIPEV, 4, 2, m, s).tasks():
+            if task[0] == FUSED:
+                fwd.append(task[1:3])
+                bwd.append(task[3:5])
+                wgrad.append(task[3:5])  # a fused pair runs the whole backward
+            else:
+                {F: fwd, B: bwd, W: wgrad}[task[0]].append(task[1:3])
+        assert sorted(fwd) == sorted(bwd) == sorted(wgrad) == every
+    assert [_walk(Schedule.DUALPIPEV, 4, 2, m, s) for s in range(4)] == [9, 9, 9, 9]

@@ -79,14 +79,19 @@ def layout(schedule: Schedule, p: int, v: int) -> Tuple[Tuple[Tuple[int, ...], .
 
 
 def check_schedule(schedule: Schedule, p: int, m: int) -> None:
-    """The micro-batch and stage counts a schedule needs (DualPipe's own asserts, dualpipe.py)."""
+    """The micro-batch and stage counts a schedule needs: DualPipe's own asserts (deepseek-ai/DualPipe
+    dualpipe.py ``step``: num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= 2 * num_ranks, each
+    direction running half of the micro-batches; dualpipev.py: num_chunks >= 2 * num_ranks only, so an odd
+    count schedules), ZB-V's 2p (PyTorch's ScheduleZBVZeroBubble: micro-batches >= its 2p stages)."""
     if schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
         if schedule == Schedule.DUALPIPE and p % 2:
-            raise ConfigError(f"schedule=dualpipe needs an even pp, got pp={p}")
+            raise ConfigError(f"parallelism.schedule=dualpipe needs an even pp, got pp={p} (DualPipe's step() "
+                              "asserts num_ranks % 2 == 0)")
         if m < 2 * p or (schedule == Schedule.DUALPIPE and m % 2):
-            raise ConfigError(f"schedule={schedule.value} needs an even number of micro-batches >= 2*pp="
-                              f"{2 * p}, got {m}" if schedule == Schedule.DUALPIPE else
-                              f"schedule={schedule.value} needs micro-batches >= 2*pp={2 * p}, got {m}")
+            raise ConfigError(f"parallelism.schedule=dualpipe needs an even number of micro-batches >= 2*pp="
+                              f"{2 * p}, got {m} (DualPipe's step() asserts num_chunks % 2 == 0 and num_chunks >= "
+                              "2 * num_ranks: each direction runs half)" if schedule == Schedule.DUALPIPE else
+                              f"parallelism.schedule={schedule.value} needs micro-batches >= 2*pp={2 * p}, got {m}")
 
 
 @lru_cache(maxsize=256)
