@@ -85,6 +85,12 @@ def _of_which_peak(r: Report) -> str:
     return f"  (MFU/HFU of the {r.plan.precision.activation.value} peak)" if r.plan.precision.low else ""
 
 
+def _energy_in_cost(r: Report) -> str:
+    """Whether the cost above holds the energy (pricing.include_energy): it does when it exceeds the GPU-hours."""
+    included = r.energy_cost_usd > 0 and r.cost_usd > r.gpu_hours * r.usd_per_gpu_hour * (1 + 1e-9)
+    return "included in the cost above: pricing.include_energy" if included else "on-premises; not in the cost above"
+
+
 def render_report(r: Report) -> str:
     b = r.breakdown
     lines = [
@@ -104,7 +110,7 @@ def render_report(r: Report) -> str:
         f"{r.gpu_hours:,.0f} GPU-hours, ${r.cost_usd:,.0f} at ${r.usd_per_gpu_hour:.2f}/GPU-hour",
         f"energy: {fmt_energy(r.energy_kwh)} to train ({fmt_energy(r.energy_kwh_per_iteration)} per iteration, "
         f"site PUE included; {r.avg_power_w_per_gpu:,.0f} W per GPU with its node share), "
-        f"{fmt_mass_kg(r.co2_kg)} CO2, ${r.energy_cost_usd:,.0f} of electricity (on-premises; not in the cost above)",
+        f"{fmt_mass_kg(r.co2_kg)} CO2, ${r.energy_cost_usd:,.0f} of electricity ({_energy_in_cost(r)})",
         f"80% interval: iteration {fmt_duration(r.iteration_time_lo_s)} to {fmt_duration(r.iteration_time_hi_s)}, "
         f"time to train {fmt_duration(r.time_to_train_lo_s)} to {fmt_duration(r.time_to_train_hi_s)}, "
         f"${r.cost_lo_usd:,.0f} to ${r.cost_hi_usd:,.0f} (residuals of class {r.interval_regime})",
