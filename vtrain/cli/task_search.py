@@ -61,6 +61,12 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     for line in (*run_lines(cfg), GOODPUT_NOTE):  # the run and price every plan assumed
         say(line)
     say(render(result))
+    from vtrain.search.optimum import report_optimum
+
+    lines, summary_json = report_optimum(result, cfg, out_dir)  # near-optimal set, gain over a baseline, sensitivity
+    for line in lines:
+        say(line)
+    paths = [*paths, summary_json]
     sweep.note(**headline(result))
     say(f"\nwrote {', '.join(p.name for p in paths)} to {out_dir}")
     say(f"reproduce: {outputs.simulate_prefix(result)} $(cat {shlex.quote(str(out_dir / 'best_time.yaml'))})")

@@ -64,7 +64,7 @@ def _tp_pp_order(w: Workload) -> List[Tuple[int, int]]:
     c, m = w.cluster, w.model
     limit = min(RECIPE_MAX_TP_MOE if m.is_moe else RECIPE_MAX_TP, c.domain_size)
     tps = node_aligned_tp(m, c, max_tp=limit, cross_node=c.domain_size > c.gpus_per_node) or (1,)
-    pps = [p for p in divisors(m.num_layers, c.num_gpus // tps[-1]) if p > 1]
+    pps = [p for p in divisors(m.num_layers, max(1, c.num_gpus // tps[-1])) if p > 1]
     return [(t, 1) for t in tps] + [(tps[-1], p) for p in pps]
 
 
@@ -76,9 +76,10 @@ def _expert_degree(w: Workload, tp: int, dp: int) -> int:
     return max(fit, default=1)
 
 
-def _candidates(w: Workload, recompute: Recompute) -> Iterator[ParallelPlan]:
-    """The rule's plans for one recompute mode, in order (interleaved before 1F1B at each pp > 1)."""
-    base, gpus = w.plan, w.cluster.num_gpus
+def _candidates(w: Workload, recompute: Recompute, gpus: int) -> Iterator[ParallelPlan]:
+    """The rule's plans for one recompute mode on at most ``gpus`` GPUs, in order (interleaved before 1F1B at
+    each pp > 1)."""
+    base = w.plan
     moe = w.model.is_moe
     for tp, pp in _tp_pp_order(w):
         dps = divisors(base.global_batch_size, gpus // (tp * pp))
@@ -114,10 +115,11 @@ def _describe(w: Workload, plan: ParallelPlan) -> str:
 
 
 def baseline_plan(w: Workload, cost: Optional[CostModel] = None,
-                  fits: Optional[Callable[[ParallelPlan, Report], bool]] = None) -> Optional[Baseline]:
-    """The recipe rule's plan for ``w``'s model, cluster and batch (the module's rules 1-5), simulated with
-    ``cost`` (None: the analytical model); ``fits`` (default: the peak is within the memory margin) judges a
-    simulated candidate. None when no candidate fits."""
+                  fits: Optional[Callable[[ParallelPlan, Report], bool]] = None,
+                  gpus: int = 0) -> Optional[Baseline]:
+    """The recipe rule's plan for ``w``'s model, cluster and batch (the module's rules 1-5) on at most ``gpus``
+    GPUs (0: the cluster's), simulated with ``cost`` (None: the analytical model); ``fits`` (default: the peak
+    is within the memory margin) judges a simulated candidate. None when no candidate fits."""
     from vtrain.cost.analytical import AnalyticalCostModel
     from vtrain.sim.simulator import simulate_workload
 
@@ -125,7 +127,7 @@ def baseline_plan(w: Workload, cost: Optional[CostModel] = None,
     usable = usable_bytes(w.cluster)
     judge = fits or (lambda _plan, report: report.peak_memory_bytes <= usable)
     for recompute in RECOMPUTE_ORDER:
-        for plan in _candidates(w, recompute):
+        for plan in _candidates(w, recompute, min(gpus or w.cluster.num_gpus, w.cluster.num_gpus)):
             if not _valid(w, plan):
                 continue
             run = dataclasses.replace(w, plan=plan)

@@ -54,6 +54,7 @@ class SearchResult:
     unconstrained_best: Dict[str, TrialRecord] = field(default_factory=dict)  # best plans ignoring constraints
     base_overrides: List[str] = field(default_factory=list)  # to reproduce a plan with task=simulate
     context: Any = None  # the search's vtrain.search.run.Context (evaluator for the best plans' traces)
+    optimum: Any = None  # the shape of the optimum (vtrain.search.optimum.Optimum), once the search has ended
 
     @property
     def feasible(self) -> List[TrialRecord]:

@@ -31,9 +31,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from vtrain.errors import VtrainError
 from vtrain.search.labels import plan_label, plan_sentence
+from vtrain.search.optimum import optimum_metrics, optimum_tags
 from vtrain.search.outputs import human_metrics, row, simulate_command
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.tracking import mlflow_writer as mw
+from vtrain.tracking.bulk import write_children
 from vtrain.tracking.naming import chosen_params, experiment_for, job_label
 from vtrain.tracking.store import artifact_root, prepare_store, store_lock, tracking_uri
 
@@ -151,7 +153,7 @@ def _parent_metrics(result: SearchResult) -> Dict[str, float]:
             if k in rec.metrics:
                 m[f"best_{name}.{k}"] = rec.metrics[k]
         m.update({f"best_{name}.{k}": v for k, v in human_metrics(rec.metrics).items()})
-    return m
+    return {**m, **optimum_metrics(result)}  # the gain over the baseline and its interval
 
 
 @dataclass
@@ -256,7 +258,7 @@ def _parent_tags(result: SearchResult, group: Dict[str, str], desc: str) -> Dict
     tags = {**group, "mlflow.note.content": desc}
     for name, rec in result.best.items():  # the chosen plans, in the search's notation (tags: a resume may change them)
         tags[f"vtrain.best_{name}"] = f"{plan_label(rec.plan or {})} | trial {rec.number}"
-    return tags
+    return {**tags, **optimum_tags(result)}  # near-optimal count, gain over the baseline (vtrain.search.optimum)
 
 
 def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], uri: str,
