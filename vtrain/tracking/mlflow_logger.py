@@ -35,7 +35,6 @@ from vtrain.search.optimum import optimum_metrics, optimum_tags
 from vtrain.search.outputs import human_metrics, row, simulate_command
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.tracking import mlflow_writer as mw
-from vtrain.tracking.bulk import write_children
 from vtrain.tracking.naming import chosen_params, experiment_for, job_label
 from vtrain.tracking.store import artifact_root, prepare_store, store_lock, tracking_uri
 
