@@ -64,3 +64,10 @@ def test_validate_prints_and_writes_the_ranking_and_the_margin(tmp_path, capfd):
     assert ranking["pairs"] >= 10 and 0 <= ranking["agreeing_pairs"] <= ranking["pairs"]
     assert -1.0 <= ranking["kendall_tau_b"] <= 1.0
     assert any(g["n"] >= 5 and "256 x h100_sxm" in g["label"] for g in ranking["groups"])
+
+
+def test_many_groups_print_the_worst_ranked_only():
+    groups = {f"g{i}": [(1.0, 1.0), (2.0, 2.0 if i else 3.5), (3.0, 3.0 if i else 0.5)] for i in range(12)}
+    lines = ranking_summary(groups).group_lines(most=3)
+    assert lines[0].startswith("  the 3 groups ranked worst of 12") and len(lines) == 4
+    assert lines[1].startswith("  g0: 3 runs") and "tau-b -0.33" in lines[1]  # the one misordered group first

@@ -24,6 +24,7 @@ from vtrain.workload.workload import Workload
 # the issue's rule: measured times less than 5% apart are within run-to-run noise and left out of agreement
 DIFFER_PCT = 5.0
 MIN_GROUP_LINE_ROWS = 3  # task=validate prints a group's own line from this many runs
+MAX_GROUP_LINES = 8  # ... and at most this many groups' lines (the worst ranked of a set of many groups)
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
@@ -115,11 +116,16 @@ class RankingSummary:
                 f"{self.differ_pct:g}% apart) | Kendall's tau-b {tau} (pair-weighted over {len(self.groups)} "
                 f"groups of runs sharing model, GPUs, sequence and batch)")
 
-    def group_lines(self, min_rows: int = MIN_GROUP_LINE_ROWS) -> List[str]:
+    def group_lines(self, min_rows: int = MIN_GROUP_LINE_ROWS, most: int = MAX_GROUP_LINES) -> List[str]:
+        """A line per group of >= ``min_rows`` runs; of more than ``most`` such groups, the ``most`` ranked
+        worst (lowest tau-b) and a line saying so."""
+        shown = [g for g in self.groups if g.n >= min_rows]
         out = []
-        for g in self.groups:
-            if g.n < min_rows:
-                continue
+        if len(shown) > most:
+            out.append(f"  the {most} groups ranked worst of {len(shown)} with >= {min_rows} runs "
+                       "(validation_summary.json: every group):")
+            shown = sorted(shown, key=lambda g: (g.tau_b if g.tau_b is not None else 2.0, g.label))[:most]
+        for g in shown:
             agreement = "n/a" if g.agreement_pct is None else f"{g.agreement_pct:.0f}%"
             tau = "n/a" if g.tau_b is None else f"{g.tau_b:+.2f}"
             out.append(f"  {g.label}: {g.n} runs, agreement {agreement} ({g.agree}/{g.pairs}), tau-b {tau}")
