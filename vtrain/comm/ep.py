@@ -113,6 +113,27 @@ def edp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
     return placement(plan.expert_dp, plan.expert_tp * plan.ep, domain)
 
 
+def miss_probability(num_experts: int, top_k: int, parts: int) -> float:
+    """The chance that none of a token's ``top_k`` experts (drawn uniformly without replacement from
+    ``num_experts``) lies in one given part of ``num_experts / parts`` experts: C(E - E/P, k) / C(E, k)."""
+    per_part = num_experts / parts
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, num_experts - per_part - i) / (num_experts - i)
+    return miss
+
+
+def distinct_rank_fraction(num_experts: int, top_k: int, ep: int) -> float:
+    """DeepEP's NVLink rows relative to NCCL's: its dispatch sends a token once to each destination rank that
+    holds one of its experts (``is_token_in_rank`` in deep_ep's ``get_dispatch_layout``; Megatron-Core's
+    _DeepepManager permutes the received tokens into expert order afterwards), NCCL's all-to-all each of its
+    k expert copies (MoEAlltoAllTokenDispatcher permutes before sending). A token reaches
+    ep (1 - C(E - E/ep, k) / C(E, k)) ranks in expectation, against k copies."""
+    if ep <= 1:
+        return 1.0
+    return min(1.0, ep * (1.0 - miss_probability(num_experts, top_k, ep)) / top_k)
+
+
 def remote_node_fraction(num_experts: int, top_k: int, nodes: int) -> float:
     """DeepEP's network rows relative to NCCL's: DeepEP sends a token once to each remote node that holds
     one of its experts (to the GPU of the same local rank, which forwards it over NVLink: DeepSeek-V3
@@ -121,11 +142,17 @@ def remote_node_fraction(num_experts: int, top_k: int, nodes: int) -> float:
     reaches (N-1)(1 - P) remote nodes in expectation, against k(N-1)/N remote copies."""
     if nodes <= 1:
         return 1.0
-    per_node = num_experts / nodes
-    miss = 1.0
-    for i in range(top_k):
-        miss *= max(0.0, num_experts - per_node - i) / (num_experts - i)
+    miss = miss_probability(num_experts, top_k, nodes)
     return min(1.0, (nodes - 1) * (1.0 - miss) / (top_k * (nodes - 1) / nodes))
+
+
+def deepep_wire_fraction(num_experts: int, top_k: int, ep: int, nodes: int) -> float:
+    """DeepEP's bytes relative to NCCL's k copies: inside one NVLink domain the per-rank deduplication
+    (:func:`distinct_rank_fraction`), across domains the per-node one on the network, the bottleneck
+    (:func:`remote_node_fraction`)."""
+    if nodes <= 1:
+        return distinct_rank_fraction(num_experts, top_k, ep)
+    return remote_node_fraction(num_experts, top_k, nodes)
 
 
 def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = GroupPlacement(1, 1)
@@ -152,7 +179,7 @@ def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = 
                           exit_backward=(Collective("moe.combine.bwd.ag", ag, full, Group.EP, n),))
     nbytes = float(rows * k * h * dt) * expert_load(model)
     if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
-        nbytes *= remote_node_fraction(model.num_experts, k, where.nodes)
+        nbytes *= deepep_wire_fraction(model.num_experts, k, ep, where.nodes)
     enter: List[Collective] = []
     exit_: List[Collective] = []
     enter_b: List[Collective] = []

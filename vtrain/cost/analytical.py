@@ -94,6 +94,8 @@ class AnalyticalCostModel:
         return eta * self.attn_eff if op.attention else eta
 
     def compute_time_s(self, op: ComputeOp) -> float:
+        if isinstance(op, Gemm) and getattr(op, "streams", 0) > 0:  # graph.moe.GroupedGemm: one GEMM per expert
+            return max(self.grouped_gemm_time_s(op), op.kernels * self.kernel_s)
         if isinstance(op, Gemm):
             c = self._curve(op)
             t = c.fixed_time_s + max(op.flops / (c.peak_flops_per_s * self.sustained * self.gemm_efficiency(op)),
@@ -107,6 +109,17 @@ class AnalyticalCostModel:
             t = max(op.flops / self.peak, op.bytes * traffic / self.mem_bw)
             return max(t, op.kernels * traffic * self.kernel_s)
         return max(t, op.kernels * self.kernel_s)
+
+    def grouped_gemm_time_s(self, op: Gemm) -> float:
+        """Transformer Engine's grouped GEMM: ``op.batch`` expert GEMMs over ``op.streams`` streams, priced as
+        ceil(batch / streams) rounds of a batched GEMM of the experts that share the SMs (their waves
+        together), each with the curve's fixed kernel time, never faster than its bytes."""
+        c = self._curve(op)
+        side = min(op.batch, getattr(op, "streams", 1))
+        rounds = -(-op.batch // side)
+        per_round = 2.0 * side * op.m * op.n * op.k / (c.peak_flops_per_s * self.sustained
+                                                      * c.efficiency(op.m, op.n, op.k, side, self.wave))
+        return max(rounds * (c.fixed_time_s + per_round), c.fixed_time_s + op.bytes / self.mem_bw)
 
     def host_time_s(self, kernels: float) -> float:
         return kernels * self.host_s

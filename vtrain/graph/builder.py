@@ -391,7 +391,8 @@ def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Opt
     if model.is_moe:
         from vtrain.graph.moe import moe_block
 
-        moe_layer = build_layer(model, plan, tp, cp, mlp=moe_block(model, plan, tp, ep or TpOperator()), opts=opts)
+        moe = moe_block(model, plan, tp, ep or TpOperator(), opts)
+        moe_layer = build_layer(model, plan, tp, cp, mlp=moe, opts=opts)
     if model.mtp_layers:
         from vtrain.graph.mtp import build_mtp
 

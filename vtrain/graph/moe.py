@@ -5,19 +5,25 @@ router GEMM (h x E) and its score/top-k kernels, permutation of the tokens·k ro
 dispatch (all-to-all over EP, all-gather over ETP: :mod:`vtrain.comm.ep`), one grouped GEMM per expert
 matrix over the E/ep local experts (a batched GEMM of E/ep groups, each of the busiest rank's rows per
 expert), the activation, the combine (reduce-scatter over ETP, all-to-all over EP), unpermutation with
-the routing weights; shared experts as a tensor-parallel MLP on every token. DeepEP fuses the permutation
-into its dispatch/combine kernels. Backward in reverse, each GEMM as activation-grad + weight-grad.
+the routing weights; shared experts as a tensor-parallel MLP on every token. Backward in reverse, each GEMM
+as activation-grad + weight-grad. The permutations as Megatron-Core runs them with ``--moe-permute-fusion``
+(one fused kernel each, moe_utils.permute / unpermute / sort_chunks_by_idxs): the all-to-all dispatcher
+permutes the k copies before sending and, with several local experts behind ep > 1, sorts the received
+chunks by expert (and back after the experts); the DeepEP (flex) dispatcher sends each token once per
+destination rank and permutes the received tokens into expert order after it (_DeepepManager.
+get_permuted_hidden_states_by_experts), unpermuting (summing the k copies) before the combine.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Tuple
 
-from vtrain.comm.ep import expert_load, moe_tokens
+from vtrain.comm.ep import distinct_rank_fraction, expert_load, moe_tokens
 from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.builder import Block, gemm_fwd_bwd, linear
 from vtrain.graph.ops import Gemm, MemoryOp, Op
+from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -25,20 +31,47 @@ from vtrain.workload.plan import ParallelPlan
 ROW_ALIGN = 8  # rows per expert are rounded up to this (see expert_rows)
 
 
+# Transformer Engine's grouped GEMM on the default path is a loop of one cuBLAS GEMM per expert, round-robin
+# over its compute streams (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm; num_streams = 4 in
+# transformer_engine/multi_stream.h; the CUTLASS grouped kernel is opt-in, NVTE_USE_CUTLASS_GROUPED_GEMM)
+GEMM_STREAMS = 4
+# bytes per weight-gradient element a GEMM that accumulates into the fp32 main gradient reads and writes
+# (Megatron-Core's gradient_accumulation_fusion: TE GroupedLinear's fuse_wgrad_accumulation, accumulate=True)
+MAIN_GRAD_BYTES = 8.0
+
+
 @dataclass(frozen=True, slots=True)
 class GroupedGemm(Gemm):
-    """The GEMMs of ``batch`` local experts, priced as one batched GEMM on the GPU but launched one per expert:
-    Transformer Engine's GroupedLinear issues a cuBLAS GEMM per expert (over a few streams;
-    transformer_engine/pytorch/module/grouped_linear.py, ``general_grouped_gemm``), so its host cost grows
-    with the local experts."""
+    """The GEMMs of ``batch`` local experts, launched one per expert (the host issues ``batch`` kernels).
+    ``streams`` 0: priced as one batched GEMM (a grouped kernel); n > 0: over n CUDA streams (Transformer
+    Engine, :data:`GEMM_STREAMS`), up to n of them share the SMs at a time, so the cost model prices
+    ceil(batch / n) rounds of a batched GEMM of min(batch, n), each with its fixed kernel time
+    (``AnalyticalCostModel.grouped_gemm_time_s``). ``main_grad``: a weight gradient accumulated into the fp32
+    main gradient (read and written: :data:`MAIN_GRAD_BYTES` per element instead of the bf16 output)."""
+
+    streams: int = 0
+    main_grad: bool = False
 
     @property
     def kernels(self) -> int:
         return self.batch
 
+    @property
+    def bytes(self) -> float:
+        out = MAIN_GRAD_BYTES if self.main_grad else self.dtype_bytes
+        return float(self.batch * ((self.m * self.k + self.k * self.n) * self.dtype_bytes + self.m * self.n * out))
 
-def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: ParallelPlan, batch: int = 1
-            ) -> Tuple[List[Op], List[Op], MemoryOp]:
+
+def _as_run(ops: Tuple[Op, ...], opts: GraphOptions) -> Tuple[Op, ...]:
+    """The experts' GEMMs as the stack runs them: over its GEMM streams, the weight gradients into the fp32
+    main gradient where it fuses that accumulation."""
+    return tuple(replace(op, streams=opts.grouped_gemm_streams,
+                         main_grad=opts.expert_wgrad_main_grad and op.name.endswith(".wgrad"))
+                 if isinstance(op, GroupedGemm) else op for op in ops)
+
+
+def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: ParallelPlan, batch: int = 1,
+            opts: GraphOptions = GraphOptions()) -> Tuple[List[Op], List[Op], MemoryOp]:
     """(forward, backward, activation) of an MLP of width ``ffn`` (already sharded) on ``tokens`` rows, its
     GEMMs in the plan's precision with their quantization kernels (:func:`vtrain.graph.builder.linear`:
     Megatron-Core's TE GroupedLinear and torchao's scaled grouped GEMMs run the experts in FP8 / MXFP8)."""
@@ -46,6 +79,7 @@ def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: Parallel
     cls = GroupedGemm if batch > 1 else Gemm
     fc1, fc1_b = linear(f"{prefix}.fc1", tokens, (2 if model.gated_mlp else 1) * ffn, h, plan, batch, cls)
     fc2, fc2_b = linear(f"{prefix}.fc2", tokens, h, ffn, plan, batch, cls)
+    fc1, fc1_b, fc2, fc2_b = _as_run(fc1, opts), _as_run(fc1_b, opts), _as_run(fc2, opts), _as_run(fc2_b, opts)
     elems = float(batch * tokens * ffn * dt)
     name = f"{prefix}.{'swiglu' if model.gated_mlp else 'gelu'}"
     act = MemoryOp(name, (3 if model.gated_mlp else 2) * elems)
@@ -64,25 +98,62 @@ def expert_rows(model: ModelSpec, plan: ParallelPlan) -> int:
     return -(-per_expert // ROW_ALIGN) * ROW_ALIGN
 
 
-def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator) -> Block:
+@dataclass(frozen=True, slots=True)
+class Permutations:
+    """The permutation kernels around the dispatch and combine, forward and backward (in backward order)."""
+
+    before_dispatch: Tuple[Op, ...] = ()
+    after_dispatch: Tuple[Op, ...] = ()
+    before_combine: Tuple[Op, ...] = ()
+    after_combine: Tuple[Op, ...] = ()
+
+
+def permutations(model: ModelSpec, plan: ParallelPlan) -> Tuple[Permutations, Permutations]:
+    """(forward, backward) permutation kernels, fused (Megatron-Core's ``--moe-permute-fusion``), bytes from
+    the code. The all-to-all (and all-gather) dispatcher permutes each token into its k rows before sending
+    (read the tokens, write the rows) and unpermutes after the combine (read the rows, write the weighted
+    sums); the all-to-all one, with ep > 1 and several local experts, also sorts the received chunks by expert
+    after the dispatch and back before the combine (sort_chunks_by_idxs: read and write the rows). DeepEP
+    receives each token once per rank (:func:`vtrain.comm.ep.distinct_rank_fraction`), permutes those into the
+    k rows after its dispatch and unpermutes before its combine (_DeepepManager). The backward of each kernel
+    moves the same bytes the other way."""
     dt, h, k, e = plan.dtype_bytes, model.hidden_size, model.moe_top_k, model.num_experts
+    tokens = float(moe_tokens(plan) * h * dt)
+    rows = tokens * k * expert_load(model)
+    if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
+        received = rows * distinct_rank_fraction(e, k, plan.ep)
+        return (Permutations(after_dispatch=(MemoryOp("moe.permute", received + rows, 2),),
+                             before_combine=(MemoryOp("moe.unpermute", rows + received, 1),)),
+                Permutations(after_dispatch=(MemoryOp("moe.permute.bwd", rows + received, 1),),
+                             before_combine=(MemoryOp("moe.unpermute.bwd", received + rows, 2),)))
+    fwd = Permutations(before_dispatch=(MemoryOp("moe.permute", tokens + rows, 2),),
+                       after_combine=(MemoryOp("moe.unpermute", rows + tokens, 1),))
+    bwd = Permutations(before_dispatch=(MemoryOp("moe.permute.bwd", rows + tokens, 1),),
+                       after_combine=(MemoryOp("moe.unpermute.bwd", tokens + rows, 2),))
+    if plan.moe_dispatcher == MoeDispatcher.ALLTOALL and plan.ep > 1 and e // plan.ep > 1:
+        sort, unsort = MemoryOp("moe.sort_chunks", 2 * rows, 1), MemoryOp("moe.unsort_chunks", 2 * rows, 1)
+        fwd = replace(fwd, after_dispatch=(sort,), before_combine=(unsort,))
+        bwd = replace(bwd, after_dispatch=(replace(sort, name="moe.sort_chunks.bwd"),),
+                      before_combine=(replace(unsort, name="moe.unsort_chunks.bwd"),))
+    return fwd, bwd
+
+
+def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator,
+              opts: GraphOptions = GraphOptions()) -> Block:
+    dt, h, e = plan.dtype_bytes, model.hidden_size, model.num_experts
     tokens = moe_tokens(plan)
     router, router_b = gemm_fwd_bwd("moe.router", tokens, e, h, dt)
     scores = float(tokens * e * 4)  # fp32 router logits (Megatron-Core moe_router_dtype=fp32)
     topk = MemoryOp("moe.router.topk", 3 * scores, 2)  # score function + top-k (+ load-balancing loss)
     topk_b = MemoryOp("moe.router.topk.bwd", 3 * scores, 2)
-    rows = float(tokens * k * h * dt)
-    fused = plan.moe_dispatcher == MoeDispatcher.DEEPEP  # permutation inside DeepEP's kernels
-    permute = [] if fused else [MemoryOp("moe.permute", 2 * rows, 2)]
-    unpermute = [] if fused else [MemoryOp("moe.unpermute", rows + tokens * h * dt, 2)]
-    permute_b = [] if fused else [MemoryOp("moe.permute.bwd", 2 * rows, 2)]
-    unpermute_b = [] if fused else [MemoryOp("moe.unpermute.bwd", 2 * rows + tokens * h * dt, 2)]
     local = e // plan.ep
+    pf, pb = permutations(model, plan)
     exp_f, exp_b, act = mlp_ops("moe.expert", model, expert_rows(model, plan), model.expert_ffn // plan.expert_tp,
-                                plan, batch=local)
-    forward: List[Op] = [router, topk, *permute, *ep.enter, *exp_f, *ep.exit, *unpermute]
-    backward: List[Op] = [*unpermute_b, *ep.exit_backward, *exp_b, *ep.enter_backward, *permute_b, topk_b,
-                          *router_b]
+                                plan, batch=local, opts=opts)
+    forward: List[Op] = [router, topk, *pf.before_dispatch, *ep.enter, *pf.after_dispatch, *exp_f,
+                         *pf.before_combine, *ep.exit, *pf.after_combine]
+    backward: List[Op] = [*pb.after_combine, *ep.exit_backward, *pb.before_combine, *exp_b, *pb.after_dispatch,
+                          *ep.enter_backward, *pb.before_dispatch, topk_b, *router_b]
     shared: List[Op] = []
     if model.shared_ffn:  # a tensor-parallel MLP on the whole (gathered) sequence
         seq = tokens * plan.tp if plan.sequence_parallel else tokens

@@ -146,6 +146,14 @@ class StackSpec:
             "incompatible with pipeline parallelism)")
     fsdp_fp32_shards: bool = spec(False, doc="under ZeRO-3 the sharded parameters are the fp32 masters (FSDP2's "
                                              "mixed precision): no low-precision shard beside them")
+    grouped_gemm_streams: int = spec(
+        0, domain=Domain(lo=0, hi=64, integer=True),
+        doc="MoE: how the local experts' GEMMs run. 0: one grouped kernel for all of them (torch._grouped_mm, "
+            "CUTLASS grouped GEMM); n: one GEMM launch per expert over n CUDA streams (Transformer Engine's "
+            "GroupedLinear: multi_stream_cublas_gemm over its 4 compute streams; vtrain.graph.moe)")
+    expert_wgrad_main_grad: bool = spec(False, doc="MoE: the experts' weight gradients accumulate into fp32 main "
+                                                   "gradients inside the GEMM (Megatron-Core's "
+                                                   "gradient_accumulation_fusion: read and write 8 B per element)")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
