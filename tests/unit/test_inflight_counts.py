@@ -146,3 +146,30 @@ def test_dualpipev_schedules_an_odd_count(m):
                 {F: fwd, B: bwd, W: wgrad}[task[0]].append(task[1:3])
         assert sorted(fwd) == sorted(bwd) == sorted(wgrad) == every
     assert [_walk(Schedule.DUALPIPEV, 4, 2, m, s) for s in range(4)] == [9, 9, 9, 9]
+
+
+def _walk_layers(p, v, m, s, chunk_layers):
+    """Peak layer activations along stage ``s``'s interleaved order, each chunk weighing its layers."""
+    held = peak = 0
+    for kind, chunk, _ in stage_order(Schedule.INTERLEAVED, p, v, m, s).tasks():
+        held += chunk_layers[chunk] if kind == F else -chunk_layers[chunk]
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("stage,chunk_layers,hand", [
+    (0, (0, 1, 1, 1, 1, 1, 1, 1), 112),
+    (15, (1, 1, 1, 1, 1, 1, 1, 0), 113),
+    (2, (1,) * 8, 139),
+])
+def test_interleaved_chunks_of_unequal_depth(stage, chunk_layers, hand):
+    """Llama 3.1 405B on PP16 x VP8 with the embedding and loss slots (m = 64, N = 16): stage 0's chunk 0
+    holds only the embedding. Its warm-up of 15*2 + 7*16 = 142 forwards holds micro-batches 0-15 of all
+    8 chunks (7 x 16 = 112 layers) and 14 empty chunk-0 forwards; after that each backward frees a layer
+    before the next layer-holding forward: 112, not the 143 x 7/8 = 125.1 of equal chunks. Stage 15's
+    empty chunk is its last: warm-up 112 = chunks 0-6 of 16 micro-batches, and its first steady forwards
+    (empty chunk 7) free nothing until chunk 0 of micro-batch 16 adds one: 113 (not 98.9). Stage 2:
+    (13*2 + 112 + 1) = 139 chunks of one layer."""
+    plan = _plan(Schedule.INTERLEAVED, 16, 64, 8)
+    assert inflight_layers(plan, stage, sum(chunk_layers), chunk_layers) == hand
+    assert _walk_layers(16, 8, 64, stage, chunk_layers) == hand

@@ -13,8 +13,10 @@ depth of model chunks + 1 (Narayanan et al. SC'21, Sec. 2.2.2; :func:`vtrain.sim
 """
 from __future__ import annotations
 
+from typing import Tuple
+
 from vtrain.comm.cp import kv_features
-from vtrain.workload.enums import CpComm, Precision, Recompute
+from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
@@ -94,13 +96,18 @@ def cp_gathered_kv_bytes(model: ModelSpec, plan: ParallelPlan, expands_kv: bool 
     return full * (plan.cp - 1) / plan.cp
 
 
-def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int) -> float:
+def inflight_layers(plan: ParallelPlan, stage: int, layers_per_stage: int, chunk_layers: Tuple[int, ...] = ()
+                    ) -> float:
     """Layer activations alive at the peak of the schedule on ``stage`` (in units of one layer·mb): the
     schedule's peak chunk activations (:func:`vtrain.sim.schedule.peak_inflight_chunks`), each of the
-    stage's layers / its chunks."""
-    from vtrain.sim.schedule import peak_inflight_chunks
+    stage's layers / its chunks; interleaved chunks of unequal depth (``chunk_layers``, per chunk of the
+    stage) are walked through the stage's order (:func:`vtrain.sim.schedule.peak_inflight_layers`)."""
+    from vtrain.sim.schedule import peak_inflight_chunks, peak_inflight_layers
 
     v = plan.chunks
+    if plan.schedule == Schedule.INTERLEAVED and v > 1 and len(set(chunk_layers)) > 1:
+        return float(peak_inflight_layers(plan.pp, v, plan.num_microbatches, stage, tuple(chunk_layers),
+                                          plan.microbatch_group_size_per_vp_stage, plan.overlap_moe_comm))
     alive = peak_inflight_chunks(plan.schedule, plan.pp, v, plan.num_microbatches, stage,
                                  plan.microbatch_group_size_per_vp_stage, plan.overlap_moe_comm)
     return float(alive * layers_per_stage / v)
@@ -184,5 +191,7 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     layers = sum(split[c * plan.pp] for c in range(plan.chunks))  # stage 0
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
     wb, gb, ob = state_bytes_per_param(plan, masters_sharded=w.stack.fsdp_fp32_shards)
-    acts = inflight_layers(plan, 0, layers) * layer_activation_bytes(model, plan, keeps_unread=w.stack.sac_keeps_unread)
+    chunks = tuple(split[c * plan.pp] for c in range(plan.chunks))
+    acts = inflight_layers(plan, 0, layers, chunks) * layer_activation_bytes(model, plan,
+                                                                            keeps_unread=w.stack.sac_keeps_unread)
     return params * (wb + gb + ob) + acts + w.stack.memory_reserved_bytes

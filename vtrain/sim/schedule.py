@@ -162,6 +162,27 @@ def peak_inflight_chunks(schedule: Schedule, p: int, v: int, m: int, s: int, gro
     return min(p - s + int(fused), m)
 
 
+@lru_cache(maxsize=1024)
+def peak_inflight_layers(p: int, v: int, m: int, s: int, chunk_layers: Tuple[int, ...], group: int = 0,
+                         fused: bool = False) -> int:
+    """Interleaved 1F1B with chunks of unequal depth (the embedding or loss slot, an explicit layout):
+    the most layer activations stage ``s`` holds, walking its order (each forward adds its chunk's
+    ``chunk_layers``, each backward frees them; the steady unit's forward runs before its backward frees).
+    With equal chunks it is :func:`peak_inflight_chunks` x their layers."""
+    n = group or p
+    table = interleaved_table(m, v, n)
+    total = m * v
+    w = min(interleaved_warmup(p, v, s, n, fused), total)
+    held = sum(chunk_layers[c] for c, _ in table[:w])
+    peak = held
+    for k in range(total - w):
+        held += chunk_layers[table[w + k][0]]
+        if held > peak:
+            peak = held
+        held -= chunk_layers[v - 1 - table[k][0]]
+    return peak
+
+
 def period(schedule: Schedule, p: int, v: int, group: int = 0) -> Optional[Tuple[int, int]]:
     """(micro-batches, steady units) per repeating period of the steady state (None: no repetition);
     ``group``: the interleaved schedule's micro-batch group (0: p)."""

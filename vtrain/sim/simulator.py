@@ -189,7 +189,7 @@ def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
         layers = part.stage_layers(s)
         gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan, deferred)
         terms = (params * w_b + gathered_w + fp8_cache * layers * part.layer_params, params * g_b + gathered_g,
-                 params * o_b, inflight_layers(plan, s, layers) * act_layer + working,
+                 params * o_b, inflight_layers(plan, s, layers, part.chunk_layers(s)) * act_layer + working,
                  stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0))
         if moe is not None:
             terms = moe(s, terms)

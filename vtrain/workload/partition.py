@@ -114,6 +114,10 @@ class StagePartition:
     def stage_layers(self, stage: int) -> int:
         return self._stage_layers[stage]
 
+    def chunk_layers(self, stage: int) -> Tuple[int, ...]:
+        """Transformer layers of each model chunk of ``stage``."""
+        return tuple(self.layers[self.position(stage, c)] for c in range(self.v))
+
     @property
     def tied_sync_params(self) -> float:
         """Word-embedding gradient all-reduced between the first and last stage (tied embeddings, pp > 1:
