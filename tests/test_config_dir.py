@@ -13,7 +13,9 @@ import pytest
 from tests.clirun import run_inprocess
 
 PLAN = ["parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8", "tracking=off"]
-OWN = ["+model=my_model", "+cluster=my_cluster", "+pricing.usd_per_gpu_hour.my_gpu=3.0"]
+# a model of one's own has no published run: its tokens are given (vtrain/cli/run_info.py asks otherwise)
+OWN = ["+model=my_model", "+cluster=my_cluster", "+pricing.usd_per_gpu_hour.my_gpu=3.0",
+       "training.tokens_to_train=1.5e13"]
 
 
 def _own_configs(root: Path) -> Path:
