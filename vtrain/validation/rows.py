@@ -241,30 +241,12 @@ def states_recompute(row: MeasuredRow) -> bool:
     return any(row.get(c) is not None for c in ("recompute", "recompute_num_layers", "recompute_modules"))
 
 
-def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
-                 load_stack: Callable[[str], Any], defaults: Optional[RowDefaults] = RowDefaults(),
-                 stack: Optional[str] = None, recompute: Optional[Mapping[str, Any]] = None) -> Workload:
-    """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs): ``stack``
-    (validate.stack) overrides the dataset's stack for rows without a ``stack`` column; ``defaults`` None:
-    those of the stack the row names, else of its GPU (:func:`defaults_of`); ``recompute`` (plan settings:
-    ``recompute``, ``recompute_modules``, ``recompute_num_layers``) replaces the defaults' recompute settings
-    for a row without a ``recompute`` column. Raises ConfigError (the skip reason) when the row cannot be
-    simulated as measured."""
-    prefix = f"row {row.index}:"
-    if (row.get("global_batch") or "").strip() == "-1":  # torchtitan's default: local batch x dp (x accumulation)
-        row = MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "global_batch"})
-    gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
-    defaults = defaults_of(row, cluster_cfg, load_gpu, defaults, stack)
-    cluster_cfg = row_cluster(row, cluster_cfg)
-    m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
-    p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
-    if "recompute" not in p and p.get("recompute_num_layers"):  # Megatron's --recompute-num-layers: granularity full
-        p["recompute"] = Recompute.FULL
-    elif "recompute" not in p and "recompute_modules" in p:  # --recompute-modules: granularity selective
-        p["recompute"] = Recompute.SELECTIVE
+def _row_model(row: MeasuredRow, m: Dict[str, Any], seq_len: int, defaults: RowDefaults, stack_name_: str,
+               prefix: str) -> ModelSpec:
+    """The row's model: its ``model`` column's model/ config (llm-foundry's bare sizes as MPT shapes) under the
+    row's shape columns, else the shape columns over the dataset's model defaults (Llama's with a gated MLP)."""
     base: Dict[str, Any] = {}
     sized = BARE_SIZE.fullmatch(table_key(str(row.get("model") or "")))
-    stack_name_ = stated_stack(row, stack, gpu) or defaults.stack
     if row.get("model"):
         raw_model = str(row.get("model"))
         family = STACK_MODEL_FAMILY.get(stack_name_)
@@ -285,18 +267,23 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
             raise ConfigError(f"{prefix} {required} is empty")
     if base:
         model_d = {**base, **m}
-        model_d["max_seq_len"] = max(int(model_d.get("max_seq_len", 1)), p.get("seq_len", 1))
+        model_d["max_seq_len"] = max(int(model_d.get("max_seq_len", 1)), seq_len)
     else:
         model_d = {**defaults.model, **(LLAMA_MODEL if m.get("gated_mlp") else {}), **m}
-        model_d["max_seq_len"] = p.get("seq_len", 1)
+        model_d["max_seq_len"] = seq_len
     model_d.setdefault("num_kv_heads", model_d["num_heads"])
     model_d.setdefault("ffn_hidden_size", 4 * model_d["hidden_size"])
     model_d["name"] = (row.get("name") or model_d.get("name") or row.get("model")
                        or f"gpt-h{model_d['hidden_size']}-l{model_d['num_layers']}")
     model = spec_from(ModelSpec, model_d, prefix)
     check_model(model)
-    # Megatron's flex dispatcher's backend (DeepEP or HybridEP, both fused NVLink/RDMA kernels: deepep), where the
-    # row names no other dispatcher
+    return model
+
+
+def _stated_plan(row: MeasuredRow, p: Dict[str, Any], model: ModelSpec, stack_spec_: Any) -> None:
+    """The plan cells the row states in other words, set in ``p`` (dispatcher backend, sharding, Composer's
+    mp_mode, uniform recompute), and the stack's own ZeRO stage and per-op selective recompute."""
+    # Megatron's flex dispatcher's backend (DeepEP or HybridEP, fused NVLink/RDMA kernels: deepep) unless named
     if model.is_moe and row.get("moe_flex_dispatcher_backend") is not None and p.get("moe_dispatcher") is None:
         p["moe_dispatcher"] = MoeDispatcher.DEEPEP
     if not model.is_moe and p.get("ep", 1) == 1:  # a dense row's "EP 1, ETP 1": no experts to place
@@ -308,14 +295,18 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     uniform = "uniform" in table_key(str(row.get("recompute") or "")).split("_")  # "Full (uniform)"
     if uniform or (method is not None and table_key(str(method)) == "uniform"):  # groups of N, every layer again
         p.pop("recompute_num_layers", None)
-    stack_spec_ = stack_spec(load_stack(stack_name_))
     if "zero_stage" not in p and stack_spec_.zero_stage is not None:  # FSDP stacks shard unless told otherwise
         p["zero_stage"] = stack_spec_.zero_stage
     if p.get("recompute") == Recompute.SELECTIVE and stack_spec_.selective_is_per_op:  # torchtitan's "selective"
         p["recompute"] = Recompute.SELECTIVE_OP
     if p.get("zero_stage") == 0 and "distributed_optimizer" not in p:  # "ZeRO 0": no sharded optimizer either
         p["distributed_optimizer"] = False
-    plan_d = {**defaults.plan, **(recompute if recompute is not None and "recompute" not in p else {}), **p}
+
+
+def _unstated_plan(row: MeasuredRow, p: Dict[str, Any], plan_d: Dict[str, Any], model: ModelSpec,
+                   defaults: RowDefaults, stack_name_: str, prefix: str) -> None:
+    """What the row leaves unsaid, set in ``plan_d`` from its defaults: gradient dtype, expert TP, sequence
+    parallelism and TP overlap, Megatron-LM's DDP implementation, the interleaved schedule's chunks."""
     if "fp32_grads" not in p and stack_name_ != defaults.stack:  # NVIDIA's recipes' bf16 gradients are theirs:
         plan_d.pop("fp32_grads", None)  # torchtitan (reduce_dtype fp32) and DeepSpeed accumulate in fp32
     if model.is_moe and "etp" not in p and defaults.moe_etp:
@@ -345,6 +336,47 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     if "virtual_stages" not in p:  # interleaved without a chunk count: 2 where the layers allow
         interleaved = plan_d.get("schedule") == Schedule.INTERLEAVED
         plan_d["virtual_stages"] = 2 if interleaved and model.num_layers % (2 * plan_d.get("pp", 1)) == 0 else 1
+
+
+def _row_cluster_spec(row: MeasuredRow, cluster_cfg: Any, gpu: Any, num_gpus: int) -> Any:
+    """The cluster of the row's GPUs on its platform, with the row's GPUs per node and NVLink domain."""
+    cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
+    per_node = _count(row, "gpus_per_node")
+    if per_node is not None:
+        cluster = replace(cluster, gpus_per_node=per_node, num_nodes=-(-num_gpus // per_node))
+    domain = _count(row, "nvlink_domain")
+    if domain is not None:
+        cluster = replace(cluster, nvlink_domain=domain)
+    return cluster
+
+
+def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], Any],
+                 load_stack: Callable[[str], Any], defaults: Optional[RowDefaults] = RowDefaults(),
+                 stack: Optional[str] = None, recompute: Optional[Mapping[str, Any]] = None) -> Workload:
+    """The workload of one measured row on the ``cluster`` config (resized to the row's GPUs): ``stack``
+    (validate.stack) overrides the dataset's stack for rows without a ``stack`` column; ``defaults`` None:
+    those of the stack the row names, else of its GPU (:func:`defaults_of`); ``recompute`` (plan settings:
+    ``recompute``, ``recompute_modules``, ``recompute_num_layers``) replaces the defaults' recompute settings
+    for a row without a ``recompute`` column. Raises ConfigError (the skip reason) when the row cannot be
+    simulated as measured."""
+    prefix = f"row {row.index}:"
+    if (row.get("global_batch") or "").strip() == "-1":  # torchtitan's default: local batch x dp (x accumulation)
+        row = MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "global_batch"})
+    gpu = gpu_spec(load_gpu(gpu_name(row, cluster_cfg)))
+    defaults = defaults_of(row, cluster_cfg, load_gpu, defaults, stack)
+    cluster_cfg = row_cluster(row, cluster_cfg)
+    m = _columns(row, _MODEL_FIELDS, ModelSpec, {})
+    p = _columns(row, _PLAN_FIELDS, ParallelPlan, PLAN_ALIASES)
+    if "recompute" not in p and p.get("recompute_num_layers"):  # Megatron's --recompute-num-layers: granularity full
+        p["recompute"] = Recompute.FULL
+    elif "recompute" not in p and "recompute_modules" in p:  # --recompute-modules: granularity selective
+        p["recompute"] = Recompute.SELECTIVE
+    stack_name_ = stated_stack(row, stack, gpu) or defaults.stack
+    model = _row_model(row, m, p.get("seq_len", 1), defaults, stack_name_, prefix)
+    stack_spec_ = stack_spec(load_stack(stack_name_))
+    _stated_plan(row, p, model, stack_spec_)
+    plan_d = {**defaults.plan, **(recompute if recompute is not None and "recompute" not in p else {}), **p}
+    _unstated_plan(row, p, plan_d, model, defaults, stack_name_, prefix)
     given_gpus = _row_gpus(row, cluster_cfg)
     if "dp" not in plan_d and given_gpus is not None:  # the data-parallel degree the GPUs leave
         split = plan_d.get("tp", 1) * plan_d.get("pp", 1) * plan_d.get("cp", 1)
@@ -363,12 +395,6 @@ def row_workload(row: MeasuredRow, cluster_cfg: Any, load_gpu: Callable[[str], A
     if plan.num_gpus != num_gpus:
         product = "tp*cp*pp*dp" if plan.cp > 1 else "tp*dp*pp"
         raise ConfigError(f"{prefix} {product}={plan.num_gpus} differs from num_gpus={num_gpus}")
-    cluster = cluster_spec(cluster_cfg, gpu, num_gpus)
-    per_node = _count(row, "gpus_per_node")
-    if per_node is not None:
-        cluster = replace(cluster, gpus_per_node=per_node, num_nodes=-(-num_gpus // per_node))
-    domain = _count(row, "nvlink_domain")
-    if domain is not None:
-        cluster = replace(cluster, nvlink_domain=domain)
+    cluster = _row_cluster_spec(row, cluster_cfg, gpu, num_gpus)
     check_plan(model, plan, cluster)
     return Workload(model=model, plan=plan, cluster=cluster, stack=stack_spec_, usd_per_gpu_hour=0.0)
