@@ -200,7 +200,7 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
     holds every simulated task's times (a timeline; else it may hold the per-stage sums only); ``group``: the
     interleaved schedule's micro-batches per chunk group (0: p)."""
     chunks = chunks_of(schedule, v)
-    group = group if schedule == Schedule.INTERLEAVED and group != p else 0
+    group = group if schedule == Schedule.INTERLEAVED and chunks > 1 and group != p else 0
     per = period(schedule, p, chunks, group)
     inputs = (schedule, p, chunks, fused, group, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
     if per is not None and not full:

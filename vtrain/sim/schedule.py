@@ -266,7 +266,7 @@ def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = F
     split = splits_backward(schedule)
     kinds = 3 if split else 2
     wait_key = fused_key(p, chunks, kinds, p, 0, 0)
-    group = group if schedule == Schedule.INTERLEAVED and group != p else 0  # one cache entry for the default
+    group = group if schedule == Schedule.INTERLEAVED and chunks > 1 and group != p else 0  # the default: 0
     orders = [stage_order(schedule, p, chunks, m, s, fused, costs, group) for s in range(p)]
     seqs = [o.tasks() for o in orders]
     # a task from here on is "tainted" like the cool-down: the shorter last group's units do not repeat
