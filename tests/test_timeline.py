@@ -51,7 +51,7 @@ def test_spans_of_the_pipeline_trace(gpt3_trace):
     assert streams_in_order(items)[:2] == ["compute", "dp_comm"]
     assert all(0 <= s.start <= s.end <= report.iteration_time_s + 1e-9 for s in items)
     assert {s.kind for s in items if s.stream == "dp_comm"} >= {"dp all_reduce"}
-    assert {s.kind for s in items if s.stream == "compute"} == {"forward", "backward", "optimizer"}
+    assert {s.kind for s in items if s.stream == "compute"} == {"forward", "backward", "optimizer", "exposed tp comm"}
 
 
 def test_kind_of_drops_instance_numbers():
@@ -108,3 +108,66 @@ def test_huge_trace_is_capped_and_covers_the_same_time(tmp_path):
 def test_span_is_a_plain_tuple():
     sp = Span(0, "compute", "forward", "F0", 0.0, 1.0)
     assert tuple(sp) == (0, "compute", "forward", "F0", 0.0, 1.0)
+
+
+def _kinds_of_every_chart(gpt3_trace) -> List[List[str]]:
+    from vtrain.cli.gantt import FIXED, kind_order
+
+    _, trace = gpt3_trace
+    charts = []
+    for items in (spans(trace), spans(_engine_like())):
+        charts.append([k for k, _ in kind_order(items, streams_in_order(items))])
+    charts.append(list(FIXED) + ["dp reduce_scatter", "dp param all-gather", "embedding grad all-reduce"])
+    return charts
+
+
+def test_every_kind_gets_a_colour_far_from_every_other(gpt3_trace):
+    """CIE76 distance in CIELAB between the colours of every pair of kinds of a chart (a just-noticeable
+    difference is ~2.3): the palette itself, the GPT-3 chart's kinds, an engine-like trace's, every fixed kind."""
+    import itertools
+
+    from vtrain.cli.gantt import MIN_DELTA_E, PALETTE, colours, delta_e
+
+    assert delta_e("tab:blue", "tab:blue") == 0.0 and delta_e("black", "white") == pytest.approx(100.0, abs=0.01)
+    assert min(delta_e(a, b) for a, b in itertools.combinations(PALETTE, 2)) >= MIN_DELTA_E
+    for kinds in _kinds_of_every_chart(gpt3_trace):
+        col = colours(kinds)
+        assert set(col) == set(kinds)
+        for a, b in itertools.combinations(kinds, 2):
+            assert delta_e(col[a], col[b]) >= MIN_DELTA_E, (a, b, col[a], col[b])
+
+
+def test_exposed_tp_comm_is_drawn_on_the_compute_lane_inside_its_pass(gpt3_trace):
+    report, trace = gpt3_trace
+    items = spans(trace)
+    tp = [s for s in items if s.kind == "exposed tp comm"]
+    assert tp and {s.stream for s in tp} == {"compute"}
+    for st in report.stages:  # the whole iteration is traced (192 micro-batches): the spans sum to the report's
+        drawn = sum(s.end - s.start for s in tp if s.stage == st.stage)
+        assert drawn == pytest.approx(st.exposed_comm_by_group["tp"], rel=1e-9)
+    passes = {(s.stage, s.name): s for s in items if s.kind in ("forward", "backward")}
+    for s in tp[:500]:
+        host = passes[(s.stage, s.name.split(" ", 1)[1])]
+        assert host.start <= s.start < s.end <= host.end + 1e-12
+    ct = chrome_trace(items)  # nested in its pass on the compute thread: Perfetto draws it as a child slice
+    assert any(e.get("cat") == "exposed tp comm" and e["tid"] == 0 for e in ct["traceEvents"])
+
+
+def test_many_microbatches_get_warm_up_steady_and_cool_down_panels(gpt3_trace, tmp_path):
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    from vtrain.cli.gantt import colours, kind_order, zoom_windows
+
+    report, trace = gpt3_trace
+    items = spans(trace)
+    (w_name, w0, w1), (s_name, s0, s1), (c_name, c0, c1) = zoom_windows(items, 1210)
+    assert "warm-up" in w_name and "steady" in s_name and "cool-down" in c_name
+    assert w0 == 0.0 and c1 == pytest.approx(report.iteration_time_s) and w1 < s0 < s1 < c0
+    assert s1 - s0 < 0.02 * report.iteration_time_s  # two periods of 192 micro-batches x 2 chunks: readable
+    assert zoom_windows(spans(_engine_like()), 1210) == []  # 50 wide passes: one panel
+    png = tmp_path / "gpt3.png"
+    plot_timeline(trace, str(png), "gpt3")
+    pixels = {tuple(int(round(255 * c)) for c in px[:3]) for px in imread(str(png)).reshape(-1, 4)}
+    for kind, colour in colours([k for k, _ in kind_order(items, streams_in_order(items))]).items():
+        assert tuple(int(round(255 * c)) for c in to_rgb(colour)) in pixels, kind  # drawn (and in the legend)

@@ -3,13 +3,16 @@ chrome://tracing): one process per pipeline stage, one thread per stream of that
 
 :func:`spans` is the one place that reads a :class:`~vtrain.sim.simulator.SimulationTrace`; the Chrome
 trace and the Gantt chart (:mod:`vtrain.cli.gantt`) draw whatever streams it yields (today a compute
-and a communication stream per stage; more stream kinds such as ``dp_comm``, ``fsdp``, ``ep_a2a`` or
+and a communication stream per stage, with each pass's exposed communication (tp, cp, fsdp, ep) drawn
+on the compute lane; more stream kinds such as ``dp_comm``, ``fsdp``, ``ep_a2a`` or
 ``cp`` need no change here when a trace carries them as ``trace.spans``).
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, NamedTuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Sequence
+
+from vtrain.sim.launch import COMM_GROUPS
 
 COMPUTE = "compute"
 _KIND = {0: ("F", "forward"), 1: ("B", "backward"), 2: ("W", "weight-grad"), 3: ("F&B", "fused")}
@@ -49,6 +52,7 @@ def spans(trace: Any) -> List[Span]:
     kinds = getattr(cs, "kinds", 2)
     task_kind = getattr(cs, "kind", ())
     a2a = getattr(trace, "ep_comm", ())
+    exposed = getattr(trace, "exposed_comm", ())
     out: List[Span] = []
     for i, s in enumerate(cs.stage):
         key = cs.dur_key[i]
@@ -62,9 +66,23 @@ def spans(trace: Any) -> List[Span]:
         out.append(Span(s, COMPUTE, cat, name, start, end[i]))
         if a2a and a2a[key] > 0:  # dispatch + combine of the pass's MoE layers, drawn from its start
             out.append(Span(s, "ep_comm", "all_to_all", f"a2a {name}", start, start + a2a[key]))
+        if exposed:
+            out += _exposed(s, name, end[i], exposed[key])
     for s, tail in enumerate(trace.tail):
         for stream, name, start, stop in tail:
             out.append(Span(s, stream, kind_of(name), name, start, stop))
+    return out
+
+
+def _exposed(stage: int, name: str, end: float, by_group: Sequence[float]) -> List[Span]:
+    """The pass's exposed communication (the compute stream waiting on a collective) on the compute lane, by
+    group, stacked at the pass's end: in the run it is spread over the pass's layers; its length is what it
+    costs the pass."""
+    out = []
+    for group, seconds in zip(COMM_GROUPS, by_group):
+        if seconds > 0:
+            out.append(Span(stage, COMPUTE, f"exposed {group} comm", f"{group} {name}", end - seconds, end))
+            end -= seconds
     return out
 
 

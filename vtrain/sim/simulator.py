@@ -59,6 +59,7 @@ class SimulationTrace:
     tail: Tuple[Tuple[Event, ...], ...]  # [stage] -> (stream, name, start, end)
     microbatches: int  # of the iteration (schedule.m when the whole schedule was simulated)
     ep_comm: Tuple[float, ...] = ()  # per pass (dur_key): its expert-parallel all-to-all time (MoE models)
+    exposed_comm: Tuple[Tuple[float, ...], ...] = ()  # per pass (dur_key): exposed comm by COMM_GROUPS (tp, cp, ...)
 
     def start(self, i: int) -> float:
         """When task ``i`` started on its compute stream."""
@@ -382,5 +383,5 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     trace = None
     if keep_trace:
         trace = SimulationTrace(pipe.schedule, pipe.run, tuple(durations), tuple(t.events for t in tails), m,
-                                tuple(sc.all_to_all()) if model.is_moe else ())
+                                tuple(sc.all_to_all()) if model.is_moe else (), tuple(sc.exposed_by_group()))
     return report, trace

@@ -63,6 +63,12 @@ class StageCosts:
                          for f in f_row for cb in range(len(f_row))]
         return out
 
+    def exposed_by_group(self) -> List[Tuple[float, ...]]:
+        """Exposed communication of each pass in duration order, split by ``COMM_GROUPS`` (tp, cp, fsdp, ep): the
+        part of its compute-stream time that waits on a collective (the wait after fused pairs: none)."""
+        out = [tuple(c.comm_by_group) for c in self.passes()]
+        return out + ([(0.0,) * len(out[0])] if self.fused else [])
+
     def lags(self) -> List[float]:
         out: List[float] = []
         for f, b in zip(self.p2p_fwd_s, self.p2p_bwd_s):

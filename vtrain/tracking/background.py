@@ -68,16 +68,18 @@ def _serve(conn: Any, cfg: Any) -> None:
     stream: Optional[ChildStream] = None
     broken = False  # a failed child write stops the streaming; log_search at the end reports the error
     while True:
-        for msg in _drain(inbox, inbox.get()):
+        msgs = _drain(inbox, inbox.get())
+        trials = [m for m in msgs if m is not None and m[0] == "trials"]
+        if trials and not broken:  # every trial that has arrived, in one transaction
+            try:
+                stream = stream or ChildStream(cfg, trials[0][1])
+                stream.add([rec for m in trials for rec in m[2]])
+            except Exception:
+                broken = True
+        for msg in msgs:
             if msg is None:
                 return
-            if msg[0] == "trials" and not broken:
-                try:
-                    stream = stream or ChildStream(cfg, msg[1])
-                    stream.add(msg[2])
-                except Exception:
-                    broken = True
-            elif msg[0] == "end":
+            if msg[0] == "end":
                 result, out_dir, paths = msg[1:]
                 try:
                     conn.send(("ok", log_search(result, cfg, Path(out_dir), [Path(p) for p in paths],

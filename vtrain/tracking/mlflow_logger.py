@@ -35,6 +35,7 @@ from vtrain.search.optimum import optimum_metrics, optimum_tags
 from vtrain.search.outputs import human_metrics, row, simulate_command
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.tracking import mlflow_writer as mw
+from vtrain.tracking.bulk import write_children
 from vtrain.tracking.naming import chosen_params, experiment_for, job_label
 from vtrain.tracking.store import artifact_root, prepare_store, store_lock, tracking_uri
 
@@ -201,14 +202,12 @@ class ChildStream:
         self.created = 0
 
     def add(self, recs: Sequence[TrialRecord]) -> None:
+        """Child runs of the trials not logged yet, in one transaction (:mod:`vtrain.tracking.bulk`)."""
+        new = {str(r.number): r for r in recs if str(r.number) not in self.done}
+        rows = [({**self.group, "vtrain.trial": key}, child_spec(rec, set())) for key, rec in new.items()]
         with store_lock(self.uri):
-            for rec in recs:
-                key = str(rec.number)
-                if key not in self.done:
-                    mw.create_child(self.client, self.exp_id, self.pid, {**self.group, "vtrain.trial": key},
-                                    child_spec(rec, set()))
-                    self.done.add(key)
-                    self.created += 1
+            self.created += len(write_children(self.client, self.exp_id, self.pid, rows))
+        self.done |= set(new)
 
 
 def _log_table(client: Any, exp_id: str, pid: str, result: SearchResult, resumed: bool) -> None:

@@ -163,11 +163,10 @@ def sync_children(client: Any, exp_id: str, parent_id: str, key_tag: str, group:
                 client.delete_run(r.info.run_id)
         if keep.data.tags.get("mlflow.parentRunId") != parent_id:
             client.set_tag(keep.info.run_id, "mlflow.parentRunId", parent_id)
-    created = 0
-    for key, spec in children.items():
-        if key not in existing:
-            create_child(client, exp_id, parent_id, {**group, key_tag: key}, spec)
-            created += 1
+    from vtrain.tracking.bulk import write_children
+
+    missing = [({**group, key_tag: key}, spec) for key, spec in children.items() if key not in existing]
+    created = len(write_children(client, exp_id, parent_id, missing))  # one transaction on a local store
     for key, tags in (retag or {}).items():
         found = existing.get(key)
         if found:
