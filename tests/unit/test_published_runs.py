@@ -1,6 +1,7 @@
 """The published runs as pasted (vtrain/data/published_runs): the framework, precision, GPU, data-parallel mode and
 model-variant spellings of compiled tables are read; every row simulates except hybrid Mamba (and the rows that wait
 on pipeline layouts not yet modelled, each with its reason); task=validate prints and writes the error per source."""
+import csv
 import json
 
 import pytest
@@ -205,3 +206,26 @@ def test_a_row_silent_on_its_micro_batch_runs_one_its_schedule_takes(tmp_path, c
     res, rows = validate_table(text, tmp_path, capfd)
     assert res.code == 0 and rows[0]["skipped_reason"] == "", rows
     assert rows[0]["simulated_micro_batch"] in ("1", "2") and float(rows[0]["predicted_ms"]) > 0
+
+
+def test_published_rows_gives_each_rows_source_workload_and_measured_seconds(tmp_path):
+    """The loader calibration builds on: a row as task=validate simulates it, its measured iteration time (from
+    tokens/s per GPU: global batch x seq / (rate x GPUs)) and its source; a skipped row with its reason."""
+    from vtrain.validation.published import published_rows
+
+    rows = read_measurements(resolve_dataset("published_runs"))
+    picked = [r for r in rows if r.get("row_id") in ("191", "453", "760")]  # NeMo Llama 2 7B, Mamba, MPT-1b
+    header = list(picked[0].values)
+    path = tmp_path / "three.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows([[r.values.get(k, "") for k in header] for r in picked])
+    got = {p.row.get("row_id"): p for p in published_rows(name=str(path))}
+    nemo, mamba, mpt = got["191"], got["453"], got["760"]
+    assert nemo.source_key == "nemo_24.07" and nemo.workload.stack.name == "megatron_core_te"
+    assert nemo.measured_s == pytest.approx(128 * 4096 / (16934 * 8))  # global batch x seq / (tokens/s/GPU x GPUs)
+    assert (nemo.workload.plan.tp, nemo.workload.cluster.gpu.name) == (1, "h100_sxm")
+    assert mpt.workload.stack.name == "llm_foundry_fsdp" and mpt.workload.plan.zero_stage == 3
+    assert mpt.measured_s == pytest.approx(32 * 32768 / (5095 * 8))
+    assert mamba.workload is None and "hybrid Mamba" in mamba.skipped and mamba.source_key.startswith("megatron_bridge")
