@@ -124,6 +124,10 @@ def test_grouped_gemm_runs_rounds_of_four_expert_gemms_on_te():
     assert cost.compute_time_s(one) == pytest.approx(c.fixed_time_s + batched)
     assert cost.compute_time_s(g) > cost.compute_time_s(one)
     assert g.kernels == one.kernels == 16  # the host launches one GEMM per expert either way
+    # 6 local experts (Kimi-K2's 384 over EP64): a round of 4, then one of the 2 left
+    six = replace(g, batch=6)
+    last = 2.0 * 2 * 512 * 3072 * 4096 / (c.peak_flops_per_s * cost.sustained * c.efficiency(512, 3072, 4096, 2))
+    assert cost.compute_time_s(six) == pytest.approx(c.fixed_time_s + per_round + c.fixed_time_s + last)
 
 
 def test_stack_switches_are_megatron_core_te_only():

@@ -112,14 +112,18 @@ class AnalyticalCostModel:
 
     def grouped_gemm_time_s(self, op: Gemm) -> float:
         """Transformer Engine's grouped GEMM: ``op.batch`` expert GEMMs over ``op.streams`` streams, priced as
-        ceil(batch / streams) rounds of a batched GEMM of the experts that share the SMs (their waves
-        together), each with the curve's fixed kernel time, never faster than its bytes."""
+        rounds of a batched GEMM of the experts that share the SMs (their waves together: ``streams`` per round,
+        the rest in a last round), each with the curve's fixed kernel time, never faster than its bytes."""
         c = self._curve(op)
         side = min(op.batch, getattr(op, "streams", 1))
-        rounds = -(-op.batch // side)
-        per_round = 2.0 * side * op.m * op.n * op.k / (c.peak_flops_per_s * self.sustained
-                                                      * c.efficiency(op.m, op.n, op.k, side, self.wave))
-        return max(rounds * (c.fixed_time_s + per_round), c.fixed_time_s + op.bytes / self.mem_bw)
+        full, rest = divmod(op.batch, side)
+
+        def round_s(experts: int) -> float:  # one round: ``experts`` GEMMs side by side
+            return c.fixed_time_s + 2.0 * experts * op.m * op.n * op.k / (
+                c.peak_flops_per_s * self.sustained * c.efficiency(op.m, op.n, op.k, experts, self.wave))
+
+        t = full * round_s(side) + (round_s(rest) if rest else 0.0)
+        return max(t, c.fixed_time_s + op.bytes / self.mem_bw)
 
     def host_time_s(self, kernels: float) -> float:
         return kernels * self.host_s
