@@ -156,3 +156,44 @@ def test_tracking_off_writes_results_only(tmp_path, capsys):
     assert run(cfg, tmp_path / "run") == 0
     assert "MLflow" not in capsys.readouterr().out
     assert (tmp_path / "run" / "pareto.csv").is_file() and not (tmp_path / "run" / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_a_multirun_sweep_lands_in_one_experiment(tmp_path):
+    """Two jobs of a sweep (two batch sizes): one experiment named for the sweep, one parent run per job."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["-m", "+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32,64", "search.n_trials=4",
+            "search.population_size=4", "search.progress_bar=false", f"tracking.uri={uri}",
+            f"hydra.sweep.dir={tmp_path / 'sweeps' / 's1'}"]
+    out = subprocess.run([sys.executable, "-m", "vtrain", *args], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = MlflowClient(tracking_uri=uri)
+    exps = [e for e in client.search_experiments() if e.name != "Default"]
+    assert [e.name for e in exps] == ["vtrain-sweep-sweeps-s1"]
+    parents, children = _runs(client, exps[0])
+    assert len(parents) == 2 and len(children) == 8
+    assert sorted(p.data.params["training.global_batch_size"] for p in parents) == ["32", "64"]
+    assert sorted(p.info.run_name.split(" job ")[1][0] for p in parents) == ["0", "1"]
+
+
+def test_simulate_is_tracked_as_one_run(tmp_path):
+    from vtrain.cli.task_simulate import run as simulate
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose(["task=simulate", "+model=gpt_1_7b", "+cluster=h200x8", "parallelism.tp=1", "parallelism.pp=1",
+                   "parallelism.dp=8", "training.global_batch_size=64", f"tracking.uri={uri}"])
+    assert simulate(cfg, tmp_path / "run") == 0
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("vtrain-gpt_1_7b-h200x8")  # beside the searches of this model and cluster
+    (r,) = client.search_runs([exp.experiment_id])
+    assert r.info.status == "FINISHED" and r.data.tags["vtrain.kind"] == "simulate"
+    assert r.info.run_name.startswith("simulate (1, 1, 8) mb=1 1f1b rc=")  # the plan in the search's notation
+    assert r.data.params["plan.dp"] == "8" and r.data.params["model.name"] == "gpt_1_7b"
+    report = __import__("json").loads((tmp_path / "run" / "report.json").read_text())
+    assert r.data.metrics["iteration_time_s"] == pytest.approx(report["iteration_time_s"])
+    assert r.data.metrics["days_to_train"] == pytest.approx(report["time_to_train_s"] / 86400, rel=1e-3)
+    assert {a.path for a in client.list_artifacts(r.info.run_id)} == {"report.json", "timeline.json", "timeline.png"}

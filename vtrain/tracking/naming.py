@@ -37,14 +37,13 @@ def _clean(text: str) -> str:
 
 
 def sweep_name() -> Optional[str]:
-    """``vtrain-sweep-<sweep dir>`` inside a Hydra multirun job (``outputs/multirun/`` left out), else None."""
+    """``vtrain-sweep-<the sweep directory's last two parts>`` inside a Hydra multirun job
+    (``vtrain-sweep-2026-12-07-00-45-07`` for the default ``outputs/multirun/<date>/<time>``), else None."""
     hc = _hydra()
     if not _multirun(hc):
         return None
-    parts = [p for p in Path(str(hc.sweep.dir)).parts if p not in ("/", ".")]
-    while parts and parts[0] in ("outputs", "multirun"):
-        parts = parts[1:]
-    return "vtrain-sweep-" + (_clean("-".join(parts)) or "sweep")
+    parts = [p for p in Path(str(hc.sweep.dir)).parts if p not in ("/", ".", "outputs", "multirun")]
+    return "vtrain-sweep-" + (_clean("-".join(parts[-2:])) or "sweep")  # the default's date and time
 
 
 def job_label() -> str:
