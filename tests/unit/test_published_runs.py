@@ -160,10 +160,22 @@ def test_the_shipped_set_is_registered_with_each_rows_own_stack():
         "megatron_bridge_25.11", "megatron_bridge_26.02", "megatron_bridge_26.02.01", "mosaic_llm_foundry"}
 
 
-# rows that wait on a feature built elsewhere, with the reason they give meanwhile: Llama 3.1 405B's 126 layers on
-# PP16 x VP8 (Megatron-Core's layout counting the embedding and the loss as stages), and the one row whose table
-# states EP64 on 32 data-parallel ranks of a stage (no Megatron-Core layout has it: etp*ep must divide tp*dp*cp)
-WAITING = {"pp*virtual_stages=16*8=128 exceeds the layers=126", "ep=64 must divide dp*cp=32"}
+# the one row whose table states EP64 on 32 data-parallel ranks of a stage (no Megatron-Core layout has it:
+# etp*ep must divide tp*dp*cp), with the reason it gives
+WAITING = {"ep=64 must divide dp*cp=32"}
+
+
+def test_llama31_405b_of_megatron_bridge_takes_its_recipes_pipeline_split():
+    rows = read_measurements(resolve_dataset("published_runs"))
+    pp16 = [r for r in rows if r.get("model") == "LLAMA3.1_405B" and r.get("pp") == "16" and r.get("virtual_stages") == "8"]
+    assert len(pp16) == 3
+    row, notes = pasted_row(pp16[0])
+    assert (row.values["account_for_embedding"], row.values["account_for_loss"]) == ("true", "true")
+    assert notes == ["from Megatron-Bridge's recipe for the model: account_for_embedding=true, account_for_loss=true"]
+    stated, _ = pasted_row(MeasuredRow(1, {**pp16[0].values, "account_for_loss": "false"}))
+    assert stated.values["account_for_loss"] == "false"  # a stated cell wins
+    other, none = pasted_row(_row(framework="torchtitan", model="llama3_1_405b"))
+    assert "account_for_embedding" not in other.values and none == []
 
 
 @pytest.mark.slow
@@ -176,7 +188,9 @@ def test_every_row_but_hybrid_mamba_simulates_and_the_error_is_given_per_source(
     assert len(mamba) == 4 and all(r["arch_type"] == "hybrid-mamba-moe" for r in mamba)
     waiting = [r for r in skipped if r not in mamba]
     assert all(any(w in r["skipped_reason"] for w in WAITING) for r in waiting), [r["skipped_reason"] for r in waiting]
-    assert len(rows) - len(skipped) >= 239
+    assert len(rows) - len(skipped) >= 242  # 247 less the four Mamba rows and the EP64 row
+    pp16 = [r for r in rows if r["model"] == "LLAMA3.1_405B" and r["pp"] == "16" and r["virtual_stages"] == "8"]
+    assert len(pp16) == 3 and all(float(r["predicted_ms"]) > 0 for r in pp16)
     for source in ("megatron_readme_sep2020", "nemo_24.07", "mosaic_llm_foundry", "megatron_bridge_26.02.01"):
         assert f"source {source}: MAPE: " in res.out
     summary = json.loads((tmp_path / "run" / "validation_summary.json").read_text())

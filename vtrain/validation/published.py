@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow, normalise_header
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
+from vtrain.validation.recipes import recipe_cells
 from vtrain.validation.spellings import (
     framework_cell,
     gpu_cell,
@@ -100,6 +101,11 @@ def pasted_row(row: MeasuredRow) -> Tuple[MeasuredRow, List[str]]:
         for column, value in model_variant_cells(model).items():
             if row.get(column) is None:
                 values[column] = value
+    recipe = recipe_cells(MeasuredRow(row.index, values))
+    if recipe:  # what the framework's recipe for the model sets (validation.recipes, each entry citing the code)
+        values.update(recipe)
+        notes.append(f"from {values.get('framework')}'s recipe for the model: "
+                     + ", ".join(f"{k}={v}" for k, v in recipe.items()))
     return _ignored_settings(MeasuredRow(row.index, values), notes), notes
 
 
