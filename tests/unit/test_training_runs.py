@@ -125,3 +125,14 @@ def test_done_when_default_plan_fits_with_run_and_goodput(tmp_path: Path, capfd,
     assert report["fits"] and 0.9 < report["goodput"] < 1.0
     if model == "deepseek_v3":
         assert report["plan"]["ep"] > 1
+
+
+@pytest.mark.slow
+def test_a_bad_moe_plan_gets_a_hint_with_the_cause_and_the_recipe_plan(tmp_path: Path, capfd) -> None:
+    """Issue 40's example: DeepSeek-V3 at TP8 x PP8 without expert parallelism neither fits nor runs well."""
+    res = run_inprocess(["task=simulate", "+model=deepseek_v3", "+cluster=h800x2048", "parallelism.tp=8",
+                         "parallelism.pp=8", "tracking=off", f"hydra.run.dir={tmp_path}"], capfd)
+    assert res.code == 0, res.err
+    hint = next(line for line in res.out.splitlines() if line.startswith("hint: does not fit memory"))
+    assert "parallelism.ep=1: every GPU holds all 256 experts" in hint and "parallelism.ep=8" in hint
+    assert "parallelism.tp=8 " not in hint  # only the overrides that change the plan

@@ -59,11 +59,13 @@ def recipe(cfg: DictConfig, profile: Any) -> Any:
     return baseline_plan(w, cost_model_for(w, profile))
 
 
-def overrides_of(plan: ParallelPlan) -> str:
+def overrides_of(plan: ParallelPlan, current: Optional[ParallelPlan] = None) -> str:
+    """The overrides that set ``plan``: those that differ from ``current`` when given."""
     from vtrain.search.outputs import plan_overrides
     from vtrain.search.space import plan_fields
 
-    return " ".join(plan_overrides(plan_fields(plan)))
+    now = plan_fields(current) if current is not None else {}
+    return " ".join(plan_overrides({k: v for k, v in plan_fields(plan).items() if now.get(k, not v) != v}))
 
 
 def use_recipe_plan(cfg: DictConfig, profile: Any) -> Tuple[Optional[str], Any]:
@@ -97,9 +99,12 @@ def plan_hint(cfg: DictConfig, report: Any, profile: Any, found: Any = None) -> 
     if report.fits and report.mfu >= LOW_MFU:
         return None
     cause = "does not fit memory" if not report.fits else f"MFU {report.mfu:.1%}: largest loss {_largest_loss(report)}"
+    experts = int(cfg.model.get("num_experts") or 0)
+    if experts > 1 and report.plan.ep == 1:  # the likeliest cause of both on a mixture of experts
+        cause += f" (parallelism.ep=1: every GPU holds all {experts} experts of each layer)"
     found = found if found is not None else recipe(cfg, profile)
     if found is None or (report.fits and found.report.iteration_time_s >= report.iteration_time_s * 0.999):
         return f"hint: {cause}; task=search finds better plans"
     better = found.report
     return (f"hint: {cause}; the recipe plan ({found.rule}) fits at MFU {better.mfu:.1%}, "
-            f"{better.iteration_time_s:.2f} s per iteration: {overrides_of(found.plan)}")
+            f"{better.iteration_time_s:.2f} s per iteration: {overrides_of(found.plan, report.plan)}")
