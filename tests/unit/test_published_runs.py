@@ -167,7 +167,8 @@ WAITING = {"ep=64 must divide dp*cp=32"}
 
 def test_llama31_405b_of_megatron_bridge_takes_its_recipes_pipeline_split():
     rows = read_measurements(resolve_dataset("published_runs"))
-    pp16 = [r for r in rows if r.get("model") == "LLAMA3.1_405B" and r.get("pp") == "16" and r.get("virtual_stages") == "8"]
+    pp16 = [r for r in rows
+            if r.get("model") == "LLAMA3.1_405B" and r.get("pp") == "16" and r.get("virtual_stages") == "8"]
     assert len(pp16) == 3
     row, notes = pasted_row(pp16[0])
     assert (row.values["account_for_embedding"], row.values["account_for_loss"]) == ("true", "true")
@@ -243,3 +244,15 @@ def test_published_rows_gives_each_rows_source_workload_and_measured_seconds(tmp
     assert mpt.workload.stack.name == "llm_foundry_fsdp" and mpt.workload.plan.zero_stage == 3
     assert mpt.measured_s == pytest.approx(32 * 32768 / (5095 * 8))
     assert mamba.workload is None and "hybrid Mamba" in mamba.skipped and mamba.source_key.startswith("megatron_bridge")
+
+
+def test_a_recipe_tied_to_a_layout_applies_only_to_rows_of_that_layout():
+    from vtrain.validation.recipes import recipe_cells
+
+    launcher = {"framework": "NeMo 24.05 (Megatron-Core)", "model": "GPT3-175B", "tp": "4", "pp": "8",
+                "micro_batch": "1", "global_batch": "2,048"}
+    assert recipe_cells(_row(**launcher)) == {"virtual_stages": "12"}  # launcher's gpt3/175b.yaml
+    assert recipe_cells(_row(**{**launcher, "micro_batch": "2"})) == {}  # another layout: not that recipe's
+    assert recipe_cells(_row(**{**launcher, "virtual_stages": "6"})) == {}  # stated: the row's
+    assert recipe_cells(_row(**{k: v for k, v in launcher.items() if k != "pp"})) == {}
+    assert recipe_cells(_row(**{**launcher, "framework": "torchtitan"})) == {}
