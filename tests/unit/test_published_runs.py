@@ -256,3 +256,17 @@ def test_a_recipe_tied_to_a_layout_applies_only_to_rows_of_that_layout():
     assert recipe_cells(_row(**{**launcher, "virtual_stages": "6"})) == {}  # stated: the row's
     assert recipe_cells(_row(**{k: v for k, v in launcher.items() if k != "pp"})) == {}
     assert recipe_cells(_row(**{**launcher, "framework": "torchtitan"})) == {}
+
+
+def test_a_recipe_for_one_gpu_precision_and_release():
+    from vtrain.validation.recipes import recipe_cells
+
+    gb200 = {"framework": "Megatron-Bridge", "framework_release": "26.02.01", "model": "Qwen3_30B_a3B",
+             "gpu": "GB200 (NVL72)", "precision": "MXFP8", "num_gpus": "8", "tp": "1", "pp": "1", "ep": "8",
+             "micro_batch": "4", "global_batch": "512"}
+    graphs = {"cuda_graph_scope": "moe_router,moe_preprocess"}
+    assert recipe_cells(_row(**gb200)) == {"moe_dispatcher": "hybridep", **graphs}
+    assert recipe_cells(_row(**{**gb200, "framework_release": "25.09"})) == {}  # not that release's preset
+    assert recipe_cells(_row(**{**gb200, "precision": "BF16"})) == {}  # the BF16 preset is not given here
+    assert recipe_cells(_row(**{**gb200, "gpu": "B200"}))["cuda_graph_scope"] == "attn,moe_router,moe_preprocess"
+    assert recipe_cells(_row(**{**gb200, "moe_dispatcher": "alltoall"})) == graphs  # a stated dispatcher is the row's

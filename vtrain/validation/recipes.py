@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Mapping, Tuple
 
 from vtrain.validation.csv_io import MeasuredRow
-from vtrain.validation.names import cell_number, model_name, table_key
+from vtrain.validation.names import cell_number, enum_key, gpu_key, model_name, table_key
+from vtrain.workload.enums import Precision
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,19 @@ class Recipe:
     model: str  # the model/ config
     cells: Mapping[str, str]  # what the recipe sets
     layout: Mapping[str, int] = field(default_factory=dict)  # the cells the row must state so (empty: any layout)
+    # the GPU (gpu/ name), precision (its value) and framework releases the recipe is for (empty: any)
+    gpu: str = ""
+    precisions: Tuple[str, ...] = ()
+    releases: Tuple[str, ...] = ()
+
+
+# Megatron-Bridge scripts/performance/configs/qwen/qwen3_workload_base_configs.py (a version after 26.02.01; its
+# presets are applied to the 26.02 releases' rows of the same layout): Qwen3 30B-A3B on 8 Blackwell GPUs, EP8,
+# global batch 512, the flex dispatcher with HybridEP and TE CUDA graphs of the router and the dispatch
+# preprocessing (and of attention where the preset names it)
+_QWEN3_30B = {"num_gpus": 8, "tp": 1, "pp": 1, "ep": 8, "global_batch": 512}
+_BRIDGE_26 = ("26.02", "26.02.01")
+_ROUTER_GRAPHS = {"moe_dispatcher": "hybridep", "cuda_graph_scope": "moe_router,moe_preprocess"}
 
 
 RECIPES: Tuple[Recipe, ...] = (
@@ -30,6 +44,19 @@ RECIPES: Tuple[Recipe, ...] = (
     # ("interleaved pipeline, set to maximum"), sequence parallelism on, no activation checkpointing
     Recipe("nemo", "gpt175b", {"virtual_stages": "12"},
            {"tp": 4, "pp": 8, "micro_batch": 1, "global_batch": 2048}),
+    Recipe("megatron_bridge", "qwen3_30b_a3b", _ROUTER_GRAPHS, {**_QWEN3_30B, "micro_batch": 8}, "gb300",
+           releases=_BRIDGE_26),  # QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_*_V1
+    Recipe("megatron_bridge", "qwen3_30b_a3b", _ROUTER_GRAPHS, {**_QWEN3_30B, "micro_batch": 8}, "b300",
+           releases=_BRIDGE_26),  # ..._B300_*_V1
+    Recipe("megatron_bridge", "qwen3_30b_a3b", _ROUTER_GRAPHS, {**_QWEN3_30B, "micro_batch": 4}, "gb200",
+           ("mxfp8",), _BRIDGE_26),  # ..._GB200_FP8_MX_V1
+    Recipe("megatron_bridge", "qwen3_30b_a3b", {**_ROUTER_GRAPHS, "cuda_graph_scope": "attn,moe_router,moe_preprocess"},
+           {**_QWEN3_30B, "micro_batch": 4}, "b200", releases=_BRIDGE_26),  # ..._B200_*_V1 (one preset for all)
+    # the same file: Qwen3 235B-A22B on 256 H100 (TP2 PP8 VP4 EP32, global batch 8192: the V2 presets), the
+    # all-to-all dispatcher with its communication overlapped by the paired micro-batch (moe_a2a_overlap=True)
+    Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
+           {"num_gpus": 256, "tp": 2, "pp": 8, "virtual_stages": 4, "ep": 32, "global_batch": 8192}, "h100_sxm",
+           releases=_BRIDGE_26),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V2
 )
 
 
@@ -52,6 +79,16 @@ def _states(row: MeasuredRow, layout: Mapping[str, int]) -> bool:
     return True
 
 
+def _is_for(recipe: Recipe, row: MeasuredRow) -> bool:
+    """Whether the row ran on the recipe's GPU, precision and release (each where the recipe names one)."""
+    gpu, precision, release = row.get("gpu"), row.get("precision"), row.get("framework_release")
+    if recipe.gpu and (gpu is None or gpu_key(gpu) != recipe.gpu):
+        return False
+    if recipe.precisions and (precision is None or enum_key(Precision, precision) not in recipe.precisions):
+        return False
+    return not recipe.releases or release in recipe.releases
+
+
 def recipe_cells(row: MeasuredRow) -> Dict[str, str]:
     """The cells the recipe of the row's framework and model sets that the row leaves empty; {} for a row whose
     framework and model have no recipe here, or whose layout is not the recipe's."""
@@ -61,6 +98,6 @@ def recipe_cells(row: MeasuredRow) -> Dict[str, str]:
     key = (_framework(framework), model_name(model))
     out: Dict[str, str] = {}
     for recipe in RECIPES:
-        if (recipe.framework, recipe.model) == key and _states(row, recipe.layout):
+        if (recipe.framework, recipe.model) == key and _states(row, recipe.layout) and _is_for(recipe, row):
             out.update({column: value for column, value in recipe.cells.items() if row.get(column) is None})
     return out
