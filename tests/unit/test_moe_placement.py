@@ -74,13 +74,21 @@ def test_deepep_permutes_what_it_received_after_the_dispatch():
     received = rows * distinct_rank_fraction(128, 8, 8)
     fwd, bwd = permutations(QWEN3, plan("deepep"))
     assert fwd.before_dispatch == () and fwd.after_combine == ()
-    assert _names_bytes(fwd.after_dispatch) == [("moe.permute", received + rows, 2)]
-    assert _names_bytes(fwd.before_combine) == [("moe.unpermute", rows + received, 1)]
-    assert _names_bytes(bwd.before_combine) == [("moe.unpermute.bwd", received + rows, 2)]
+    assert _names_bytes(fwd.after_dispatch) == [("moe.received.permute", received + rows, 2)]
+    assert _names_bytes(fwd.before_combine) == [("moe.received.unpermute", rows + received, 1)]
+    assert _names_bytes(bwd.before_combine) == [("moe.received.unpermute.bwd", received + rows, 2)]
     block = moe_block(QWEN3, plan("deepep"), *_comms(plan("deepep")))
     names = [op.name for op in block.forward]
-    assert names.index("moe.dispatch") < names.index("moe.permute") < names.index("moe.expert.fc1")
-    assert names.index("moe.unpermute") < names.index("moe.combine")
+    assert names.index("moe.dispatch") < names.index("moe.received.permute") < names.index("moe.expert.fc1")
+    assert names.index("moe.received.unpermute") < names.index("moe.combine")
+    # after the host sync: not part of the moe_preprocess CUDA graph (the all-to-all's permute before it is)
+    from vtrain.graph.cuda_graphs import captured_ops
+
+    captured = captured_ops(["moe_router", "moe_preprocess"], "moe")
+    assert captured is not None
+    assert not any(captured(op) for op in block.forward if op.name.startswith("moe.received"))
+    a2a = moe_block(QWEN3, plan("alltoall"), *_comms(plan("alltoall")))
+    assert [op.name for op in a2a.forward if captured(op)] == ["moe.router", "moe.router.topk", "moe.permute"]
 
 
 def _comms(p: ParallelPlan) -> Tuple[object, object]:

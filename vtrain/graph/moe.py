@@ -122,10 +122,12 @@ def permutations(model: ModelSpec, plan: ParallelPlan) -> Tuple[Permutations, Pe
     rows = tokens * k * expert_load(model)
     if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
         received = rows * distinct_rank_fraction(e, k, plan.ep)
-        return (Permutations(after_dispatch=(MemoryOp("moe.permute", received + rows, 2),),
-                             before_combine=(MemoryOp("moe.unpermute", rows + received, 1),)),
-                Permutations(after_dispatch=(MemoryOp("moe.permute.bwd", rows + received, 1),),
-                             before_combine=(MemoryOp("moe.unpermute.bwd", received + rows, 2),)))
+        # named apart from the all-to-all's pre-dispatch permute: they run after the host sync, outside
+        # the moe_preprocess CUDA graph (vtrain.graph.cuda_graphs)
+        return (Permutations(after_dispatch=(MemoryOp("moe.received.permute", received + rows, 2),),
+                             before_combine=(MemoryOp("moe.received.unpermute", rows + received, 1),)),
+                Permutations(after_dispatch=(MemoryOp("moe.received.permute.bwd", rows + received, 1),),
+                             before_combine=(MemoryOp("moe.received.unpermute.bwd", received + rows, 2),)))
     fwd = Permutations(before_dispatch=(MemoryOp("moe.permute", tokens + rows, 2),),
                        after_combine=(MemoryOp("moe.unpermute", rows + tokens, 1),))
     bwd = Permutations(before_dispatch=(MemoryOp("moe.permute.bwd", rows + tokens, 1),),
