@@ -25,28 +25,30 @@ CORE_RULES = [
     # a batch that does not divide names the batch, not the zero micro-batches a schedule then counts
     (["parallelism.tp=8", "parallelism.pp=2", "parallelism.dp=4", "parallelism.schedule=zbv",
       "training.global_batch_size=2"], "dp*micro_batch_size=4*1 must divide global_batch_size=2"),
-    (["parallelism.tp=0"], "parallelism.tp=0 must be an integer >= 1"),
-    (["parallelism.micro_batch_size=-1"], "parallelism.micro_batch_size=-1 must be an integer >= 1"),
-    (["model.hidden_size=0"], "model.hidden_size=0 must be an integer >= 1"),
-    (["model.vocab_divisible_by=-1"], "model.vocab_divisible_by=-1 must be an integer >= 0"),
+    (["parallelism.tp=0"], "parallelism.tp=0: must be an integer in [1, 4194304] (a degree of parallelism is at "
+                           "most the GPUs"),
+    (["parallelism.micro_batch_size=-1"], "parallelism.micro_batch_size=-1: must be an integer in [1, 16777216]"),
+    (["model.hidden_size=0"], "model.hidden_size=0: must be an integer in [1, 1048576] (the widest published model "
+                              "has hidden size 20,480"),
+    (["model.vocab_divisible_by=-1"], "model.vocab_divisible_by=-1: must be an integer in [0, 65536]"),
     (["parallelism.schedule=zigzag"], "parallelism.schedule=zigzag is not one of"),
     # finite but physically meaningless constants overflow the report to inf/nan: a physical range instead
-    (["stack.optimizer_bytes_per_param=1e308"], "stack.optimizer_bytes_per_param=1e+308 must be a finite number in "
+    (["stack.optimizer_bytes_per_param=1e308"], "stack.optimizer_bytes_per_param=1e+308: must be a finite number in "
                                                 "(0, 1024]"),
-    (["stack.host_time_per_kernel_s=1e308"], "stack.host_time_per_kernel_s=1e+308 must be a finite number in [0, 1]"),
-    (["stack.loss_bytes_per_logit=1e308"], "stack.loss_bytes_per_logit=1e+308 must be a finite number in (0, 1024]"),
-    (["training.tokens_to_train=1e308"], "training.tokens_to_train=1e+308 must be a finite number in (0, "),
+    (["stack.host_time_per_kernel_s=1e308"], "stack.host_time_per_kernel_s=1e+308: must be a finite number in [0, 1]"),
+    (["stack.loss_bytes_per_logit=1e308"], "stack.loss_bytes_per_logit=1e+308: must be a finite number in (0, 1024]"),
+    (["training.tokens_to_train=1e308"], "training.tokens_to_train=1e+308: must be a finite number in (0, "),
     # GPU, network and price constants: physical ranges (a huge GEMM size term divided by zero; tiny rates and
     # huge prices gave inf costs)
     (["+gpu=a100_80gb", "gpu.gemm_half_efficiency_dim=1e300"],
-     "gpu.gemm_half_efficiency_dim=1e+300 must be a finite number in [0, 1000000]"),
+     "gpu.gemm_half_efficiency_dim=1e+300: must be a finite number in [0, 1000000]"),
     (["+gpu=a100_80gb", "gpu.hbm_bandwidth_gb_per_s=1e-300"],
-     "gpu.hbm_bandwidth_gb_per_s=1e-300 must be a finite number in [0.001, 1000000]"),
-    (["+gpu=a100_80gb", "gpu.kernel_time_s=1e300"], "gpu.kernel_time_s=1e+300 must be a finite number in [0, 1]"),
-    (["+gpu=a100_80gb", "gpu.peak_tflops.bf16=1e300"], "gpu.peak_tflops.bf16=1e+300 must be a finite number in"),
+     "gpu.hbm_bandwidth_gb_per_s=1e-300: must be a finite number in [0.001, 1000000]"),
+    (["+gpu=a100_80gb", "gpu.kernel_time_s=1e300"], "gpu.kernel_time_s=1e+300: must be a finite number in [0, 1]"),
+    (["+gpu=a100_80gb", "gpu.peak_tflops.bf16=1e300"], "gpu.peak_tflops.bf16=1e+300: must be a finite number in"),
     (["+gpu=a100_80gb", "gpu.idle_w=1000"], "gpu.idle_w=1000 must be <= gpu.tdp_w=400"),
     (["cluster.inter_node.bandwidth_gb_per_s=1e-300"],
-     "cluster.inter_node.bandwidth_gb_per_s=1e-300 must be a finite number in [0.001, 1000000]"),
+     "cluster.inter_node.bandwidth_gb_per_s=1e-300: must be a finite number in [0.001, 1000000]"),
     (["training.optimizer=sgd"], "training.optimizer=sgd is not one of adam, adamw"),
     (["stack=deepspeed", "parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8", "parallelism.zero_stage=3"],
      "parallelism.zero_stage=3 with pp=16: stack=deepspeed runs ZeRO stages up to 1 under a pipeline"),
@@ -61,18 +63,18 @@ CORE_RULES = [
     (["training.optimizer_moments=fp16"], "training.optimizer_moments=fp16 is not one of fp32, bf16"),
     (["cluster.nvlink_domain=3"], "cluster.nvlink_domain=3 must be 0 (one node), a multiple of gpus_per_node=8"),
     (["pricing.usd_per_gpu_hour.a100_80gb=1e308"],
-     "pricing.usd_per_gpu_hour.a100_80gb=1e+308 must be a finite number in [0, 1000000]"),
+     "pricing.usd_per_gpu_hour.a100_80gb=1e+308: must be a finite number in [0, 1000] (list prices are at most"),
 ]
 
 # 20 common mistakes on the command line, each with the one line it must give
 MISTAKES = [
     (["parallelism.tpp=4"], "parallelism.tpp is not a config key; did you mean parallelism.tp?"),
     (["paralelism.tp=8"], "paralelism.tp is not a config key; did you mean parallelism.tp?"),
-    (["parallelism.tp=abc"], "parallelism.tp=abc must be an integer"),
-    (["model.hidden_size=1e3"], "model.hidden_size=1e3 must be an integer"),
-    (["parallelism.sequence_parallel=maybe"], "parallelism.sequence_parallel=maybe must be true or false"),
-    (["parallelism.tp=null"], "parallelism.tp=null must be an integer (it cannot be null)"),
-    (["search.micro_batch_sizes=[1,a]"], "search.micro_batch_sizes=[1,a] must be a list of integers"),
+    (["parallelism.tp=abc"], "parallelism.tp=abc: must be an integer"),
+    (["model.hidden_size=1e3"], "model.hidden_size=1e3: must be an integer"),
+    (["parallelism.sequence_parallel=maybe"], "parallelism.sequence_parallel=maybe: must be true or false"),
+    (["parallelism.tp=null"], "parallelism.tp=null: must be an integer (it cannot be null)"),
+    (["search.micro_batch_sizes=[1,a]"], "search.micro_batch_sizes=[1,a]: must be a list of integers"),
     (["+parallelism.foo=1"], "parallelism.foo is not a config key; parallelism has: account_for_embedding,"),
     (["+foo=1"], "foo is not a config key"),
     # a mapping set with an entry it lacks: the key exists, the entry goes in with + (it said "not a config key")
@@ -142,7 +144,7 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
     (["task=calibrate", "+cluster=vtrain_a100", "calibrate.fit_on=single_node", "calibrate.folds=weak_scaling"],
      "calibrate.folds=weak_scaling needs calibrate.fit_on=joint"),
     (["task=validate", "+cluster=vtrain_a100", "validate.data=a100_single_node", "validate.show_rows=-1"],
-     "validate.show_rows=-1 must be an integer in [0, 1000000000]"),
+     "validate.show_rows=-1: must be an integer in [0, 1000000000]"),
     (["task=validate", "+cluster=vtrain_a100", "validate.data=a100_single_node", "cost.model=profile"],
      "cost.model=profile is not supported by task=validate"),
     (["task=calibrate", "+cluster=h100x1024"], "calibrate.data is not set, and the shipped single-node runs ran on "
@@ -153,7 +155,7 @@ def test_unknown_names(tmp_path, capfd, args, message):
 
 
 MEASURED_CELLS = [("abc", "row 1: iteration_time_ms=abc is not a number"),
-                  ("nan", "row 1: iteration_time_ms=nan must be a finite number > 0"),
+                  ("nan", "row 1: iteration_time_ms=nan: must be a finite number > 0"),
                   ("", "row 1: iteration_time_ms, iteration_time_s, step_time_s, tokens_per_s_per_gpu")]
 
 
@@ -375,7 +377,7 @@ def test_a_gpu_without_bf16_refuses_it(tmp_path, capfd):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script, args, line", [
-    ("deepseek_v3_h800.py", ["search.seed=abc"], "vtrain: error: search.seed=abc must be an integer"),
+    ("deepseek_v3_h800.py", ["search.seed=abc"], "vtrain: error: search.seed=abc: must be an integer"),
     ("cheapest_by_deadline.py", ["parallelism.tpp=3"],
      "vtrain: error: parallelism.tpp is not a config key; did you mean parallelism.tp?"),
     ("cheapest_by_deadline.py", ["--days", "abc"],

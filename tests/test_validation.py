@@ -272,7 +272,7 @@ def test_a_measurement_far_from_any_plausible_time_is_a_unit_error_not_a_model_e
 def test_bad_framework_and_compile_cells_are_skipped_with_one_line_reasons(tmp_path, cfg, capfd):
     """A framework no stack/ config answers to, a torch_compile that is no boolean, a cell holding a newline
     and a memory no GPU has: each row is skipped with one line naming the column; with no row left the
-    summary says so (no nan%) and no plot is claimed."""
+    run is an error (exit 2) naming the file and the first reason, and writes nothing."""
     from vtrain.cli.task_validate import run as validate_task
 
     p = tmp_path / "rows.csv"
@@ -289,11 +289,11 @@ def test_bad_framework_and_compile_cells_are_skipped_with_one_line_reasons(tmp_p
     assert reasons[2].startswith("row 3: framework='torch\\ntitan' names no stack")
     assert reasons[3].startswith("row 4: peak_memory_gib=1e308 is outside")
     vcfg = compose(["+cluster=h100x1024", f"validate.data={p}"], require=False)
-    assert validate_task(vcfg, tmp_path / "out") == 0
-    out = capfd.readouterr().out
-    assert all(line.startswith(("skipped row", "MAPE", "wrote")) for line in out.strip().splitlines())
-    assert "MAPE: n/a (no row could be simulated) | n=0 | skipped=4" in out and "nan" not in out
-    assert out.strip().splitlines()[-1] == f"wrote {tmp_path / 'out' / 'validation.csv'}"
+    with pytest.raises(ConfigError) as err:  # a file where no row simulates is an error, not a summary of nothing
+        validate_task(vcfg, tmp_path / "out")
+    assert str(err.value) == (f"validate.data={p}: no row can be simulated (4 skipped; row 1: framework='garbage' "
+                              "names no stack; one of: " + reasons[0].split("one of: ")[1] + ")")
+    assert not (tmp_path / "out" / "validation.csv").exists()
 
 
 def test_throughput_in_sequences_or_megatron_model_tflops_converts_to_the_step_time(tmp_path, cfg):

@@ -50,7 +50,13 @@ def _workload(cfg, tmp_path, **changes):
 def test_a_degree_of_zero_or_below_names_its_column(tmp_path, cfg, column, value, rule):
     with pytest.raises(ConfigError) as err:
         _workload(cfg, tmp_path, **{column: value})
-    assert str(err.value) == f"row 1: {column}={value} must be an integer {rule}"
+    negative = f"validate.data={tmp_path / 'rows.csv'}: row 1: {column}={value}: must be a whole number >= 0 (a count)"
+    if value.startswith("-"):
+        assert str(err.value) == negative
+    else:  # the rule's lower end, and the upper end of a plausible run (vtrain.workload.bounds)
+        low = rule.split()[-1]  # rows' own counts (num_gpus, dp) say the lower end alone
+        assert str(err.value).startswith((f"row 1: {column}={value}: must be an integer in [{low}, ",
+                                          f"row 1: {column}={value}: must be an integer {rule}"))
 
 
 def test_tp_zero_with_the_gpus_given_is_the_rows_skip_reason(tmp_path, cfg):
@@ -58,10 +64,11 @@ def test_tp_zero_with_the_gpus_given_is_the_rows_skip_reason(tmp_path, cfg):
     p = _csv(tmp_path, [{**BASE, "tp": "0", "num_nodes": "", "gpus_per_node": ""},
                         {**nodes, "num_gpus": "", "cp": "0", "num_nodes": "8", "gpus_per_node": "8"},
                         {**nodes, "num_gpus": "", "cp": "1", "num_nodes": "0", "gpus_per_node": "8"},
-                        {**nodes, "num_gpus": "", "cp": "1", "num_nodes": "8", "gpus_per_node": "-1"}])
+                        {**nodes, "num_gpus": "", "cp": "1", "num_nodes": "8", "gpus_per_node": "0"}])
     reasons = [r.skipped_reason for r in validate_rows(read_measurements(p), cfg, defaults=None)]
-    assert reasons == ["row 1: tp=0 must be an integer >= 1", "row 2: cp=0 must be an integer >= 1",
-                       "row 3: num_nodes=0 must be an integer >= 1", "row 4: gpus_per_node=-1 must be an integer >= 1"]
+    assert [r.split(" (")[0] for r in reasons] == [
+        "row 1: tp=0: must be an integer in [1, 4194304]", "row 2: cp=0: must be an integer in [1, 4194304]",
+        "row 3: num_nodes=0: must be an integer >= 1", "row 4: gpus_per_node=0: must be an integer >= 1"]
 
 
 def test_empty_tp_and_pp_cells_are_one_like_absent_cp_and_ep(tmp_path, cfg):
@@ -433,7 +440,7 @@ def test_a_table_without_a_global_batch_gives_it_by_its_gradient_accumulation(tm
     assert (w.plan.micro_batch_size, w.plan.dp, w.plan.global_batch_size) == (2, 32, 2 * 4 * 32)
     stated = _workload(cfg, tmp_path, GradAccum="4")  # a stated global batch wins
     assert stated.plan.global_batch_size == 128
-    with pytest.raises(ConfigError, match="row 1: grad_accum=0 must be an integer >= 1"):
+    with pytest.raises(ConfigError, match="row 1: grad_accum=0: must be an integer >= 1"):
         row_workload(read_measurements(_csv(tmp_path, [{**values, "MBS": "1", "GA": "0"}], "ga0.csv"))[0], cfg.cluster,
                      load_gpu_config, load_stack_config, defaults=None)
 

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from vtrain.cli.keys import FREE, children, closest, lookup, suggest_key, type_error
 from vtrain.config.compose import CONF_DIR, group_options, set_user_config_dirs
 from vtrain.config.compose import check_config_name as config_file
+from vtrain.config.trust import check_tree
 from vtrain.errors import ConfigError
 
 TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure", "casestudy")
@@ -172,6 +173,10 @@ def check_override(o: Any, text: str, multirun: bool, selected: Optional[Dict[st
     from hydra.core.override_parser.types import OverrideType
 
     key: str = o.key_or_group
+    for value in _values(o):  # config is data: no code, no place to write outside the run (config/trust.py)
+        why = check_tree(key, value)
+        if why:
+            raise ConfigError(why)
     if key == "hydra" or key.startswith(("hydra.", "hydra/")):
         return
     if o.package is not None:
@@ -194,7 +199,7 @@ def check_override(o: Any, text: str, multirun: bool, selected: Optional[Dict[st
         if tp is not FREE:
             why = type_error(value, tp, optional)
             if why:
-                raise ConfigError(f"{key}={shown} {why}")
+                raise ConfigError(f"{key}={shown}: {why}")
         check_named_value(key, value, shown)
 
 

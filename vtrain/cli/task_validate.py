@@ -152,6 +152,10 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     summary = summary_of(results)
     show = int(cfg.validate.show_rows)
     ok = [r for r in results if r.predicted_ms is not None]
+    if not ok:  # a summary of nothing (MAPE n/a, n=0) is no result a script could tell from success
+        why = next((r.skipped_reason for r in results if r.skipped_reason), "")
+        raise ConfigError(f"validate.data={cfg.validate.data}: no row can be simulated ({len(results)} skipped; "
+                          f"{why})")
     worst = sorted(ok, key=lambda r: -(r.ape_pct or 0.0))[:show]
     if show > 0 and ok:
         say(f"{'row':>5} {'gpus':>5} {'(tp,pp,dp)':>10} {'mb':>3} {'gbs':>5} {'hidden':>6} {'layers':>6} "

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from vtrain.config.specs import spec_from
-from vtrain.config.validate import check_choice, check_model, check_plan, require
+from vtrain.config.validate import check_choice, check_model, check_plan, check_scale, check_weights_fit, require
 from vtrain.errors import ConfigError
 from vtrain.workload.enums import CostModelKind, PositionEmbedding
 from vtrain.workload.fields import check_value
@@ -231,7 +231,9 @@ def _build(nodes: Tuple[Any, ...], keys: Tuple[Any, ...]) -> Workload:
     gpu = _memoised(("gpu", k_gpu), lambda: gpu_spec(gpu_cfg))
     stack = _memoised(("stack", k_stack), lambda: stack_spec(stack_cfg))
     cluster = _memoised(("cluster", k_cluster, k_gpu), lambda: cluster_spec(cluster_cfg, gpu))
+    _memoised(("fits", k_model, k_gpu, k_cluster), lambda: check_weights_fit(model, cluster))
     plan = _memoised(("plan", k_par, k_train, k_cluster), lambda: parallel_plan(par_cfg, train_cfg, cluster.num_gpus))
+    check_scale(plan, cluster)
     check_plan(model, plan, cluster)
     if plan.seq_len > model.max_seq_len and model.position_embedding == PositionEmbedding.LEARNED:
         raise ConfigError(f"training.seq_len={plan.seq_len} exceeds model.max_seq_len={model.max_seq_len} "

@@ -15,6 +15,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from vtrain.config.userfiles import check_config_dirs
 from vtrain.errors import ConfigError
 
 CONF_DIR = Path(str(resources.files("vtrain") / "conf"))
@@ -33,6 +34,7 @@ def set_user_config_dirs(dirs: Sequence[str]) -> None:
             raise ConfigError(f"--config-dir={d}: no such directory (it holds <group>/<name>.yaml files, e.g. "
                               "model/my_model.yaml)")
         found.append(path.resolve())
+    check_config_dirs(found)  # each file readable, data only, of the schema: one line naming file, line and key
     _USER_DIRS[:] = found
 
 

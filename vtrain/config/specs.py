@@ -131,16 +131,16 @@ def _coerce(label: str, raw: Any, tp: Any) -> Any:
         return spec_from(tp, raw, label)
     if tp is bool:
         if not isinstance(raw, bool):
-            raise ConfigError(f"{label}={raw} must be true or false")
+            raise ConfigError(f"{label}={raw}: must be true or false")
         return raw
     if tp is int:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw != raw or raw in (float("inf"), -float(
                 "inf")) or int(raw) != raw:
-            raise ConfigError(f"{label}={raw} must be an integer")
+            raise ConfigError(f"{label}={raw}: must be an integer")
         return int(raw)
     if tp is float:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise ConfigError(f"{label}={raw} must be a number")
+            raise ConfigError(f"{label}={raw}: must be a number")
         return float(raw)
     if tp is str:
         if raw is None:

@@ -8,6 +8,7 @@ import functools
 from typing import Iterable
 
 from vtrain.errors import ConfigError
+from vtrain.workload import bounds as B
 from vtrain.workload.arith import divisors
 from vtrain.workload.enums import (
     AttentionKind,
@@ -20,7 +21,7 @@ from vtrain.workload.enums import (
 )
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
-from vtrain.workload.system import ClusterSpec
+from vtrain.workload.system import GIB, ClusterSpec
 
 
 def require(cond: bool, message: str) -> None:
@@ -270,6 +271,32 @@ def check_moe_plan(m: ModelSpec, p: ParallelPlan) -> None:
 
     check_expert_parallel(m, p)
     check_schedule(p.schedule, p.pp, p.num_microbatches)
+
+
+def check_scale(p: ParallelPlan, cluster: ClusterSpec) -> None:
+    """Physical plausibility across fields, with the bounds' reasons (:mod:`vtrain.workload.bounds`): the
+    cluster's GPUs and the tokens of one batch (weights that fit the cluster: :func:`check_weights_fit`)."""
+    if cluster.num_gpus > B.MAX_CLUSTER_GPUS:
+        raise ConfigError(f"cluster.num_nodes={cluster.num_nodes}: x gpus_per_node={cluster.gpus_per_node} = "
+                          f"{cluster.num_gpus:,} GPUs, more than {B.MAX_CLUSTER_GPUS:,} (~256x the 16,384 H100 "
+                          "of Llama 3 405B's run, the largest published)")
+    tokens = p.global_batch_size * p.seq_len
+    if tokens > B.MAX_BATCH_TOKENS:
+        raise ConfigError(f"training.global_batch_size={p.global_batch_size}: x seq_len={p.seq_len} = {tokens:,} "
+                          f"tokens per batch, more than {B.MAX_BATCH_TOKENS:,} (~1,000x the 16M-token batch of "
+                          "Llama 3 405B)")
+
+
+def check_weights_fit(m: ModelSpec, cluster: ClusterSpec) -> bool:
+    """The bf16 weights alone (2 bytes a parameter) must fit in the HBM of all the cluster's GPUs together
+    (True where they do: the build memoises it)."""
+    need = B.WEIGHT_BYTES_PER_PARAM * m.total_params()
+    have = cluster.num_gpus * cluster.gpu.hbm_capacity_gib * GIB
+    if need > have:
+        raise ConfigError(f"model={m.name}: its {m.total_params() / 1e9:,.1f}B parameters need {need / GIB:,.0f} GiB "
+                          f"at {B.WEIGHT_BYTES_PER_PARAM} bytes each, more than the {have / GIB:,.0f} GiB of all "
+                          f"{cluster.num_gpus} GPUs of cluster {cluster.name}: choose a larger cluster")
+    return True
 
 
 def check_enums(schedule: str, recompute: str, precision: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,4 +270,43 @@ def _rows(reader: Iterator[List[str]], path: str | Path, field: str) -> List[Mea
                     f"{len(header)} columns; the cells beyond them are ignored")
     if not rows:
         raise ConfigError(f"{field}={path}: no data rows")
+    for row in rows:
+        check_cells(row, f"{field}={path}")
     return rows
+
+
+# cells checked in every row (where they hold a plain number: a unit, a placeholder or a spelling is the row
+# reader's): counts are whole numbers >= 0, times finite and > 0, measured rates and sizes finite and >= 0
+COUNT_COLUMNS = frozenset({
+    "global_batch", "global_batch_tokens", "micro_batch", "local_batch", "grad_accum", "hidden_size", "num_heads",
+    "num_kv_heads", "num_layers", "ffn_hidden_size", "vocab_size", "seq_len", "tp", "pp", "dp", "cp", "ep", "etp",
+    "num_gpus", "num_nodes", "gpus_per_node", "virtual_stages", "layers_per_virtual_stage", "num_experts",
+    "moe_top_k", "first_stage_layers", "last_stage_layers", "zero_stage", "fsdp", "recompute_num_layers"})
+# torchtitan's configs write -1 for "derived": the global batch (local batch x dp) and the FSDP degree (the GPUs
+# left over the other degrees), torchtitan/config/job_config.py
+DERIVED_MINUS_ONE = frozenset({"global_batch", "fsdp"})
+TIME_COLUMNS = frozenset({"iteration_time_ms", "iteration_time_s", "step_time_s"})
+AMOUNT_COLUMNS = frozenset({"tokens_per_s_per_gpu", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "mfu",
+                            "peak_memory_gib", "peak_memory_gb", "params_billion"})
+
+
+def check_cells(row: MeasuredRow, source: str) -> None:
+    """A non-finite, negative or fractional number where a count belongs, or a time that is not a finite number
+    > 0, refuses the file: one line naming it (``source``: ``validate.data=<path>``), the row and the column."""
+    for column, raw in row.values.items():
+        if column not in COUNT_COLUMNS and column not in TIME_COLUMNS and column not in AMOUNT_COLUMNS:
+            continue
+        try:
+            value = float(raw.strip())
+        except (ValueError, AttributeError):
+            continue  # empty, a placeholder, a unit ("8K") or a spelling: the row reader's to judge
+        if column in TIME_COLUMNS:
+            bad, rule = not (math.isfinite(value) and value > 0), "must be a finite number > 0 (a time)"
+        elif column in COUNT_COLUMNS:
+            bad = not (math.isfinite(value) and value == int(value) and (value >= 0 or (
+                value == -1 and column in DERIVED_MINUS_ONE)))
+            rule = "must be a whole number >= 0 (a count)"
+        else:
+            bad, rule = not (math.isfinite(value) and value >= 0), "must be a finite number >= 0"
+        if bad:
+            raise ConfigError(f"{source}: row {row.index}: {column}={raw.strip()}: {rule}")

@@ -16,13 +16,15 @@ from vtrain.errors import ConfigError
 
 @dataclass(frozen=True, slots=True)
 class Domain:
-    """The values a number may take: finite, within [lo, hi] (open ends with ``lo_open``/``hi_open``)."""
+    """The values a number may take: finite, within [lo, hi] (open ends with ``lo_open``/``hi_open``);
+    ``why``: the reason for the range (its source), said after the rule when a value breaks it."""
 
     lo: Optional[float] = None
     hi: Optional[float] = None
     lo_open: bool = False
     hi_open: bool = False
     integer: bool = False
+    why: str = ""
 
     def rule(self) -> str:
         kind = "an integer" if self.integer else "a finite number"
@@ -34,6 +36,10 @@ class Domain:
         if self.hi is not None:
             return f"must be {kind} {'<' if self.hi_open else '<='} {_num(self.hi)}"
         return f"must be {kind}"
+
+    def reason(self) -> str:
+        """The rule and, where there is one, why: ``must be an integer in [1, 10000] (the deepest ...)``."""
+        return f"{self.rule()} ({self.why})" if self.why else self.rule()
 
     def admits(self, value: float) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -48,7 +54,7 @@ class Domain:
 
 
 def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+    return str(int(x)) if float(x).is_integer() and abs(x) <= 2**40 else f"{x:g}"
 
 
 POSITIVE = Domain(lo=0.0, lo_open=True)
@@ -80,8 +86,9 @@ def domain_of(cls: type, name: str) -> Optional[Domain]:
 
 
 def check_value(label: str, value: Any, domain: Domain) -> None:
+    """One line ``<label>=<value>: <rule> (<why>)`` where ``value`` is outside ``domain``."""
     if not domain.admits(value):
-        raise ConfigError(f"{label}={value} {domain.rule()}")
+        raise ConfigError(f"{label}={value}: {domain.reason()}")
 
 
 def check_spec(obj: Any, prefix: str) -> None:

@@ -23,60 +23,61 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from vtrain.workload import bounds as B
 from vtrain.workload.enums import AttentionKind, MoeRouter, NormType, PositionEmbedding
-from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, PROBABILITY, Domain, spec
+from vtrain.workload.fields import spec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     name: str = spec(doc="model/ config name")
-    num_layers: int = spec(domain=POSITIVE_INT, doc="transformer layers")
-    hidden_size: int = spec(domain=POSITIVE_INT, doc="model width h")
-    num_heads: int = spec(domain=POSITIVE_INT, doc="attention (query) heads")
-    num_kv_heads: int = spec(domain=POSITIVE_INT, none_means="num_heads (multi-head attention)",
+    num_layers: int = spec(domain=B.LAYERS, doc="transformer layers")
+    hidden_size: int = spec(domain=B.WIDTH, doc="model width h")
+    num_heads: int = spec(domain=B.HEADS, doc="attention (query) heads")
+    num_kv_heads: int = spec(domain=B.HEADS, none_means="num_heads (multi-head attention)",
                              doc="key/value heads (GQA)")
-    ffn_hidden_size: int = spec(domain=POSITIVE_INT, none_means="4 * hidden_size", doc="MLP width")
+    ffn_hidden_size: int = spec(domain=B.FFN, none_means="4 * hidden_size", doc="MLP width")
     gated_mlp: bool = spec(False, doc="SwiGLU: three FFN matrices instead of two")
     norm: NormType = spec(NormType.LAYERNORM, doc="layernorm | rmsnorm")
     position_embedding: PositionEmbedding = spec(PositionEmbedding.LEARNED, doc="learned | rope | alibi")
     use_bias: bool = spec(True, doc="biases in the linear layers")
-    dropout: float = spec(0.1, domain=PROBABILITY, doc="hidden and attention dropout (0: no dropout kernels)")
-    vocab_size: int = spec(50257, domain=POSITIVE_INT, doc="vocabulary")
+    dropout: float = spec(0.1, domain=B.PROBABILITY, doc="hidden and attention dropout (0: no dropout kernels)")
+    vocab_size: int = spec(50257, domain=B.VOCAB, doc="vocabulary")
     # Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128) times
     # the TP degree, so every rank's shard fills aligned tensor-core tiles (Megatron-LM,
     # _vocab_size_with_padding). 0: no padding, each rank holds vocab_size // tp rows (the sharded model
     # of vTrain's measurements, VIA-Research/vTrain ShardedGptModel); the shard's alignment then sets the
     # logits GEMM's efficiency (cost.analytical).
-    vocab_divisible_by: int = spec(128, domain=NON_NEGATIVE_INT,
+    vocab_divisible_by: int = spec(128, domain=B.VOCAB_MULTIPLE,
                                    doc="pad the vocabulary to a multiple of this x tp (0: no padding)")
     tied_embeddings: bool = spec(True, doc="output layer shares the word-embedding matrix")
-    max_seq_len: int = spec(2048, domain=POSITIVE_INT, doc="longest sequence (learned position table size)")
+    max_seq_len: int = spec(2048, domain=B.SEQUENCE, doc="longest sequence (learned position table size)")
     # --- attention variants
-    kv_channels: int = spec(0, domain=NON_NEGATIVE_INT, doc="per-head q/k/v dimension (0: hidden_size // "
+    kv_channels: int = spec(0, domain=B.HEAD_DIM, doc="per-head q/k/v dimension (0: hidden_size // "
                             "num_heads); Megatron's kv_channels, Hugging Face's head_dim")
     qk_norm: bool = spec(False, doc="RMSNorm on every query and key head (Qwen3)")
     attention: AttentionKind = spec(AttentionKind.GQA, doc="mha | gqa (num_kv_heads heads) | mla (latent)")
-    q_lora_rank: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA query compression rank (0: no compression)")
-    kv_lora_rank: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA key/value compression rank")
-    qk_head_dim: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA per-head query/key dims without RoPE "
+    q_lora_rank: int = spec(0, domain=B.LORA_RANK, doc="MLA query compression rank (0: no compression)")
+    kv_lora_rank: int = spec(0, domain=B.LORA_RANK, doc="MLA key/value compression rank")
+    qk_head_dim: int = spec(0, domain=B.HEAD_DIM, doc="MLA per-head query/key dims without RoPE "
                             "(Megatron's qk_head_dim, HF's qk_nope_head_dim)")
-    qk_rope_head_dim: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA per-head RoPE query/key dims (shared key)")
-    v_head_dim: int = spec(0, domain=NON_NEGATIVE_INT, doc="MLA per-head value dims")
+    qk_rope_head_dim: int = spec(0, domain=B.HEAD_DIM, doc="MLA per-head RoPE query/key dims (shared key)")
+    v_head_dim: int = spec(0, domain=B.HEAD_DIM, doc="MLA per-head value dims")
     # --- mixture of experts
-    num_experts: int = spec(0, domain=NON_NEGATIVE_INT, doc="routed experts per MoE layer (0: a dense model)")
-    moe_top_k: int = spec(2, domain=POSITIVE_INT, doc="routed experts per token")
-    moe_ffn_hidden_size: int = spec(0, domain=NON_NEGATIVE_INT, doc="width of one expert (0: ffn_hidden_size)")
-    num_shared_experts: int = spec(0, domain=NON_NEGATIVE_INT, doc="experts every token uses (DeepSeek, Llama 4)")
-    shared_expert_ffn_hidden_size: int = spec(0, domain=NON_NEGATIVE_INT, doc="total width of the shared "
+    num_experts: int = spec(0, domain=B.EXPERTS, doc="routed experts per MoE layer (0: a dense model)")
+    moe_top_k: int = spec(2, domain=B.TOP_K, doc="routed experts per token")
+    moe_ffn_hidden_size: int = spec(0, domain=B.OPTIONAL_FFN, doc="width of one expert (0: ffn_hidden_size)")
+    num_shared_experts: int = spec(0, domain=B.SHARED_EXPERTS, doc="experts every token uses (DeepSeek, Llama 4)")
+    shared_expert_ffn_hidden_size: int = spec(0, domain=B.OPTIONAL_FFN, doc="total width of the shared "
                                               "experts (0: num_shared_experts * moe_ffn_hidden_size)")
-    moe_layer_freq: int = spec(1, domain=POSITIVE_INT, doc="every n-th layer after first_dense_layers is MoE")
-    first_dense_layers: int = spec(0, domain=NON_NEGATIVE_INT, doc="leading dense layers (DeepSeek's first_k_dense)")
+    moe_layer_freq: int = spec(1, domain=B.LAYERS, doc="every n-th layer after first_dense_layers is MoE")
+    first_dense_layers: int = spec(0, domain=B.OPTIONAL_LAYERS, doc="leading dense layers (DeepSeek's first_k_dense)")
     moe_router: MoeRouter = spec(MoeRouter.SOFTMAX, doc="softmax | sigmoid top-k router")
-    capacity_factor: Optional[float] = spec(None, domain=POSITIVE, none_means="dropless",
+    capacity_factor: Optional[float] = spec(None, domain=B.CAPACITY, none_means="dropless",
                                             doc="expert capacity / mean tokens per expert (tokens padded to it)")
-    moe_imbalance: float = spec(1.0, domain=Domain(lo=1.0), doc="routing imbalance: tokens of the busiest "
+    moe_imbalance: float = spec(1.0, domain=B.LOAD_FACTOR, doc="routing imbalance: tokens of the busiest "
                                 "expert-parallel rank / the mean (1: balanced; see docs/moe.md)")
-    mtp_layers: int = spec(0, domain=NON_NEGATIVE_INT, doc="multi-token prediction modules (DeepSeek-V3: 1)")
+    mtp_layers: int = spec(0, domain=B.MTP_LAYERS, doc="multi-token prediction modules (DeepSeek-V3: 1)")
 
     def vocab_shard(self, tp: int) -> int:
         """Vocabulary rows held by one TP rank (see ``vocab_divisible_by``)."""

@@ -5,8 +5,9 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Dict, Optional
 
+from vtrain.workload import bounds as B
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule, parse_cuda_graph_scope
-from vtrain.workload.fields import NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
+from vtrain.workload.fields import NON_NEGATIVE_INT, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
 _TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))  # V-shaped / two directions
@@ -18,22 +19,22 @@ class ParallelPlan:
     """The plan's fields live in two config groups: ``parallelism/`` (how the model is split) and
     ``training/`` (the batch, sequence, precision and length of the run)."""
 
-    tp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="tensor-parallel degree")
-    pp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="pipeline-parallel degree")
-    dp: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+    tp: int = spec(1, group=PAR, domain=B.DEGREE, doc="tensor-parallel degree")
+    pp: int = spec(1, group=PAR, domain=B.DEGREE, doc="pipeline-parallel degree")
+    dp: int = spec(0, group=PAR, domain=B.OPTIONAL_DEGREE,
                    doc="data-parallel degree (config: 0 derives it as cluster GPUs // (tp * cp * pp))")
-    micro_batch_size: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="sequences per micro-batch")
+    micro_batch_size: int = spec(1, group=PAR, domain=B.MICRO_BATCH, doc="sequences per micro-batch")
     schedule: Schedule = spec(Schedule.ONE_F_ONE_B, group=PAR, doc="pipeline schedule")
-    virtual_stages: int = spec(1, group=PAR, domain=POSITIVE_INT,
+    virtual_stages: int = spec(1, group=PAR, domain=B.CHUNKS,
                                doc="model chunks per stage of the interleaved schedule")
     recompute: Recompute = spec(Recompute.NONE, group=PAR, doc="activation recomputation")
     sequence_parallel: bool = spec(False, group=PAR, doc="Megatron sequence parallelism (needs tp > 1)")
     distributed_optimizer: bool = spec(False, group=PAR,
                                        doc="Megatron's distributed optimizer = zero_stage 1 (kept for configs)")
-    zero_stage: int = spec(0, group=PAR, domain=Domain(lo=0, hi=3, integer=True),
+    zero_stage: int = spec(0, group=PAR, domain=B.ZERO_STAGE,
                            doc="0: replicated; 1: optimizer states, 2: + gradients, 3: + parameters (FSDP) "
                                "sharded over the data-parallel group")
-    fsdp_shard_size: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+    fsdp_shard_size: int = spec(0, group=PAR, domain=B.OPTIONAL_DEGREE,
                                 doc="hybrid sharding: shard within groups of this many DP ranks, replicate "
                                     "across them (0: the whole DP group)")
     reshard_after_forward: bool = spec(True, group=PAR,
@@ -42,13 +43,13 @@ class ParallelPlan:
     overlap_param_gather: bool = spec(False, group=PAR,
                                       doc="ZeRO-1/2: the parameter all-gather overlaps the next forward "
                                           "(Megatron --overlap-param-gather)")
-    cp: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="context-parallel degree (sequence split)")
+    cp: int = spec(1, group=PAR, domain=B.DEGREE, doc="context-parallel degree (sequence split)")
     cp_comm: CpComm = spec(CpComm.P2P, group=PAR, doc="context-parallel attention: p2p (ring, KV exchange "
                                                       "overlapped) | allgather (KV gathered before attention) | "
                                                       "a2a (all-to-all of Q, K, V and the output, heads split)")
-    first_stage_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+    first_stage_layers: int = spec(0, group=PAR, domain=B.OPTIONAL_LAYERS,
                                    doc="layers of the first pipeline stage (0: even split)")
-    last_stage_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+    last_stage_layers: int = spec(0, group=PAR, domain=B.OPTIONAL_LAYERS,
                                   doc="layers of the last pipeline stage (0: even split)")
     account_for_embedding: bool = spec(False, group=PAR,
                                        doc="the embedding counts as one layer of the first stage in the split")
@@ -67,19 +68,19 @@ class ParallelPlan:
     overlap_grad_reduce: bool = spec(True, group=PAR,
                                      doc="bucketed DP gradient reduction overlapped with the backward pass")
     grad_bucket_mib: Optional[float] = spec(
-        None, group=PAR, unit="MiB", domain=Domain(lo=0.1),
+        None, group=PAR, unit="MiB", domain=B.BUCKET_MIB,
         none_means="Megatron-Core's default: max(4e7, 1e6 x dp x cp) parameters' gradients per bucket "
                    "(distributed_data_parallel.py), one bucket when the reduction is not overlapped",
         doc="DP gradient bucket size (NCCL buckets below 100 KiB are latency, not a plan)")
     # --- mixture of experts (Megatron-Core: EP groups carved out of the tp*dp*cp ranks of a stage)
-    ep: int = spec(1, group=PAR, domain=POSITIVE_INT, doc="expert-parallel degree (experts split over ep ranks)")
-    etp: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT, doc="expert tensor-parallel degree (0: tp)")
+    ep: int = spec(1, group=PAR, domain=B.DEGREE, doc="expert-parallel degree (experts split over ep ranks)")
+    etp: int = spec(0, group=PAR, domain=B.OPTIONAL_DEGREE, doc="expert tensor-parallel degree (0: tp)")
     moe_dispatcher: MoeDispatcher = spec(MoeDispatcher.ALLTOALL, group=PAR, doc="alltoall | allgather | deepep")
     overlap_moe_comm: bool = spec(False, group=PAR, doc="steady forward/backward pairs run fused so each hides "
                                   "the other's EP all-to-alls (Megatron-Core --overlap-moe-expert-parallel-comm)")
     recompute_modules: str = spec("core_attn", group=PAR, doc="with recompute=selective: comma-separated "
                                   "core_attn, layernorm, moe_act, moe, mlp, shared_experts, mla_up_proj")
-    recompute_num_layers: int = spec(0, group=PAR, domain=NON_NEGATIVE_INT,
+    recompute_num_layers: int = spec(0, group=PAR, domain=B.OPTIONAL_LAYERS,
                                      doc="with recompute=full: the first layers of each model chunk that keep only "
                                          "their input and run again before their backward, the rest keeping all "
                                          "of their activations (Megatron's --recompute-method block "
@@ -87,8 +88,8 @@ class ParallelPlan:
     cuda_graph_scope: str = spec("", group=TRAIN, doc="parts replayed from CUDA graphs (one host launch each, "
                                  "no per-kernel launches), comma-separated: attn, mlp, moe, moe_router, "
                                  "moe_preprocess, full_iteration (Megatron-Core --cuda-graph-scope; empty: none)")
-    global_batch_size: int = spec(1536, group=TRAIN, domain=POSITIVE_INT, doc="sequences per iteration")
-    seq_len: int = spec(2048, group=TRAIN, domain=POSITIVE_INT, doc="tokens per sequence")
+    global_batch_size: int = spec(1536, group=TRAIN, domain=B.BATCH, doc="sequences per iteration")
+    seq_len: int = spec(2048, group=TRAIN, domain=B.SEQUENCE, doc="tokens per sequence")
     precision: Precision = spec(Precision.BF16, group=TRAIN, doc="GEMM and activation precision")
     optimizer: str = spec("adam", group=TRAIN, doc="Adam with fp32 master weights")
     fp32_grads: bool = spec(True, group=TRAIN, doc="with bf16, gradients are accumulated and reduced in fp32 "
@@ -100,7 +101,7 @@ class ParallelPlan:
     flash_attention: bool = spec(True, group=TRAIN, doc="fused attention kernel (no s^2 score tensors in HBM)")
     fp8_attention: bool = spec(False, group=TRAIN, doc="attention in FP8 too (with a low precision)")
     # at most 1e18 tokens (~50,000x the largest published runs): beyond, days and dollars are no plan's
-    tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=Domain(lo=0.0, hi=1e18, lo_open=True),
+    tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=B.TOKENS,
                                   doc="tokens of the whole training run (time and cost to train)")
 
     @property

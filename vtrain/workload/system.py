@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from vtrain.workload.fields import FRACTION, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE_INT, Domain, spec
+from vtrain.workload import bounds as B
+from vtrain.workload.fields import FRACTION, NON_NEGATIVE, POSITIVE_INT, Domain, spec
 from vtrain.workload.reliability import (
     CHECKPOINT_WRITE_GB_PER_S_PER_NODE,
     GPU_FAILURES_PER_H,
@@ -158,9 +159,9 @@ class NetworkTier:
 class ClusterSpec:
     name: str = spec(doc="cluster/ config name")
     gpu: GpuSpec = spec(doc="the cluster's GPU (a gpu/ config name in the config)")
-    gpus_per_node: int = spec(8, domain=POSITIVE_INT, doc="GPUs per node (host)")
-    num_nodes: int = spec(1, domain=POSITIVE_INT, doc="nodes")
-    nvlink_domain: int = spec(0, domain=NON_NEGATIVE_INT,
+    gpus_per_node: int = spec(8, domain=B.GPUS_PER_NODE, doc="GPUs per node (host)")
+    num_nodes: int = spec(1, domain=B.NODES, doc="nodes")
+    nvlink_domain: int = spec(0, domain=B.NVLINK_DOMAIN,
                               doc="GPUs sharing one NVLink/NVSwitch domain (0: one node; GB200 NVL72: 72)")
     intra_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=300.0),
                                    doc="NVLink/NVSwitch inside the NVLink domain, per GPU")

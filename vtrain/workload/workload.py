@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vtrain.workload.fields import Domain
+from vtrain.workload import bounds as B
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
@@ -16,11 +16,9 @@ GRID_KG_CO2_PER_KWH = 0.39
 # EIA, Electric Power Annual 2023, average revenue per kWh by state and sector: Virginia (the largest US
 # data-center market, AWS us-east-1) industrial 8.92 cents/kWh (commercial 8.95).
 USD_PER_KWH = 0.0892
-# Ranges of the price list (beyond them the totals overflow and mean nothing): up to $1M per GPU-hour and
-# $1,000 per kWh; grid intensity up to 10 kg CO2 per kWh (coal plants emit ~1)
-USD_PER_GPU_HOUR = Domain(lo=0.0, hi=1.0e6)
-USD_PER_KWH_RANGE = Domain(lo=0.0, hi=1.0e3)
-KG_CO2_PER_KWH_RANGE = Domain(lo=0.0, hi=10.0)
+USD_PER_GPU_HOUR = B.USD_PER_GPU_HOUR  # the ranges of the price list: vtrain.workload.bounds
+USD_PER_KWH_RANGE = B.USD_PER_KWH
+KG_CO2_PER_KWH_RANGE = B.KG_CO2_PER_KWH
 
 
 @dataclass(frozen=True, slots=True)
