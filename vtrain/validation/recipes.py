@@ -31,6 +31,9 @@ class Recipe:
 _QWEN3_30B = {"num_gpus": 8, "tp": 1, "pp": 1, "ep": 8, "global_batch": 512}
 _BRIDGE_26 = ("26.02", "26.02.01")
 _ROUTER_GRAPHS = {"moe_dispatcher": "hybridep", "cuda_graph_scope": "moe_router,moe_preprocess"}
+_GPT_OSS = {"num_gpus": 64, "tp": 1, "global_batch": 1280}
+_ALL_GRAPHS = {"cuda_graph_scope": "attn,moe_router,moe_preprocess"}
+_NORM_ACT = {"recompute_modules": "layernorm,moe_act"}  # Megatron-Bridge sets granularity selective with them
 
 
 RECIPES: Tuple[Recipe, ...] = (
@@ -57,6 +60,20 @@ RECIPES: Tuple[Recipe, ...] = (
     Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
            {"num_gpus": 256, "tp": 2, "pp": 8, "virtual_stages": 4, "ep": 32, "global_batch": 8192}, "h100_sxm",
            releases=_BRIDGE_26),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V2
+    # scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, GPT-OSS 120B BF16 V2 presets (64 GPUs,
+    # global batch 1280, micro-batch 4; H100: PP4, micro-batch 1): TE CUDA graphs of attention, router and dispatch
+    # preprocessing on GB300 and B300 (B300: EP8 with HybridEP), selective recompute of the norms and the expert
+    # activation on GB200 (with the all-to-all overlapped), B200 and H100
+    Recipe("megatron_bridge", "gpt_oss_120b", _ALL_GRAPHS, {**_GPT_OSS, "ep": 64, "micro_batch": 4}, "gb300",
+           ("bf16",), _BRIDGE_26),
+    Recipe("megatron_bridge", "gpt_oss_120b", {**_ALL_GRAPHS, "moe_dispatcher": "hybridep"},
+           {**_GPT_OSS, "ep": 8, "micro_batch": 4}, "b300", ("bf16",), _BRIDGE_26),
+    Recipe("megatron_bridge", "gpt_oss_120b", {**_NORM_ACT, "overlap_moe_comm": "true"},
+           {**_GPT_OSS, "ep": 64, "micro_batch": 4}, "gb200", ("bf16",), _BRIDGE_26),
+    Recipe("megatron_bridge", "gpt_oss_120b", _NORM_ACT, {**_GPT_OSS, "ep": 8, "micro_batch": 4}, "b200",
+           ("bf16",), _BRIDGE_26),
+    Recipe("megatron_bridge", "gpt_oss_120b", _NORM_ACT, {**_GPT_OSS, "pp": 4, "ep": 8, "micro_batch": 1},
+           "h100_sxm", ("bf16",), _BRIDGE_26),
 )
 
 
