@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import List
 
-from vtrain.graph.builder import ModelGraph, PassOps, map_passes
+from vtrain.graph.blocks import ModelGraph, PassOps, map_passes
 from vtrain.graph.ops import Collective, CollectiveKind, Group, MemoryOp, Op
 
 

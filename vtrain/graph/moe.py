@@ -21,7 +21,7 @@ from typing import List, Tuple
 
 from vtrain.comm.ep import distinct_rank_fraction, expert_load, moe_tokens
 from vtrain.comm.tp import TpComms, TpOperator
-from vtrain.graph.builder import Block, gemm_fwd_bwd, linear
+from vtrain.graph.blocks import Block, gemm_fwd_bwd, linear
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import MoeDispatcher
@@ -73,7 +73,7 @@ def _as_run(ops: Tuple[Op, ...], opts: GraphOptions) -> Tuple[Op, ...]:
 def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: ParallelPlan, batch: int = 1,
             opts: GraphOptions = GraphOptions()) -> Tuple[List[Op], List[Op], MemoryOp]:
     """(forward, backward, activation) of an MLP of width ``ffn`` (already sharded) on ``tokens`` rows, its
-    GEMMs in the plan's precision with their quantization kernels (:func:`vtrain.graph.builder.linear`:
+    GEMMs in the plan's precision with their quantization kernels (:func:`vtrain.graph.blocks.linear`:
     Megatron-Core's TE GroupedLinear and torchao's scaled grouped GEMMs run the experts in FP8 / MXFP8)."""
     h, dt = model.hidden_size, plan.dtype_bytes
     cls = GroupedGemm if batch > 1 else Gemm

@@ -5,7 +5,7 @@ embedding and of the previous depth's hidden state, their concatenation projecte
 graphs)."""
 from __future__ import annotations
 
-from vtrain.graph.builder import ComponentGraph, PassOps, gemm_fwd_bwd
+from vtrain.graph.blocks import ComponentGraph, PassOps, gemm_fwd_bwd
 from vtrain.graph.ops import MemoryOp
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from vtrain.errors import ConfigError
-from vtrain.graph.builder import Block
+from vtrain.graph.blocks import Block
 from vtrain.graph.ops import Op
 from vtrain.workload.enums import parse_recompute_modules
 

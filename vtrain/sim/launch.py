@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cost.base import CostModel
 from vtrain.cost.collectives import GroupPlacement
-from vtrain.graph.builder import PassOps
+from vtrain.graph.blocks import PassOps
 from vtrain.graph.cuda_graphs import Captured
 from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, MemoryOp, Op, is_weight_grad
 

@@ -17,7 +17,7 @@ from typing import Dict, Hashable, Optional, Tuple
 
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
-from vtrain.graph.builder import ModelGraph
+from vtrain.graph.blocks import ModelGraph
 from vtrain.graph.ops import Collective, Group
 from vtrain.sim.stage_costs import StageCosts, priced_passes, side_streams, with_p2p
 from vtrain.workload.partition import StagePartition

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
-from vtrain.graph.builder import ModelGraph, PassOps
+from vtrain.graph.blocks import ModelGraph, PassOps
 from vtrain.graph.cuda_graphs import captured_ops
 from vtrain.graph.ops import Op, is_weight_grad
 from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
