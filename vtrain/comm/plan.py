@@ -149,6 +149,7 @@ class CommPlan:
     # forward waits for (FSDP2 gathers layer by layer, prefetching the next); 0: not so
     prefetch_gather_bytes: float = 0.0
     overlap_param_gather: bool = False  # Megatron's: ``param_gather`` runs beside the next forward but a bucket
+    moe_mlp_tp: bool = True  # an MoE layer runs the MLP's TP collectives (around its shared experts: graph.moe)
 
     _by_group: Dict[Group, GroupPlacement] = field(init=False, repr=False, compare=False)
 
@@ -175,11 +176,13 @@ class CommPlan:
         p, m = len(self.stage_layers), self.microbatches
         out = []
         fwd_ops = self.tp.attention.enter + self.tp.attention.exit + self.tp.mlp.enter + self.tp.mlp.exit
+        moe_only = () if self.moe_mlp_tp else self.stage_moe_layers  # layers without the MLP's TP collectives
         for op in self.tp.per_layer():
             passes = self.layer_forwards if op in fwd_ops else 1
             for s in range(p):
+                skip = moe_only[s] if moe_only and op in self.tp.mlp.all() else 0
                 out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER,
-                                stages=(s,), count=self.stage_layers[s] * m * passes,
+                                stages=(s,), count=(self.stage_layers[s] - skip) * m * passes,
                                 overlaps="nothing: the next GEMM waits for it"))
         for op in self.cp.forward + self.cp.forward_after:
             for s in range(p):
@@ -249,9 +252,8 @@ class CommPlan:
                                     cadence=Cadence.ITERATION, stages=(s,), count=1,
                                     overlaps="the last micro-batch's backward" if self.overlap_grad_reduce
                                     else "nothing: after the last backward"))
-            if self.expert_param_gather and self.expert_param_gather[s] is not None:
-                eg = self.expert_param_gather[s]
-                assert eg is not None
+            eg = self.expert_param_gather[s] if self.expert_param_gather else None
+            if eg is not None:
                 out.append(Comm(op=eg, where=self.edp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
                                 stages=(s,), count=1, overlaps="nothing: after the optimizer step"))
             ag = self.param_gather[s]
@@ -395,4 +397,4 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
                     last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts,
                     prefetch_gather_bytes=part.layer_params * dtype_bytes if stage == 3 and fsdp is None else 0.0,
-                    overlap_param_gather=plan.overlap_param_gather)
+                    overlap_param_gather=plan.overlap_param_gather, moe_mlp_tp=not moe or model.shared_ffn > 0)
