@@ -103,6 +103,16 @@ def test_compiled_table_headers(header, column):
     assert normalise_header(header) == column
 
 
+def _csv_of(rows, path):
+    """``rows`` (MeasuredRows of one file) written back as a CSV at ``path``."""
+    header = list(rows[0].values)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows([[r.values.get(k, "") for k in header] for r in rows])
+    return path
+
+
 def _row(**cells):
     return MeasuredRow(7, {k: str(v) for k, v in cells.items()})
 
@@ -230,13 +240,7 @@ def test_published_rows_gives_each_rows_source_workload_and_measured_seconds(tmp
 
     rows = read_measurements(resolve_dataset("published_runs"))
     picked = [r for r in rows if r.get("row_id") in ("191", "453", "760")]  # NeMo Llama 2 7B, Mamba, MPT-1b
-    header = list(picked[0].values)
-    path = tmp_path / "three.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows([[r.values.get(k, "") for k in header] for r in picked])
-    got = {p.row.get("row_id"): p for p in published_rows(name=str(path))}
+    got = {p.row.get("row_id"): p for p in published_rows(name=str(_csv_of(picked, tmp_path / "three.csv")))}
     nemo, mamba, mpt = got["191"], got["453"], got["760"]
     assert nemo.source_key == "nemo_24.07" and nemo.workload.stack.name == "megatron_core_te"
     assert nemo.measured_s == pytest.approx(128 * 4096 / (16934 * 8))  # global batch x seq / (tokens/s/GPU x GPUs)
@@ -270,3 +274,16 @@ def test_a_recipe_for_one_gpu_precision_and_release():
     assert recipe_cells(_row(**{**gb200, "precision": "BF16"})) == {}  # the BF16 preset is not given here
     assert recipe_cells(_row(**{**gb200, "gpu": "B200"}))["cuda_graph_scope"] == "attn,moe_router,moe_preprocess"
     assert recipe_cells(_row(**{**gb200, "moe_dispatcher": "alltoall"})) == graphs  # a stated dispatcher is the row's
+
+
+def test_an_a100_40gb_row_runs_on_the_dgx_a100_platform_of_the_80gb_part(tmp_path):
+    """llm-foundry's A100-40GB rows ("RoCE 1600 Gbps") on the DGX A100 fabric (conf/cluster/_dgx_a100.yaml: NVLink
+    300 GB/s, 8 x 200 Gb/s), not on the H100 nodes of the cluster named on the command line."""
+    from vtrain.validation.published import published_rows
+
+    rows = read_measurements(resolve_dataset("published_runs"))
+    mpt = next(r for r in rows if r.get("row_id") == "775")  # MPT-760m on 128 A100-40GB
+    (got,) = published_rows(name=str(_csv_of([mpt], tmp_path / "mpt.csv")))
+    cluster = got.workload.cluster
+    assert (cluster.gpu.name, cluster.num_nodes) == ("a100_40gb", 16)
+    assert (cluster.intra_node.bandwidth_gb_per_s, cluster.inter_node.bandwidth_gb_per_s) == (300.0, 200.0)

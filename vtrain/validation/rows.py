@@ -176,14 +176,14 @@ def _home_cluster(name: str) -> Any:
 
 
 def row_cluster(row: MeasuredRow, cluster_cfg: Any) -> Any:
-    """The cluster config a row ran on: ``cluster_cfg`` for a row of its GPU (or none stated), else the
-    platform of the row's GPU (its NVLink domain, GPUs per node and fabric: a GB200 row of a mixed table runs
-    in an NVL72 rack, not on the H100 nodes of the chosen cluster); a GPU without a cluster/ config of its own
-    keeps ``cluster_cfg``'s fabric. The row's ``gpus_per_node`` and ``nvlink_domain`` still apply on top."""
+    """The cluster config a row ran on: ``cluster_cfg`` for a row of its GPU (or none stated), else the platform
+    of the row's GPU (a GB200 row of a mixed table in an NVL72 rack), or of its other memory size (a100_40gb: the
+    DGX A100 of a100_80gb), else ``cluster_cfg``'s fabric; the row's gpus_per_node and nvlink_domain on top."""
     gpu = gpu_name(row, cluster_cfg)
     if gpu == str(cluster_cfg.gpu):
         return cluster_cfg
-    home = _home_clusters().get(gpu)
+    homes = _home_clusters()
+    home = homes.get(gpu) or next((c for g, c in sorted(homes.items()) if g.split("_")[0] == gpu.split("_")[0]), None)
     return _home_cluster(home) if home else cluster_cfg
 
 
