@@ -196,9 +196,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         say(f"source {line}")
     say(f"{summary.line()} | {coverage_line(results)}")
     ranking = ranking_of_results(results)  # the order of plans of one job, beside the error (vtrain.validation.ranking)
-    for line in [ranking.line(), *ranking.group_lines(), margin_refusals(results)] if ok else []:
-        if line:
-            say(line)
+    for text in [ranking.line(), *ranking.group_lines(), margin_refusals(results)] if ok else []:
+        if text:
+            say(text)
     write_summary(results, summary, out_dir / "validation_summary.json")
     mem = memory_summary_of(results)
     if mem is not None:
