@@ -1,6 +1,6 @@
-"""The shipped sustained-GEMM fractions are what their fit gives under today's model: a change to a kernel the fit
-subtracts (element-wise work, optimizer, communication of the decomposed DeepSpeed step) moves the fitted value,
-and this fails until ``python bench/fit_sustained.py --write`` has refitted the configs."""
+"""The shipped sustained-GEMM fractions are fitted end to end on >= 2 sources of each architecture (task=calibrate
+calibrate.scope=all); the one measured step decomposition (MLENG's Llama-3.1-8B under DeepSpeed ZeRO-2 on H200 and
+B200, bench/fit_sustained.py) is a check held out of that fit, not a fit of its own."""
 import pytest
 
 from tests.bench_scripts import load_bench
@@ -10,17 +10,18 @@ def _fit_module():
     return load_bench("fit_sustained")
 
 
-@pytest.mark.parametrize("gpu", ["h200", "b200"])
-def test_shipped_fraction_is_the_fit_of_the_current_model(gpu):
+@pytest.mark.parametrize("gpu, most_apart", [("h200", 0.05), ("b200", 0.20)])
+def test_the_decomposition_held_out_lands_near_the_calibrated_fraction(gpu, most_apart):
+    """H200: the decomposition (one DeepSpeed run) gives 0.793, the calibration on 7 Hopper sources 0.822 (3.5%
+    apart); B200: 0.688 against 0.811 on 6 Blackwell sources (15% apart: one early-Blackwell DeepSpeed run, beside
+    four Megatron-Bridge releases)."""
     fit = _fit_module()
     fitted = fit.fit(gpu)
     assert 0.3 < fitted < 1.0
-    assert fit.shipped(gpu) == pytest.approx(fitted, abs=0.0015), (
-        f"gpu/{gpu}.yaml ships sustained_gemm_fraction={fit.shipped(gpu)}, the fit now gives {fitted:.4f}: "
-        "refit with python bench/fit_sustained.py --write")
+    assert abs(fitted / fit.shipped(gpu) - 1.0) <= most_apart
 
 
-def test_transfers_carry_the_fitted_value():
+def test_every_gpu_of_an_architecture_carries_the_calibrated_value():
     fit = _fit_module()
     for gpu, transfers in fit.FITTED.items():
         for other in transfers:

@@ -75,19 +75,27 @@ def lookup_table(rows: Sequence[Residual]) -> iv.IntervalTable:
     return iv.IntervalTable({"classes": fit_classes(rows), "min_class_n": MIN_CLASS_N, "validated": validated(rows)[0]})
 
 
-def nested_coverage(rows: Sequence[Residual]) -> Dict[str, Dict[str, Any]]:
-    """Held-out coverage per source (the table refitted without it), per class reached, and over all rows:
-    n, coverage %, median width (hi / lo)."""
-    groups: Dict[str, List[Tuple[bool, float]]] = defaultdict(list)
+def nested(rows: Sequence[Residual]) -> List[Tuple[Residual, float, float, str]]:
+    """Each row with the interval (lo and hi factors of the prediction, the class used) that the table refitted
+    without the row's source gives it."""
+    out = []
     for source in dict.fromkeys(r.source for r in rows):
         table = lookup_table([r for r in rows if r.source != source])
         for r in rows:
-            if r.source != source:
-                continue
-            got = table.interval(r.gpu, r.precision, r.schedule, r.leaf)
-            hit = got.lo_factor <= r.measured_s / r.predicted_s <= got.hi_factor
-            for k in [f"source:{source}", "all", got.regime]:
-                groups[k].append((hit, got.hi_factor / got.lo_factor))
+            if r.source == source:
+                got = table.interval(r.gpu, r.precision, r.schedule, r.leaf)
+                out.append((r, got.lo_factor, got.hi_factor, got.regime))
+    return out
+
+
+def nested_coverage(checked: Sequence[Tuple[Residual, float, float, str]]) -> Dict[str, Dict[str, Any]]:
+    """Held-out coverage (of :func:`nested`'s intervals) per source, per class used, and over all rows: n,
+    coverage %, median width (hi / lo)."""
+    groups: Dict[str, List[Tuple[bool, float]]] = defaultdict(list)
+    for r, lo, hi, regime in checked:
+        hit = lo <= r.measured_s / r.predicted_s <= hi
+        for k in (f"source:{r.source}", "all", regime):
+            groups[k].append((hit, hi / lo))
     return {k: {"n": len(v), "coverage_pct": round(100.0 * sum(h for h, _ in v) / len(v), 1),
                 "median_width_ratio": round(float(np.median([x for _, x in v])), 3)}
             for k, v in sorted(groups.items())}

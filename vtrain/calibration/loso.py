@@ -25,10 +25,17 @@ import numpy as np
 
 from vtrain.calibration.sources import Source, ape_pct
 
-# nodes per constant over its log-bounds (see the module docstring): 9 nodes, steps of 9% of the sustained share,
-# 11% of the memory efficiency, 1.5x of the host time; a finer grid visits more nodes (each an exact simulation
+# nodes per constant over its log-bounds (see the module docstring): 7 nodes, steps of 12% of the sustained share,
+# 13% of the memory efficiency, 1.8x of the host time; a finer grid visits more nodes (each an exact simulation
 # of ~10 ms on a large plan) for optima that move by less than the folds' spread
-GRID = 9
+GRID = 7
+# a constant that moves a row's time by less than this (relative) across its whole range is inert for that row
+# (a GPU-bound plan's host time): the row is interpolated over its other constants only
+INERT = 1e-3
+# a source informs a constant when the constant, moved across its whole range, moves the source's times by at least
+# this much on average (|log| ratio): a source it barely moves leaves it flat, and a fit on that source alone would
+# drift to a bound (the GPU-bound weak-scaling rows and the 2022 host time); ~5%, the spread of a source's residuals
+INFORMS = 0.05
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,7 @@ class Surrogate:
         self.cache: Dict[Tuple[int, Tuple[Tuple[int, int], ...]], float] = {}
         self.rows: List[Any] = []
         self.row_id: Dict[int, int] = {}
+        self.spread: Dict[Tuple[int, int], float] = {}
 
     def row(self, w: Any) -> int:
         k = self.row_id.get(id(w))
@@ -132,6 +140,24 @@ class Surrogate:
             vals = [self.params[i].from_unit(j / (self.grid - 1)) for i, j in nodes]
             got = self.cache[(k, nodes)] = float(np.log(simulate_s(with_values(self.rows[k], ps, vals))))
         return got
+
+    def log_spread(self, k: int, i: int) -> float:
+        """|log| of the ratio of row ``k``'s times at param ``i``'s two bounds (the others at the row's config
+        values; 0 where the param does not apply)."""
+        got = self.spread.get((k, i))
+        if got is None:
+            p = self.params[i]
+            if not p.applies(self.rows[k]):
+                got = 0.0
+            else:
+                ends = [simulate_s(with_values(self.rows[k], [p], [v])) for v in (p.lo, p.hi)]
+                got = abs(float(np.log(ends[1] / ends[0])))
+            self.spread[(k, i)] = got
+        return got
+
+    def moves(self, k: int, i: int) -> bool:
+        """Whether param ``i`` moves row ``k``'s time by more than INERT across its bounds."""
+        return bool(self.log_spread(k, i) > float(np.log1p(INERT)))
 
     def log_s(self, k: int, dims: Sequence[int], u: np.ndarray) -> float:
         """Multilinear interpolation of row ``k``'s log time at unit coordinates ``u`` (indexed by param) over
@@ -161,15 +187,25 @@ class Fit:
     values: Tuple[Optional[float], ...]
     trained_on: Tuple[str, ...]
     evaluations: int
+    informed_by: Tuple[Tuple[str, ...], ...] = ()  # per param, the sources that inform it (loso's full fit)
 
     def fitted(self, params: Sequence[Param]) -> Tuple[List[Param], List[float]]:
         pairs = [(p, v) for p, v in zip(params, self.values) if v is not None]
         return [p for p, _ in pairs], [v for _, v in pairs]
 
 
-def informing(params: Sequence[Param], sources: Sequence[Source]) -> List[List[str]]:
-    """Per param, the sources with at least one row it applies to."""
-    return [[s.name for s in sources if any(p.applies(w) for w in s.workloads)] for p in params]
+def informing(sources: Sequence[Source], surrogate: "Surrogate") -> List[List[str]]:
+    """Per param, the sources it moves by >= INFORMS on average over their fit rows (0 for a row it does not
+    apply to)."""
+    out = []
+    for i in range(len(surrogate.params)):
+        names = []
+        for s in sources:
+            spread = [surrogate.log_spread(surrogate.row(s.workloads[int(j)]), i) for j in s.fit_index]
+            if spread and float(np.mean(spread)) >= INFORMS:
+                names.append(s.name)
+        out.append(names)
+    return out
 
 
 def prior_value(p: Param, sources: Sequence[Source]) -> float:
@@ -183,7 +219,7 @@ def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, m
     from scipy.optimize import minimize
 
     params = surrogate.params
-    active = [i for i, names in enumerate(informing(params, sources)) if len(names) >= min_sources]
+    active = [i for i, names in enumerate(informing(sources, surrogate)) if len(names) >= min_sources]
     if not active:
         return Fit(tuple(None for _ in params), tuple(s.name for s in sources), 0)
     start = np.array([prior_value(params[i], sources) for i in active])
@@ -193,7 +229,8 @@ def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, m
     for s in sources:
         idx = s.fit_index
         ks = [surrogate.row(s.workloads[int(i)]) for i in idx]
-        dims = [[i for i in active if params[i].applies(s.workloads[int(j)])] for j in idx]
+        dims = [[i for i in active if params[i].applies(s.workloads[int(j)]) and surrogate.moves(k, i)]
+                for j, k in zip(idx, ks)]
         plan.append((ks, dims, s.measured_s[idx], s.rate[idx]))
     evals = [0]
 
@@ -208,12 +245,9 @@ def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, m
         return total / len(plan)
 
     simplex = np.vstack([x0, x0 + 0.7 * np.eye(len(active))])  # ~15% of each log-range: a simplex that sees the data
+    # converged when the simplex spans < 0.05 in logit (~1% of a log-range) and the loss < 0.01 point
     res = minimize(loss, x0, method="Nelder-Mead",
-                   options={"maxfev": max_evals // 2, "initial_simplex": simplex, "xatol": 1e-3, "fatol": 1e-3})
-    res = minimize(loss, res.x, method="Nelder-Mead",  # one restart from its optimum (a collapsed simplex)
-                   options={"maxfev": max_evals // 2, "initial_simplex": np.vstack([res.x, res.x + 0.3 *
-                                                                                     np.eye(len(active))]),
-                            "xatol": 1e-3, "fatol": 1e-3})
+                   options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 0.05, "fatol": 0.01})
     values: List[Optional[float]] = [None] * len(params)
     for i, xi in zip(active, res.x):
         values[i] = params[i].from_unit(float(1.0 / (1.0 + np.exp(-xi))))
@@ -238,6 +272,7 @@ def loso(sources: Sequence[Source], params: Sequence[Param] = PARAMS, max_evals:
     is told each fit as it ends)."""
     surrogate = Surrogate(params, grid)
     full = fit(sources, surrogate, max_evals)
+    full = replace(full, informed_by=tuple(tuple(n) for n in informing(sources, surrogate)))
     if progress is not None:
         progress(f"fitted on every source ({full.evaluations} evaluations, {len(surrogate.cache)} simulations)")
     out = []

@@ -22,7 +22,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from vtrain.calibration import intervals_fit
-from vtrain.calibration.loso import PARAMS, Fit, Param, SourceResult, informing, loso, prior_value
+from vtrain.calibration.loso import PARAMS, Fit, Param, SourceResult, loso, prior_value
 from vtrain.calibration.sources import Source, all_sources
 from vtrain.cli.logs import say
 from vtrain.workload.fields import Domain, check_value
@@ -83,32 +83,42 @@ def improves(p: Param, names: Sequence[str], results: Sequence[SourceResult]) ->
 
 def constant_table(sources: Sequence[Source], full: Fit, results: Sequence[SourceResult]) -> List[Dict[str, Any]]:
     """Print and return per constant: config value, fitted value, the sources it was fitted on, the range over
-    the leave-one-source-out folds, and whether writing it lowers its sources' held-out error."""
+    the leave-one-source-out folds, and whether to write it (below)."""
     say(f"  {'constant':<46} {'config':>9} {'fitted':>9} {'over folds':>21} {'sources':>7}  write")
     out = []
-    for i, (p, names) in enumerate(zip(PARAMS, informing(PARAMS, sources))):
+    for i, (p, names) in enumerate(zip(PARAMS, full.informed_by)):
         folds = [float(f) for f in (r.fold.values[i] for r in results) if f is not None]
         v = full.values[i]
-        better = v is not None and improves(p, names, results)
+        # written where it lowers its sources' held-out error and every fold moved it off the config value (a
+        # config value inside the folds' range is one the data do not move)
+        better = v is not None and improves(p, names, results) and bool(folds) and \
+            not min(folds) <= prior_value(p, sources) <= max(folds)
         spread = f"{min(folds):.4g} .. {max(folds):.4g}" if folds else "-"
         say(f"  {p.key:<46} {prior_value(p, sources):>9.4g} {'-' if v is None else f'{v:.4g}':>9} {spread:>21} "
             f"{len(names):>7}  {'yes' if better else 'no'}")
         out.append({"constant": p.key, "field": p.field, "members": list(p.members),
                     "config": prior_value(p, sources), "fitted": v, "fold_min": min(folds) if folds else None,
-                    "fold_max": max(folds) if folds else None, "sources": names, "lowers_held_out_error": better})
+                    "fold_max": max(folds) if folds else None, "sources": names, "write": better})
     return out
 
 
-def write_predictions(path: Path, sources: Sequence[Source], results: Sequence[SourceResult]) -> None:
+def write_predictions(path: Path, sources: Sequence[Source], results: Sequence[SourceResult],
+                      checked: Sequence[Any]) -> None:
+    """Every row: measured, at the config values, held out, and its held-out 80% interval (lo, hi factors of
+    the held-out prediction, from the interval table refitted without its source: bench/fit_intervals.py plots
+    them)."""
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["source", "row", "gpu", "stack", "measured_s", "measured_as_rate", "config_s", "held_out_s",
-                      "held_out_ape_pct", "interval_class"])
+                      "held_out_ape_pct", "interval_class", "interval_lo_factor", "interval_hi_factor"])
+        k = 0
         for s, r in zip(sources, results):
             for j, w in enumerate(s.workloads):
+                _, lo, hi, _ = checked[k]
+                k += 1
                 out.writerow([s.name, s.labels[j] if s.labels else j + 1, w.cluster.gpu.name, w.stack.name,
                               f"{s.measured_s[j]:.6g}", int(s.rate[j]), f"{s.shipped_s[j]:.6g}",
-                              f"{r.loso_s[j]:.6g}", f"{r.loso_ape[j]:.3f}", s.leaves[j]])
+                              f"{r.loso_s[j]:.6g}", f"{r.loso_ape[j]:.3f}", s.leaves[j], f"{lo:.4f}", f"{hi:.4f}"])
 
 
 def write_configs(constants: Sequence[Dict[str, Any]]) -> List[str]:
@@ -121,7 +131,7 @@ def write_configs(constants: Sequence[Dict[str, Any]]) -> List[str]:
     written = []
     by_key = {p.key: p for p in params}
     for c in constants:
-        if not c["lowers_held_out_error"]:
+        if not c["write"]:
             continue
         p = by_key[c["constant"]]
         group = "gpu" if p.on_gpu else "stack"
@@ -129,21 +139,25 @@ def write_configs(constants: Sequence[Dict[str, Any]]) -> List[str]:
                 f"source-out range {c['fold_min']:.4g} .. {c['fold_max']:.4g}; {COMMAND} calibrate.write=true")
         for path in sorted((CONF_DIR / group).glob("*.yaml")):
             text = path.read_text()
-            if f"\n{p.field}:" not in f"\n{text}" or not _member(p, group, path.stem, text):
+            if f"\n{p.field}:" not in f"\n{text}" or not _member(p, group, path.stem):
                 continue
             update_yaml(path, {p.field: float(f"{c['fitted']:.4g}")}, {p.field: prov})
             written.append(f"{group}/{path.name}")
     return written
 
 
-def _member(p: Param, group: str, name: str, text: str) -> bool:
+def _member(p: Param, group: str, name: str) -> bool:
+    """Whether the config ``group/name`` is one of ``p``'s members (a GPU by its architecture, inherited or not)."""
     if group == "stack":
         return name in p.members
-    return any(f"architecture: {a}" in text for a in p.members)
+    from vtrain.config.build import gpu_spec
+    from vtrain.config.compose import load_gpu_config
+
+    return str(gpu_spec(load_gpu_config(name)).architecture) in p.members
 
 
 def run_all(cfg: DictConfig, out_dir: Path) -> int:
-    max_evals = cfg.extra.get("max_evals", 600)
+    max_evals = cfg.extra.get("max_evals", 400)
     check_value("extra.max_evals", max_evals, MAX_EVALS)
     say("reading every source as task=validate reads it ...")
     sources = [s for s in all_sources() if s.n > 0]
@@ -153,7 +167,8 @@ def run_all(cfg: DictConfig, out_dir: Path) -> int:
         "without it ...")
     full, results = loso(sources, PARAMS, int(max_evals), progress=lambda m: say(f"  {m}"))
     rows = intervals_fit.residuals(sources, {r.name: r.loso_s for r in results})
-    coverage = intervals_fit.nested_coverage(rows)
+    checked = intervals_fit.nested(rows)
+    coverage = intervals_fit.nested_coverage(checked)
     say("per source (MAPE of the measured quantity; config: the shipped constants; LOSO: fitted without the "
         "source; cover80: the source's rows inside the interval refitted without it):")
     table = source_table(sources, results, coverage)
@@ -173,7 +188,7 @@ def run_all(cfg: DictConfig, out_dir: Path) -> int:
             out.writerow([rec["source"], rec["n"], rec.get("skipped", ""), rec["config_mape_pct"],
                           rec["in_sample"]["mape_pct"], rec["loso"]["mape_pct"], rec["loso"]["within_10_pct"],
                           rec.get("coverage80_pct", "")])
-    write_predictions(out_dir / "predictions.csv", sources, results)
+    write_predictions(out_dir / "predictions.csv", sources, results, checked)
     if cfg.calibrate.write:
         from vtrain.validation.datasets import data_path
 
