@@ -3,8 +3,8 @@
 Method: split-conformal prediction (Vovk, Gammerman & Shafer, "Algorithmic Learning in a Random World",
 2005; Lei, G'Sell, Rinaldo, Tibshirani & Wasserman, "Distribution-free predictive inference for
 regression", JASA 2018) on log-ratio residuals r = log(measured / predicted) of out-of-sample
-predictions: cross-validated ones where the constants were fitted on the rows (the A100 sets,
-bench/cv_a100.py), plain ones where they were transferred (the rows were never fitted). The equal-tailed
+predictions: each source's rows predicted by the calibration fitted without that source
+(vtrain/calibration/loso.py, vtrain/calibration/intervals_fit.py). The equal-tailed
 interval takes the k_lo-th and k_hi-th smallest residual, k_lo = floor((n+1)·α/2) and
 k_hi = ceil((n+1)·(1-α/2)) (α = 0.2): under exchangeability each tail misses at most α/2 of new runs.
 
@@ -16,7 +16,8 @@ on the way (never narrower than a smaller class's own data supports). A plan wit
 than 9 validation rows carry (a GPU, precision or schedule; or a constants/family pair without data:
 MoE on fitted constants) gets the widest interval of the table and a note.
 
-The table is package data (vtrain/data/intervals.json, written by bench/fit_intervals.py): read once, on
+The table is package data (vtrain/data/intervals.json, written by ``python -m vtrain task=calibrate
+calibrate.scope=all calibrate.write=true``): read once, on
 first use. Everything else here is pure and cheap (a few dict look-ups per simulation).
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 
 LEVEL = 0.8  # the issue's 80% interval
 # host-bound: the critical stage's GPU waits on the host for >= 20% of the iteration. Not tuned: on the
-# A100 set the residual quantiles differ by < 2 points for any threshold from 5% to 30% (fit_intervals.py)
+# A100 set the residual quantiles differ by < 2 points for any threshold from 5% to 30% (2026-12)
 HOST_BOUND_FRACTION = 0.2
 # the (gpu, stack) pair whose constants task=calibrate fitted to iteration times (conf/gpu/a100_80gb.yaml
 # provenance): the only one whose residuals come from cross-validation
@@ -105,7 +106,7 @@ def resolve(key: str, classes: Mapping[str, Mapping[str, Any]], min_class_n: int
 
 def widest(classes: Mapping[str, Mapping[str, Any]]) -> Tuple[float, float]:
     """The envelope of every finite class interval: for plans without validation data ((0, 0) for a table
-    without classes, which only bench/fit_intervals.py's first run reads)."""
+    without classes)."""
     finite = [c for c in classes.values() if c.get("q_lo") is not None]
     if not finite:
         return 0.0, 0.0
