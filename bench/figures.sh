@@ -3,9 +3,11 @@
 # print each one's summary line: the validations (A100 single node, weak scaling, Megatron-Core MoE on H100
 # and Blackwell, torchtitan), the component-table fits (GEMMs, collectives, attention over lengths, FP8 recipes),
 # the block-scaled GEMM ratio, and the measured H200 iterations (profile path, bench/h200_measured.py), then
-# the interval table and its plot (vtrain/data/intervals.json, docs/intervals.png: stale ones fail tests/unit/test_intervals.py).
+# with --cv the cross-validations, the leave-one-source-out calibration, its interval table and their plot
+# (vtrain/data/intervals.json, docs/intervals.png).
 #   usage: bash bench/figures.sh            about 4 minutes on the 2-core VM
-#          bash bench/figures.sh --cv       and the cross-validation (bench/cv_a100.py: much longer)
+#          bash bench/figures.sh --cv       and the cross-validations (bench/cv_a100.py, task=calibrate
+#                                           calibrate.scope=all: much longer)
 # Each command's whole output is kept in outputs/figures/<name>.log; the run stops at the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,8 +47,11 @@ step fit_attention_length 'k0 = |held out' "$PY" bench/fit_attention_length.py
 step fit_block_scaled 'block_scaled_gemm_ratio = |fitted$' "$PY" bench/fit_block_scaled.py
 step h200_measured 'MAPE' "$PY" bench/h200_measured.py
 step h200_llama_measured 'MAPE' "$PY" bench/h200_measured.py --profile profiles/measured/h200-llama
-step intervals '^\| all \||^wrote' "$PY" bench/fit_intervals.py --plot docs/intervals.png
 if [ "$CV" = 1 ]; then
   step cv_a100 'MAPE' "$PY" bench/cv_a100.py --max-evals 60
+  # one calibration of every constant, leave-one-source-out; refits the interval table (docs/calibration.md)
+  step calibrate_all '^  (pooled|interval)|^wrote' "$PY" -m vtrain task=calibrate calibrate.scope=all tracking=off \
+    calibrate.write=true hydra.run.dir="$LOGS/calibrate_all"
+  step intervals '^wrote' "$PY" bench/fit_intervals.py "$LOGS/calibrate_all/predictions.csv" --plot docs/intervals.png
 fi
 echo "figures: done; compare with the README and update the lines that moved (git diff shows the data files)"
