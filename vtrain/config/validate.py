@@ -7,9 +7,12 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
+from vtrain.comm.ep import check_expert_parallel
 from vtrain.errors import ConfigError
+from vtrain.sim.schedule import check_schedule
 from vtrain.workload import bounds as B
 from vtrain.workload.arith import divisors
+from vtrain.workload.chunks import TWO_CHUNKS, V_SHAPE
 from vtrain.workload.enums import (
     AttentionKind,
     CpComm,
@@ -20,6 +23,7 @@ from vtrain.workload.enums import (
     parse_recompute_modules,
 )
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.pipeline_layout import layout_layers
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import GIB, ClusterSpec
 
@@ -194,7 +198,7 @@ def check_pipeline_split(m: ModelSpec, p: ParallelPlan) -> None:
             raise ConfigError("first_stage_layers / last_stage_layers need pp>1")
         if not (not (p.account_for_embedding or p.account_for_loss)):
             raise ConfigError("account_for_embedding / account_for_loss do not combine with first/last_stage_layers")
-        if p.schedule in (Schedule.ZBV, Schedule.DUALPIPEV):
+        if p.schedule in V_SHAPE:
             raise ConfigError(f"first_stage_layers / last_stage_layers do not apply to schedule={p.schedule.value}: "
                               "its V shape puts the first and the last layers on stage 0")
         per_stage = n // p.pp  # positions per stage (DualPipe: per direction's chain)
@@ -251,10 +255,8 @@ def check_microbatch_group(p: ParallelPlan) -> None:
 def check_layout(m: ModelSpec, p: ParallelPlan) -> None:
     """Megatron-Core's explicit layout: its own rules (:func:`vtrain.workload.pipeline_layout.layout_layers`),
     on the schedules that run Megatron's order q = chunk*pp + stage, alone (it states where E and L sit)."""
-    from vtrain.workload.pipeline_layout import layout_layers
-
     key = f"parallelism.pipeline_layout={p.pipeline_layout}"
-    if p.schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
+    if p.schedule in TWO_CHUNKS:
         raise ConfigError(f"{key}: applies to Megatron's order q = chunk*pp + stage (1f1b, interleaved, "
                           f"zero_bubble, gpipe), not schedule={p.schedule.value}")
     if p.first_stage_layers or p.last_stage_layers or p.account_for_embedding or p.account_for_loss:
@@ -266,9 +268,6 @@ def check_layout(m: ModelSpec, p: ParallelPlan) -> None:
 def check_moe_plan(m: ModelSpec, p: ParallelPlan) -> None:
     """Expert parallelism (Megatron-Core's rules: etp*ep*edp = tp*dp*cp per stage) and the schedules that
     need a B/W split or two chunks."""
-    from vtrain.comm.ep import check_expert_parallel  # noqa: I001
-    from vtrain.sim.schedule import check_schedule
-
     check_expert_parallel(m, p)
     check_schedule(p.schedule, p.pp, p.num_microbatches)
 

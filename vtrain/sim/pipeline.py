@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from vtrain.errors import ConfigError
 from vtrain.sim.engine import PipelineRun, run_pipeline
 from vtrain.sim.schedule import CompiledSchedule, chunks_of, compile_schedule, period
+from vtrain.sim.schedule_zb import zbv_costs
 from vtrain.workload.enums import Schedule
 
 MAX_TASKS = 400_000  # a full run above this is refused (memory ~100 MB, ~0.2 s)
@@ -172,8 +173,6 @@ def _zbv_costs(schedule: Schedule, p: int, chunks: int, gpu_s: Sequence[float]) 
     F, B and W chunk passes (duration keys s * 3 * chunks + kind * chunks + chunk); other schedules: units."""
     if schedule != Schedule.ZBV:
         return (1, 1, 1)
-    from vtrain.sim.schedule_zb import zbv_costs
-
     mean = [sum(gpu_s[s * 3 * chunks + k * chunks + c] for s in range(p) for c in range(chunks)) / (p * chunks)
             for k in range(3)]
     return zbv_costs(*mean)

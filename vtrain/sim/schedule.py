@@ -36,46 +36,17 @@ from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.errors import ConfigError
+from vtrain.sim.schedule_zb import zb_period, zb_stage_order
+from vtrain.sim.tasks import FUSED, B, F, StageOrder, Task, W
+from vtrain.workload.chunks import TWO_CHUNKS, chunks_of, layout
 from vtrain.workload.enums import Schedule
 
-Task = Tuple[int, ...]  # (kind, chunk, microbatch) or (FUSED, f chunk, f mb, b chunk, b mb)
-F, B, W, FUSED = 0, 1, 2, 3
+__all__ = ["B", "F", "FUSED", "W", "StageOrder", "Task", "chunks_of", "layout"]  # the task vocabulary, re-exported
 SPLIT = (Schedule.ZERO_BUBBLE, Schedule.ZBV, Schedule.DUALPIPE, Schedule.DUALPIPEV)  # B/W split
-V_SHAPE = (Schedule.ZBV, Schedule.DUALPIPEV)
-_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))
-
-
-@dataclass(frozen=True)
-class StageOrder:
-    warmup: Tuple[Task, ...]
-    steady: Tuple[Tuple[Task, ...], ...]  # repeating units ((forward, backward) pairs for 1F1B)
-    cooldown: Tuple[Task, ...]
-    regular: int = -1  # steady units that repeat (-1: all); the rest touch a shorter last micro-batch group
-
-    def tasks(self) -> List[Task]:
-        return [*self.warmup, *(t for unit in self.steady for t in unit), *self.cooldown]
 
 
 def splits_backward(schedule: Schedule) -> bool:
     return schedule in SPLIT
-
-
-def chunks_of(schedule: Schedule, v: int) -> int:
-    if schedule in _TWO_CHUNKS:
-        return 2
-    return v if schedule is Schedule.INTERLEAVED else 1
-
-
-@lru_cache(maxsize=256)
-def layout(schedule: Schedule, p: int, v: int) -> Tuple[Tuple[Tuple[int, ...], ...], int]:
-    """(position[stage][chunk], positions per chain). Interleaved: q = c·p + s; V-shape: chunk 0 at s,
-    chunk 1 at 2p-1-s; DualPipe: direction 0 at s, direction 1 at p + (p-1-s), chains of p."""
-    v = chunks_of(schedule, v)
-    if schedule in V_SHAPE:
-        return tuple((s, 2 * p - 1 - s) for s in range(p)), 2 * p
-    if schedule == Schedule.DUALPIPE:
-        return tuple((s, 2 * p - 1 - s) for s in range(p)), p
-    return tuple(tuple(c * p + s for c in range(v)) for s in range(p)), p * v
 
 
 def check_schedule(schedule: Schedule, p: int, m: int) -> None:
@@ -83,7 +54,7 @@ def check_schedule(schedule: Schedule, p: int, m: int) -> None:
     dualpipe.py ``step``: num_ranks % 2 == 0, num_chunks % 2 == 0 and num_chunks >= 2 * num_ranks, each
     direction running half of the micro-batches; dualpipev.py: num_chunks >= 2 * num_ranks only, so an odd
     count schedules), ZB-V's 2p (PyTorch's ScheduleZBVZeroBubble: micro-batches >= its 2p stages)."""
-    if schedule in (Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE):
+    if schedule in TWO_CHUNKS:
         if schedule == Schedule.DUALPIPE and p % 2:
             raise ConfigError(f"parallelism.schedule=dualpipe needs an even pp, got pp={p} (DualPipe's step() "
                               "asserts num_ranks % 2 == 0)")
@@ -117,8 +88,6 @@ def stage_order(schedule: Schedule, p: int, v: int, m: int, s: int, fused: bool 
     """Stage ``s``'s task order; ``costs``: the F, B, W pass times ZB-V's greedy order is built on; ``group``:
     the interleaved schedule's micro-batches per chunk group (0: p)."""
     if schedule in SPLIT:
-        from vtrain.sim.schedule_zb import zb_stage_order
-
         return zb_stage_order(schedule, p, m, s, fused, costs)
     if schedule == Schedule.GPIPE:
         return StageOrder(tuple((0, 0, i) for i in range(m)), (), tuple((1, 0, i) for i in range(m)))
@@ -155,7 +124,7 @@ def peak_inflight_chunks(schedule: Schedule, p: int, v: int, m: int, s: int, gro
     README, "Activation"), at most 2m."""
     if schedule == Schedule.GPIPE:
         return m
-    if schedule in _TWO_CHUNKS:
+    if schedule in TWO_CHUNKS:
         return min({Schedule.ZBV: 2 * p, Schedule.DUALPIPE: p + 1, Schedule.DUALPIPEV: 2 * p + 1}[schedule], 2 * m)
     if schedule == Schedule.INTERLEAVED and v > 1:
         return min(interleaved_warmup(p, v, s, group or p, fused) + 1, m * v)
@@ -189,8 +158,6 @@ def period(schedule: Schedule, p: int, v: int, group: int = 0) -> Optional[Tuple
     if schedule == Schedule.GPIPE:
         return None
     if schedule in SPLIT:
-        from vtrain.sim.schedule_zb import zb_period
-
         return zb_period(schedule)
     if schedule == Schedule.INTERLEAVED and v > 1:
         n = group or p

@@ -26,7 +26,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Deque, List, Optional, Tuple
 
-from vtrain.sim.schedule import FUSED, B, F, StageOrder, Task, W
+from vtrain.sim.tasks import FUSED, B, F, StageOrder, Task, W
 from vtrain.workload.enums import Schedule
 
 

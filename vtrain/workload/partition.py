@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Tuple
 
+from vtrain.workload.chunks import layout
 from vtrain.workload.enums import Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.pipeline_layout import parse_layout
@@ -185,8 +186,6 @@ def layer_split(num_layers: int, plan: ParallelPlan, chain: int = 0) -> Tuple[in
 
 def partition(model: ModelSpec, plan: ParallelPlan) -> StagePartition:
     """Layers per position of each chain (:func:`layer_split`) and parameters per GPU (see the module doc)."""
-    from vtrain.sim.schedule import layout
-
     p, v, t = plan.pp, plan.chunks, plan.tp
     pos, chain = layout(plan.schedule, p, v)
     per_chain = layer_split(model.num_layers, plan, chain)

@@ -6,12 +6,11 @@ from enum import Enum
 from typing import Any, Dict, Optional
 
 from vtrain.workload import bounds as B
+from vtrain.workload.chunks import chunks_of
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule, parse_cuda_graph_scope
 from vtrain.workload.fields import NON_NEGATIVE_INT, spec
 
 PAR, TRAIN = "parallelism", "training"  # the config groups that hold a plan's fields
-_TWO_CHUNKS = frozenset((Schedule.ZBV, Schedule.DUALPIPEV, Schedule.DUALPIPE))  # V-shaped / two directions
-_INTERLEAVED = Schedule.INTERLEAVED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,9 +121,7 @@ class ParallelPlan:
     def chunks(self) -> int:
         """Model chunks per pipeline stage (virtual stages of the interleaved schedule; 2 for the V-shaped
         schedules; DualPipe's two directions)."""
-        if self.schedule in _TWO_CHUNKS:
-            return 2
-        return self.virtual_stages if self.schedule is _INTERLEAVED else 1
+        return chunks_of(self.schedule, self.virtual_stages)
 
     @property
     def microbatch_group(self) -> int:
