@@ -194,3 +194,11 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
     written = ("gpu:hopper.sustained_gemm_fraction", "stack:megatron_core_te.host_time_per_kernel_s")
     for c in (c for c in summary["constants"] if c["constant"] in written):
         assert c["fold_min"] * 0.97 <= c["config"] <= c["fold_max"] * 1.03, c
+
+
+def test_an_unknown_scope_is_a_one_line_error(capfd, tmp_path):
+    from tests.clirun import run_inprocess
+
+    res = run_inprocess(["task=calibrate", "calibrate.scope=everything", f"hydra.run.dir={tmp_path}"], capfd)
+    assert res.code == 2
+    assert res.one_line_error() == "vtrain: error: calibrate.scope=everything is not one of a100, all"
