@@ -145,3 +145,14 @@ def test_a_moe_baseline_puts_the_experts_inside_the_nvlink_domain():
 def test_prepare_keeps_the_margin_of_the_cluster(tmp_path):
     ctx = prepare(compose([*SMALL, "cluster.usable_hbm_fraction=0.8"]))
     assert ctx.workload.cluster.usable_hbm_fraction == 0.8
+
+
+def test_a_user_plan_that_is_no_plan_is_said_beside_the_recipe_gain():
+    from vtrain.search.optimum import Optimum
+
+    opt = Optimum("best", gain=gain_over(_metrics(10.0), _metrics(20.0), "b", "recipe rule: ..."),
+                  baseline_note="your parallelism is no plan for this cluster (tp=3 ...)")
+    lines = opt.lines()
+    assert any(ln.startswith("gain over the baseline b (recipe rule") for ln in lines)
+    assert "  (your parallelism is no plan for this cluster (tp=3 ...): the recipe rule's plan is the baseline " \
+           "instead)" in lines

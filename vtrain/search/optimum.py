@@ -105,6 +105,8 @@ class Optimum:
         out += [f"  {n.label}: {fmt_days(n.days * 86400)} ({n.days_lo:,.1f} to {n.days_hi:,.1f}), "
                 f"${n.cost_usd:,.0f}; differs in {n.differs}" for n in self.near]
         out.append(gain_line(self.gain) if self.gain is not None else f"gain over a baseline: {self.baseline_note}")
+        if self.gain is not None and self.baseline_note:  # the user's plan could not be the baseline
+            out.append(f"  ({self.baseline_note}: the recipe rule's plan is the baseline instead)")
         if self.steps:
             out.append(f"sensitivity around the fastest plan {self.best} (one step of each knob, GPUs kept):")
             out += table_lines(self.steps)
