@@ -19,6 +19,8 @@ GPT3_PLAN = ["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8"]
     ("llama3_405b", 1.56e13, 8192, 2048, "Dubey et al. 2024"),
     ("deepseek_v3", 1.48e13, 4096, 15360, "DeepSeek-AI 2024"),
     ("llama2_70b", 2.0e12, 4096, 1024, "Touvron et al. 2023"),
+    ("llama3_70b", 1.5e13, 8192, 2048, "batch 2,048 x 8,192 assumed"),
+    ("llama3_1_405b", 1.56e13, 8192, 2048, "Dubey et al. 2024"),
     ("gpt175b", 3.0e11, 2048, 1536, "Brown et al. 2020"),
     ("gpt_1_7b", 3.0e11, 2048, 1536, "assumed: GPT-3's run"),
 ])
@@ -85,11 +87,11 @@ def test_bad_reliability_input_is_one_line(tmp_path: Path, capfd) -> None:
 
 
 def test_a_model_without_a_run_asks_for_its_tokens(tmp_path: Path, capfd) -> None:
-    args = ["task=simulate", "+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+    args = ["task=simulate", "+model=qwen3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
             "parallelism.dp=8", "tracking=off"]
     res = run_inprocess([*args, f"hydra.run.dir={tmp_path / 'a'}"], capfd)
     line = res.one_line_error()
-    assert res.code == 2 and line.startswith("vtrain: error: training.tokens_to_train=unset: model=llama3_8b")
+    assert res.code == 2 and line.startswith("vtrain: error: training.tokens_to_train=unset: model=qwen3_8b")
     res = run_inprocess([*args, "training.tokens_to_train=1.5e13", f"hydra.run.dir={tmp_path / 'b'}"], capfd)
     assert res.code == 0, res.err
     assert "run: 15T tokens, sequences of 2,048, batch 1,536" in res.out
