@@ -7,10 +7,12 @@ import json
 import pytest
 
 from tests.clirun import validate_table
+from vtrain import compose
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow, normalise_header, read_measurements
 from vtrain.validation.datasets import resolve_dataset, shipped_defaults
 from vtrain.validation.published import pasted_row, summary_by_source
+from vtrain.validation.run import validate_rows
 from vtrain.validation.spellings import (
     framework_cell,
     gpu_cell,
@@ -103,6 +105,11 @@ def test_compiled_table_headers(header, column):
     assert normalise_header(header) == column
 
 
+@pytest.fixture(scope="module")
+def cfg():
+    return compose(["+cluster=h100x1024"], require=False)
+
+
 def _csv_of(rows, path):
     """``rows`` (MeasuredRows of one file) written back as a CSV at ``path``."""
     header = list(rows[0].values)
@@ -148,12 +155,13 @@ def test_tp_comm_overlap_at_tp_1_is_ignored_with_a_note():
     assert why == ["tp_comm_overlap ignored with sequence_parallel=no (the framework turns it off)"]
 
 
-def test_tp_comm_overlap_at_tp_1_simulates_as_the_framework_runs_it(tmp_path, capfd):
-    text = ("model,gpu,num_gpus,tp,pp,global_batch,micro_batch,seq_len,precision,framework,tp_comm_overlap,"
-            "tokens_per_s_per_gpu\nllama3_8b,H100,8,1,1,128,1,8192,FP8-CS,Megatron-Bridge,true,14000\n")
-    res, rows = validate_table(text, tmp_path, capfd)
-    assert res.code == 0 and rows[0]["skipped_reason"] == "" and float(rows[0]["predicted_ms"]) > 0
-    assert rows[0]["validation_notes"].startswith("tp_comm_overlap ignored at tp=1")
+def test_tp_comm_overlap_at_tp_1_simulates_as_the_framework_runs_it(cfg):
+    row = _row(model="llama3_8b", gpu="H100", num_gpus=8, tp=1, pp=1, global_batch=128, micro_batch=1,
+               seq_len=8192, precision="FP8-CS", framework="Megatron-Bridge", tp_comm_overlap="true",
+               tokens_per_s_per_gpu=14000)
+    (res,) = validate_rows([row], cfg, defaults=None)
+    assert res.skipped_reason is None and res.predicted_ms > 0
+    assert res.notes.startswith("tp_comm_overlap ignored at tp=1")
 
 
 def test_hybrid_mamba_is_a_skip_with_its_reason():
@@ -223,14 +231,14 @@ def test_summary_by_source_groups_the_rows_and_counts_skips():
     assert summary_by_source([R("", 3.0)]) == {}
 
 
-def test_a_row_silent_on_its_micro_batch_runs_one_its_schedule_takes(tmp_path, capfd):
+def test_a_row_silent_on_its_micro_batch_runs_one_its_schedule_takes(cfg):
     """Interleaved 1F1B on pp=4 with 8 sequences per replica: micro-batches of 4 and 8 leave fewer micro-batches
     than stages (refused by the schedule), 1 and 2 run; the row is simulated at one of those, not skipped."""
-    text = ("model,gpu,num_gpus,tp,pp,virtual_stages,global_batch,seq_len,framework,tokens_per_s_per_gpu\n"
-            "llama3_8b,H100,8,2,4,2,8,4096,Megatron-Bridge,9000\n")
-    res, rows = validate_table(text, tmp_path, capfd)
-    assert res.code == 0 and rows[0]["skipped_reason"] == "", rows
-    assert rows[0]["simulated_micro_batch"] in ("1", "2") and float(rows[0]["predicted_ms"]) > 0
+    row = _row(model="llama3_8b", gpu="H100", num_gpus=8, tp=2, pp=4, virtual_stages=2, global_batch=8,
+               seq_len=4096, framework="Megatron-Bridge", tokens_per_s_per_gpu=9000)
+    (res,) = validate_rows([row], cfg, defaults=None)
+    assert res.skipped_reason is None, res.skipped_reason
+    assert res.micro_batch in ("1", "2") and res.predicted_ms > 0
 
 
 def test_published_rows_gives_each_rows_source_workload_and_measured_seconds(tmp_path):
