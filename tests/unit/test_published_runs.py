@@ -42,6 +42,27 @@ def test_framework_names_the_row_builder_reads_as_they_are(raw):
     assert framework_cell(raw) is None
 
 
+@pytest.mark.parametrize("raw,stack", [
+    ("Megatron-Bridge", "megatron_core_te"), ("NeMo 24.07", "megatron_core_te"),
+    ("NeMo 24.07 (Megatron-Core)", "megatron_core_te"), ("Megatron-Bridge / Megatron-Core (NeMo 26.02.01)",
+                                                         "megatron_core_te"),
+    ("llm-foundry", "llm_foundry_fsdp"), ("Composer + llm-foundry (FSDP, FlashAttention)", "llm_foundry_fsdp"),
+    ("Megatron-DeepSpeed", "megatron_deepspeed_2022"), ("DeepSpeed", "deepspeed"), ("DeepSpeed ZeRO-3", "deepspeed"),
+])
+def test_framework_names_as_tables_print_them_name_their_stack(raw, stack):
+    from vtrain.validation.rows import RowDefaults, stack_name
+
+    row, _ = pasted_row(_row(framework=raw))
+    assert stack_name(row, None, RowDefaults()) == stack
+
+
+def test_megatron_lm_2020_is_the_pre_fp8_megatron_on_v100_and_a100():
+    from vtrain.validation.rows import RowDefaults, stack_name
+
+    row, _ = pasted_row(_row(framework="Megatron-LM (2020)"))
+    assert stack_name(row, None, RowDefaults(), pre_fp8=True) == "megatron_lm_2021"
+
+
 @pytest.mark.parametrize("raw,cells", [
     ("fp16 mixed precision", {"precision": "fp16"}),
     ("bf16 (MP mode PURE)", {"precision": "bf16", "mp_mode": "PURE"}),
