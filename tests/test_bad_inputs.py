@@ -218,3 +218,13 @@ def test_a_good_config_dir_still_runs(tmp_path, capfd):
                          "tracking=off", f"hydra.run.dir={tmp_path}/run"], capfd)
     assert res.code == 0, res.err
     assert (tmp_path / "run" / "report.json").is_file()
+
+
+def test_a_primary_config_folder_is_checked_too(tmp_path, capfd):
+    """--config-path names the folder of the primary config: its files are the user's, checked the same way."""
+    path = _config_dir(tmp_path, "config.yaml", "task: simulate\nhydra:\n  callbacks:\n    x:\n"
+                       "      _target_: os.system\n")
+    res = run_inprocess(["--config-path", str(tmp_path / "conf"), "--config-name", "config", "+model=tiny",
+                         "+cluster=local_cpu", f"hydra.run.dir={tmp_path}/run"], capfd)
+    assert res.one_line_error().startswith(f"vtrain: error: {path.resolve()}: line 5: hydra.callbacks.x._target_="
+                                           "os.system: config is data")

@@ -13,12 +13,14 @@ Hydra's own keys (``hydra.*``, ``hydra/launcher=...``) are left to Hydra.
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.cli.keys import FREE, children, closest, lookup, suggest_key, type_error
 from vtrain.config.compose import CONF_DIR, group_options, set_user_config_dirs
 from vtrain.config.compose import check_config_name as config_file
 from vtrain.config.trust import check_tree
+from vtrain.config.userfiles import check_config_dirs
 from vtrain.errors import ConfigError
 
 TASKS = ("search", "simulate", "validate", "calibrate", "profile", "measure", "casestudy")
@@ -83,12 +85,13 @@ def split_argv(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return flags, overrides
 
 
-def config_dir_flags(flags: Sequence[str]) -> List[str]:
-    """The folders of ``--config-dir`` / ``-cd`` (``--config-dir=DIR`` or ``--config-dir DIR``)."""
+def config_dir_flags(flags: Sequence[str], names: Tuple[str, ...] = ("--config-dir", "-cd")) -> List[str]:
+    """The folders of ``--config-dir`` / ``-cd`` (``--config-dir=DIR`` or ``--config-dir DIR``); ``names``: other
+    flags that name a folder (``--config-path``)."""
     dirs: List[str] = []
     for i, flag in enumerate(flags):
         name, eq, value = flag.partition("=")
-        if name in ("--config-dir", "-cd"):
+        if name in names:
             if eq:
                 dirs.append(value)
             elif i + 1 < len(flags):
@@ -105,6 +108,8 @@ def check_argv(argv: Sequence[str]) -> None:
     if any(f in ("-h", "--help", "--hydra-help", "--version") for f in flags):
         return
     set_user_config_dirs(config_dir_flags(flags))
+    primary = [Path(d).expanduser() for d in config_dir_flags(flags, ("--config-path", "-cp"))]
+    check_config_dirs([p.resolve() for p in primary if p.is_dir()])  # a primary config folder of one's own
     multirun = any(f in ("-m", "--multirun") for f in flags)
     selected = preset_selections(texts)
     parser = OverridesParser.create()

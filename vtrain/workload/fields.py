@@ -57,9 +57,9 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) <= 2**40 else f"{x:g}"
 
 
-POSITIVE = Domain(lo=0.0, lo_open=True)
-NON_NEGATIVE = Domain(lo=0.0)
-FRACTION = Domain(lo=0.01, hi=1.0)  # an efficiency: 1% <= x <= 100% (below 1% is no longer a physical GPU)
+POSITIVE = Domain(lo=0.0, lo_open=True, why="a positive amount")
+NON_NEGATIVE = Domain(lo=0.0, why="a factor or amount, 0 for none")
+FRACTION = Domain(lo=0.01, hi=1.0, why="an efficiency: below 1% is no longer a physical GPU")
 PROBABILITY = Domain(lo=0.0, hi=1.0, hi_open=True)  # 0 <= x < 1
 POSITIVE_INT = Domain(lo=1.0, integer=True)
 NON_NEGATIVE_INT = Domain(lo=0.0, integer=True)

@@ -28,12 +28,12 @@ USABLE_HBM_FRACTION = 0.95  # ClusterSpec.usable_hbm_fraction's default (its sou
 # Physical ranges (first principles: beyond them a prediction is meaningless and its arithmetic under- or
 # overflows): rates from 1 GFLOP/s or 1 MB/s (a CPU core) up to 1 EFLOP/s or 1 PB/s per device, capacities up
 # to 1 PiB, GEMM sizes up to 1e6 per dimension, fixed times up to 1 s per kernel or call, power up to 100 kW
-PEAK_TFLOPS = Domain(lo=1.0e-3, hi=1.0e6)
-RATE_GB_PER_S = Domain(lo=1.0e-3, hi=1.0e6)
-CAPACITY_GIB = Domain(lo=0.0, hi=2.0**20, lo_open=True)
-GEMM_DIM = Domain(lo=0.0, hi=1.0e6)
-FIXED_TIME_S = Domain(lo=0.0, hi=1.0)
-POWER_W = Domain(lo=0.0, hi=1.0e5)
+PEAK_TFLOPS = Domain(lo=1.0e-3, hi=1.0e6, why="1 GFLOP/s (a CPU core) to 1 EFLOP/s per device")
+RATE_GB_PER_S = Domain(lo=1.0e-3, hi=1.0e6, why="1 MB/s to 1 PB/s per device or link")
+CAPACITY_GIB = Domain(lo=0.0, hi=2.0**20, lo_open=True, why="up to 1 PiB per device")
+GEMM_DIM = Domain(lo=0.0, hi=1.0e6, why="a GEMM dimension up to 1e6")
+FIXED_TIME_S = Domain(lo=0.0, hi=1.0, why="up to 1 s per kernel or call")
+POWER_W = Domain(lo=0.0, hi=1.0e5, why="up to 100 kW per device or node")
 FAILURE_RATE_PER_H = Domain(lo=0.0, hi=1.0, why="Llama 3 saw 1.2e-5 per GPU-hour; a part failing hourly is broken")
 RESTART_S_RANGE = Domain(lo=0.0, hi=1.0e6, why="seconds; 10 minutes assumed by default, 11 days is no restart")
 
@@ -168,14 +168,14 @@ class ClusterSpec:
                                    doc="NVLink/NVSwitch inside the NVLink domain, per GPU")
     inter_node: NetworkTier = spec(factory=lambda: NetworkTier(bandwidth_gb_per_s=100.0),
                                    doc="scale-out network, per node (all NICs)")
-    hierarchical_overlap: float = spec(0.0, domain=Domain(lo=0.0, hi=1.0),
+    hierarchical_overlap: float = spec(0.0, domain=Domain(lo=0.0, hi=1.0, why="a share"),
                                        doc="share of the shorter phase of a multi-domain collective hidden "
                                            "under the longer (0: in sequence; 1: pipelined)")
     # energy (vtrain/sim/energy.py; README: Energy)
     node_overhead_w: float = spec(0.0, unit="W", domain=POWER_W,
                                   doc="power of a node besides its GPUs: CPUs, memory, NICs, NVSwitches, fans, and "
                                       "its share of the scale-out switches (0: GPUs only); shared by its GPUs")
-    pue: float = spec(DEFAULT_PUE, domain=Domain(lo=1.0, hi=10.0),
+    pue: float = spec(DEFAULT_PUE, domain=Domain(lo=1.0, hi=10.0, why="facility / IT power: 1.1-1.6 reported"),
                       doc="site power usage effectiveness: facility power / IT power (cooling, power delivery)")
     # reliability (vtrain/sim/goodput.py): defaults and their sources in vtrain/workload/reliability.py
     gpu_failures_per_h: float = spec(GPU_FAILURES_PER_H, unit="1/h", domain=FAILURE_RATE_PER_H,
