@@ -23,8 +23,8 @@ from vtrain.search import ledger, outputs
 from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
 from vtrain.search.run import prepare, run_search
 from vtrain.search.space import canonical, enumerate_plans, plan_fields, plan_from_fields, plan_key
-from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.simulator import simulate_workload
+from vtrain.sim.stage_memory import memory_lower_bound_bytes
 from vtrain.workload.enums import Recompute, Schedule
 
 SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",

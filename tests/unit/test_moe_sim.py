@@ -156,7 +156,7 @@ def test_dense_model_rejects_expert_parallelism():
 
 
 def test_memory_lower_bound_never_exceeds_the_simulated_peak_for_moe():
-    from vtrain.sim.memory import memory_lower_bound_bytes
+    from vtrain.sim.stage_memory import memory_lower_bound_bytes
 
     for ep in (8, 32):
         w, r = run(QWEN[:5] + [f"parallelism.ep={ep}"] + QWEN[6:])

@@ -8,8 +8,9 @@ from vtrain.api import simulate
 from vtrain.config.build import build_workload
 from vtrain.errors import ConfigError
 from vtrain.sim.memory import layer_activation_bytes
-from vtrain.sim.simulator import hardware_flops, recomputed_share
+from vtrain.sim.simulator import hardware_flops
 from vtrain.sim.stage_costs import recomputed_layers
+from vtrain.sim.stage_memory import recomputed_share
 from vtrain.sim.structure import stage_partition
 from vtrain.workload.enums import Recompute
 

@@ -34,8 +34,8 @@ from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.search.space import canonical, node_aligned_tp
-from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.memory_margin import usable_bytes
+from vtrain.sim.stage_memory import memory_lower_bound_bytes
 from vtrain.workload.arith import divisors
 from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.plan import ParallelPlan

@@ -14,9 +14,9 @@ from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.search.space import PlanKey, PlanSpace, check, plan_key
-from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.memory_margin import exceeds_margin, margin_reason
 from vtrain.sim.simulator import simulate_workload
+from vtrain.sim.stage_memory import memory_lower_bound_bytes
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 

@@ -24,8 +24,8 @@ from optuna.trial import TrialState
 from vtrain.search.encoding import trial_params
 from vtrain.search.ledger import SLOT, finished_count
 from vtrain.search.space import enumerate_plans
-from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.memory_margin import usable_bytes
+from vtrain.sim.stage_memory import memory_lower_bound_bytes
 
 ROUND = "vtrain.round."
 

@@ -29,8 +29,8 @@ from vtrain.search.phases import Phases
 from vtrain.search.samplers import make_sampler, trial_seed, worker_salt
 from vtrain.search.space import Infeasible, plan_fields, plan_from_fields, plan_key
 from vtrain.search.storage import StorageSpec, fail_stale_trials, make_storage, study_lock
-from vtrain.sim.memory import memory_lower_bound_bytes
 from vtrain.sim.memory_margin import usable_bytes
+from vtrain.sim.stage_memory import memory_lower_bound_bytes
 
 RESULT = "result"
 OVER_BUDGET = "vtrain.over_budget"

@@ -18,10 +18,8 @@ from typing import Tuple
 from vtrain.comm.cp import kv_features
 from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
-from vtrain.workload.partition import layer_split
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
-from vtrain.workload.workload import Workload
 
 
 def saved_linear_input_bytes(plan: ParallelPlan) -> float:
@@ -166,32 +164,3 @@ def sharded_working_bytes(layer_params: float, stage_layers: int, plan: Parallel
         return 0.0, 0.0
     gathered = 2 if plan.reshard_after_forward else max(2, stage_layers)
     return gathered * layer_params * plan.dtype_bytes, (max(2, stage_layers) if deferred else 2) * layer_params * 4.0
-
-
-def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
-    """A lower bound of the simulated peak memory per GPU, without simulating.
-
-    Stage 0 holds at least its transformer layers' weights, gradients and optimizer states
-    (:func:`state_bytes_per_param`), the activations of its in-flight micro-batches
-    (:func:`inflight_layers` x :func:`layer_activation_bytes`,
-    Korthikanti et al. 2022) and the reserved memory; the simulator adds the embedding, norms and
-    the full-recompute working set on top, so this never exceeds ``Report.peak_memory_bytes``
-    (``tests/test_search.py`` checks it). Used to skip plans that cannot fit before simulating them.
-    """
-    model = w.model
-    if model.is_moe or model.is_mla or model.mtp_layers:  # stage 0's own memory (no simulation needed)
-        from dataclasses import replace
-
-        from vtrain.sim.simulator import stage_memory
-        from vtrain.workload.partition import partition
-
-        w2 = replace(w, plan=plan)
-        return stage_memory(w2, partition(model, plan))[0].total_bytes
-    split = layer_split(model.num_layers, plan)
-    layers = sum(split[c * plan.pp] for c in range(plan.chunks))  # stage 0
-    params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
-    wb, gb, ob = state_bytes_per_param(plan, masters_sharded=w.stack.fsdp_fp32_shards)
-    chunks = tuple(split[c * plan.pp] for c in range(plan.chunks))
-    acts = inflight_layers(plan, 0, layers, chunks) * layer_activation_bytes(model, plan,
-                                                                            keeps_unread=w.stack.sac_keeps_unread)
-    return params * (wb + gb + ob) + acts + w.stack.memory_reserved_bytes

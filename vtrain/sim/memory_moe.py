@@ -12,17 +12,16 @@ the dispatch all-to-all (2 x the rows of the busiest rank).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Tuple
+from typing import Callable, Tuple
 
 from vtrain.comm.ep import moe_tokens
 from vtrain.graph.moe import expert_rows
 from vtrain.graph.recompute import parse_modules
+from vtrain.sim.memory import inflight_layers, saved_linear_input_bytes, state_bytes_per_param
 from vtrain.workload.enums import Recompute
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
-
-if TYPE_CHECKING:
-    from vtrain.workload.partition import StagePartition
 
 
 def _modules(plan: ParallelPlan) -> tuple[str, ...]:
@@ -83,21 +82,17 @@ def layernorm_recompute_saving_bytes(model: ModelSpec, plan: ParallelPlan) -> fl
     if "layernorm" not in _modules(plan):
         return 0.0
     sp_div = plan.tp if plan.sequence_parallel else 1
-    from vtrain.sim.memory import saved_linear_input_bytes
-
     return 2.0 * saved_linear_input_bytes(plan) * plan.tokens_per_rank * model.hidden_size / sp_div
 
 
 StateBytes = Tuple[float, float, float, float, float]  # weights, gradients, optimizer, activations, other
 
 
-def moe_memory(model: ModelSpec, plan: ParallelPlan, part: "StagePartition", masters_sharded: bool = False
+def moe_memory(model: ModelSpec, plan: ParallelPlan, part: StagePartition, masters_sharded: bool = False
                ) -> Callable[[int, StateBytes], StateBytes]:
     """A function (stage, the dense terms) -> the terms with the MoE, MLA and MTP ones: routed experts'
     states sharded by ZeRO over the expert-data-parallel group (edp) instead of dp·cp, MoE/MLA activations,
     dispatch buffers."""
-    from vtrain.sim.memory import inflight_layers, state_bytes_per_param
-
     dense_bytes = state_bytes_per_param(plan, masters_sharded=masters_sharded)
     expert_bytes = state_bytes_per_param(plan, shards=max(1, plan.expert_dp), masters_sharded=masters_sharded)
     dw, dg, do = (e - d for e, d in zip(expert_bytes, dense_bytes))

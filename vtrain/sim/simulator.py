@@ -5,37 +5,27 @@ memos of priced passes (vtrain/sim/pass_memo.py) and recent pipeline runs (vtrai
 exact."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream
-from vtrain.comm.sharding import deferred_sync
 from vtrain.cost.base import CostModel
 from vtrain.cost.gemm import BLOCK_SCALED, borrowed_efficiency
 from vtrain.errors import ConfigError
 from vtrain.graph.options import graph_options
-from vtrain.report import MemoryBreakdown, Report, StageBreakdown, StreamUsage
+from vtrain.report import Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
 from vtrain.sim.energy import energy
 from vtrain.sim.engine import PipelineRun
 from vtrain.sim.goodput import run_goodput
 from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
-from vtrain.sim.memory import (
-    cp_gathered_kv_bytes,
-    fp8_weight_cache_bytes_per_param,
-    inflight_layers,
-    layer_activation_bytes,
-    loss_bytes_per_logit,
-    sharded_working_bytes,
-    state_bytes_per_param,
-)
-from vtrain.sim.memory_moe import moe_memory
 from vtrain.sim.pass_memo import stage_costs
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule, splits_backward
-from vtrain.sim.stage_costs import StageCosts, recomputed_layers
+from vtrain.sim.stage_costs import StageCosts
+from vtrain.sim.stage_memory import partial_recompute_memory, recomputed_share, stage_memory
 from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 from vtrain.sim.tail import Event, StageTail, simulate_tail
 from vtrain.workload.enums import Recompute, Schedule, parse_recompute_modules
@@ -166,62 +156,6 @@ _COMPUTE, _FSDP, _DP, _PP = Stream.COMPUTE.value, Stream.FSDP.value, Stream.DATA
 assert COMM_GROUPS == ("tp", "cp", "fsdp", "ep")  # the sums' order (_pass_sums: 4 + index)
 
 
-def stage_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
-    """Memory per GPU of each stage (what the report's peak takes the maximum of)."""
-    return _memory(w, part)
-
-
-def _memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
-    model, plan, stack = w.model, w.plan, w.stack
-    act_layer = layer_activation_bytes(model, plan, keeps_unread=stack.sac_keeps_unread)
-    w_b, g_b, o_b = state_bytes_per_param(plan, masters_sharded=stack.fsdp_fp32_shards)
-    tokens = plan.tokens_per_rank
-    logits_bytes = tokens * model.vocab_shard(plan.tp) * loss_bytes_per_logit(plan, stack)
-    working = layer_activation_bytes(model, plan, Recompute.NONE) if plan.recompute == Recompute.FULL else 0.0
-    working += cp_gathered_kv_bytes(model, plan, stack.attention_expands_kv)
-    last = part.stage_of(part.chain_len - 1)
-    moe_like = model.is_moe or model.is_mla or model.mtp_layers
-    moe = moe_memory(model, plan, part, stack.fsdp_fp32_shards) if moe_like else None
-    fp8_cache = fp8_weight_cache_bytes_per_param(plan, stack)
-    deferred = deferred_sync(plan, stack)
-    out = []
-    for s in range(plan.pp):
-        params = part.stage_params(s)
-        layers = part.stage_layers(s)
-        gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan, deferred)
-        terms = (params * w_b + gathered_w + fp8_cache * layers * part.layer_params, params * g_b + gathered_g,
-                 params * o_b, inflight_layers(plan, s, layers, part.chunk_layers(s)) * act_layer + working,
-                 stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0))
-        if moe is not None:
-            terms = moe(s, terms)
-        out.append(MemoryBreakdown(*terms))
-    return out
-
-
-def recomputed_share(part: StagePartition, plan: ParallelPlan, stage: Optional[int] = None) -> float:
-    """The share of the layers (of ``stage``, else of the model) that run their recompute under block
-    recompute (``plan.recompute_num_layers``: the first ones of each model chunk)."""
-    chunks = [part.position(s, c) for s in (range(part.p) if stage is None else (stage,)) for c in range(part.v)]
-    n = sum(part.layers[q] for q in chunks)
-    r = sum(recomputed_layers(plan.recompute_num_layers, part.layers[q]) for q in chunks)
-    return r / n if n else 1.0
-
-
-def _partial_recompute_memory(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
-    """Block recompute: per stage, the recomputed layers' activations as under full recompute and the others'
-    as without recompute, plus one recomputed layer's working set (what full recompute adds besides the layer
-    inputs, held while a layer runs again)."""
-    full = _memory(w, part)
-    kept = _memory(replace(w, plan=replace(w.plan, recompute=Recompute.NONE, recompute_num_layers=0)), part)
-    working = layer_activation_bytes(w.model, w.plan, Recompute.NONE)
-    out = []
-    for s, (f, k) in enumerate(zip(full, kept)):
-        share = recomputed_share(part, w.plan, s)
-        act = share * f.activations_bytes + (1.0 - share) * (k.activations_bytes + working)
-        out.append(replace(f, activations_bytes=act))
-    return out
-
-
 def _provenance(w: Workload) -> Dict[str, str]:
     """Where each constant this prediction rests on came from: the GPU's, and the stack's on this GPU's
     architecture (:meth:`vtrain.workload.stack.StackSpec.provenance_on`)."""
@@ -338,7 +272,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     end, tails = simulate_tail(pipe, durations, part, comm, cost, plan, drain, keep_trace, gpu.overlap_slowdown)
     iteration = end + stack.iteration_overhead_s
 
-    mems = _partial_recompute_memory(w, part) if plan.recompute_num_layers else _memory(w, part)
+    mems = partial_recompute_memory(w, part) if plan.recompute_num_layers else stage_memory(w, part)
     pp_busy = _p2p_busy(part, sc, m)
     shared: Streams = {}
     stages = tuple(_stage_breakdown(s, w, part, sc, pipe, tails[s], iteration, mems[s].total_bytes, pp_busy[s],
