@@ -146,11 +146,11 @@ def calibration_run(tmp_path_factory):
 # each source's leave-one-source-out MAPE (%) as `python -m vtrain task=calibrate calibrate.scope=all` printed it
 # (docs/calibration.md), + 1 point of slack for changes elsewhere in the model
 LOSO_MAPE_BOUND = {
-    "a100_single_node": 7.2, "megatron_2021_weak_scaling": 8.6, "torchtitan": 24.0, "megatron_moe_qwen3_h100": 9.2,
-    "published:megatron_readme_sep2020": 6.6, "published:nemo_24.07": 8.8, "published:nemo_launcher_24.05": 9.6,
-    "published:megatron_bridge_25.09": 12.4, "published:megatron_bridge_25.11": 17.1,
-    "published:megatron_bridge_26.02": 21.9, "published:megatron_bridge_26.02.01": 20.4,
-    "published:mosaic_llm_foundry": 16.2,
+    "a100_single_node": 7.2, "megatron_2021_weak_scaling": 7.6, "torchtitan": 23.8, "megatron_moe_qwen3_h100": 9.1,
+    "published:megatron_readme_sep2020": 9.8, "published:nemo_24.07": 8.7, "published:nemo_launcher_24.05": 9.1,
+    "published:megatron_bridge_25.09": 12.2, "published:megatron_bridge_25.11": 16.6,
+    "published:megatron_bridge_26.02": 20.0, "published:megatron_bridge_26.02.01": 20.2,
+    "published:mosaic_llm_foundry": 17.3,
 }
 
 
@@ -161,7 +161,7 @@ def test_loso_headline_figures_hold_out_of_sample(calibration_run):
     by, _, _ = calibration_run
     for name, bound in LOSO_MAPE_BOUND.items():
         assert by[name]["loso"]["mape_pct"] <= bound, (name, by[name]["loso"])
-    assert by["pooled published runs"]["loso"]["mape_pct"] <= 15.8
+    assert by["pooled published runs"]["loso"]["mape_pct"] <= 16.0
     assert by["pooled published runs"]["n"] >= 230  # the published rows simulated (8 skipped of 247)
 
 
