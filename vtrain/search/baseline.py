@@ -8,7 +8,8 @@ to scale up to larger models across servers"):
 1. Tensor parallelism inside the NVLink domain, at most :data:`RECIPE_MAX_TP` (8: one HGX node; no recipe of
    Megatron-Bridge's goes beyond; :data:`RECIPE_MAX_TP_MOE` for MoE models), the smallest degree with which
    the model fits without a pipeline; a model that fits at none of them gets the largest, and then
-2. pipeline parallelism from memory: the fewest stages (a divisor of the layers) with which it fits, the
+2. pipeline parallelism from memory: the fewest stages (a divisor of the layers, or a power of two with the
+   remainder of an uneven split spread from the first stage) with which it fits, the
    interleaved schedule with 2 chunks per stage where the layers and micro-batches allow (recipes set a
    virtual pipeline size whenever pp > 1), 1F1B otherwise;
 3. a mixture-of-experts model puts its experts on the largest expert-parallel degree that divides the experts
@@ -16,7 +17,8 @@ to scale up to larger models across servers"):
    MoE recipe of Megatron-Bridge's scripts/performance sets);
 4. micro-batch 1, sequence parallelism with TP, the distributed optimizer (ZeRO-1), data parallelism over the
    remaining GPUs (the largest degree that divides the global batch), the base plan's precision;
-5. no recompute if some plan of steps 1-2 fits, else selective, else full: the lightest mode that fits.
+5. at each (tp, pp) of steps 1-2 in turn, the lightest recompute mode that fits (none, selective, full): the
+   first (tp, pp) where one fits is the plan.
 
 "Fits" means the predicted peak is within the memory margin (``cluster.usable_hbm_fraction``,
 :mod:`vtrain.sim.memory_margin`). The search compares its best plan with this one (or with the user's
@@ -64,7 +66,9 @@ def _tp_pp_order(w: Workload) -> List[Tuple[int, int]]:
     c, m = w.cluster, w.model
     limit = min(RECIPE_MAX_TP_MOE if m.is_moe else RECIPE_MAX_TP, c.domain_size)
     tps = node_aligned_tp(m, c, max_tp=limit, cross_node=c.domain_size > c.gpus_per_node) or (1,)
-    pps = [p for p in divisors(m.num_layers, max(1, c.num_gpus // tps[-1])) if p > 1]
+    most = min(m.num_layers, max(1, c.num_gpus // tps[-1]))
+    # the divisors of the layers, and the powers of two recipes run with an uneven split (DeepSeek-V3's 61 on 16)
+    pps = sorted({p for p in divisors(m.num_layers, most) if p > 1} | {2**k for k in range(1, most.bit_length())})
     return [(t, 1) for t in tps] + [(tps[-1], p) for p in pps]
 
 
@@ -76,9 +80,9 @@ def _expert_degree(w: Workload, tp: int, dp: int) -> int:
     return max(fit, default=1)
 
 
-def _candidates(w: Workload, recompute: Recompute, gpus: int) -> Iterator[ParallelPlan]:
-    """The rule's plans for one recompute mode on at most ``gpus`` GPUs, in order (interleaved before 1F1B at
-    each pp > 1)."""
+def _candidates(w: Workload, gpus: int) -> Iterator[ParallelPlan]:
+    """The rule's plans on at most ``gpus`` GPUs, in order: (tp, pp) as :func:`_tp_pp_order`, then the recompute
+    modes lightest first, then interleaved before 1F1B (pp > 1)."""
     base = w.plan
     moe = w.model.is_moe
     for tp, pp in _tp_pp_order(w):
@@ -88,12 +92,13 @@ def _candidates(w: Workload, recompute: Recompute, gpus: int) -> Iterator[Parall
         dp = dps[-1]
         schedules = [(Schedule.INTERLEAVED, RECIPE_VP), (Schedule.ONE_F_ONE_B, 1)] if pp > 1 else \
             [(Schedule.ONE_F_ONE_B, 1)]
-        for schedule, vp in schedules:
-            plan = dataclasses.replace(
-                base, tp=tp, pp=pp, dp=dp, cp=1, micro_batch_size=1, recompute=recompute, recompute_num_layers=0,
-                sequence_parallel=tp > 1, distributed_optimizer=dp > 1, zero_stage=1 if dp > 1 else 0,
-                ep=_expert_degree(w, tp, dp), etp=1 if moe else 0, schedule=schedule, virtual_stages=vp)
-            yield canonical(plan, w.model)
+        for recompute in RECOMPUTE_ORDER:
+            for schedule, vp in schedules:
+                plan = dataclasses.replace(
+                    base, tp=tp, pp=pp, dp=dp, cp=1, micro_batch_size=1, recompute=recompute, recompute_num_layers=0,
+                    sequence_parallel=tp > 1, distributed_optimizer=dp > 1, zero_stage=1 if dp > 1 else 0,
+                    ep=_expert_degree(w, tp, dp), etp=1 if moe else 0, schedule=schedule, virtual_stages=vp)
+                yield canonical(plan, w.model)
 
 
 def _valid(w: Workload, plan: ParallelPlan) -> bool:
@@ -126,17 +131,13 @@ def baseline_plan(w: Workload, cost: Optional[CostModel] = None,
     model = cost or AnalyticalCostModel(w)
     usable = usable_bytes(w.cluster)
     judge = fits or (lambda _plan, report: report.peak_memory_bytes <= usable)
-    for recompute in RECOMPUTE_ORDER:
-        for plan in _candidates(w, recompute, min(gpus or w.cluster.num_gpus, w.cluster.num_gpus)):
-            if not _valid(w, plan):
-                continue
-            run = dataclasses.replace(w, plan=plan)
-            if memory_lower_bound_bytes(w, plan) > usable:
-                continue
-            try:
-                report, _ = simulate_workload(run, model)
-            except ConfigError:
-                continue
-            if judge(plan, report):
-                return Baseline(plan, report, _describe(w, plan))
+    for plan in _candidates(w, min(gpus or w.cluster.num_gpus, w.cluster.num_gpus)):
+        if not _valid(w, plan) or memory_lower_bound_bytes(w, plan) > usable:
+            continue
+        try:
+            report, _ = simulate_workload(dataclasses.replace(w, plan=plan), model)
+        except ConfigError:
+            continue
+        if judge(plan, report):
+            return Baseline(plan, report, _describe(w, plan))
     return None
