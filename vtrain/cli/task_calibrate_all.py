@@ -47,7 +47,8 @@ def source_table(sources: Sequence[Source], results: Sequence[SourceResult],
         rec = {"source": s.name, "n": r.n, "skipped": r.skipped, "fit_rows": len(s.fit_index),
                "config_mape_pct": round(float(r.shipped_ape.mean()), 3),
                "in_sample": _figures(r.in_sample_ape), "loso": _figures(r.loso_ape), "coverage80_pct": cov,
-               "skip_reasons": list(s.skipped)}
+               "skip_reasons": list(s.skipped),
+               "held_out_fit": {p.key: v for p, v in zip(PARAMS, r.fold.values) if v is not None}}
         rows.append(rec)
         say(f"  {s.name:<36} {r.n:>5} {r.skipped:>4} {rec['config_mape_pct']:>6.2f}% "
             f"{rec['in_sample']['mape_pct']:>6.2f}% {rec['loso']['mape_pct']:>6.2f}% "
