@@ -190,6 +190,7 @@ class ChildStream:
     (:func:`log_search`) completes the rest and tags the front."""
 
     def __init__(self, cfg: Any, info: StudyInfo) -> None:
+        self.written: Dict[str, Tuple[str, Dict[str, str]]] = {}  # trial -> (run id, tags) written here
         self.uri = tracking_uri(cfg.tracking)
         prepare_store(self.uri)
         self.client = mw.client_for(self.uri, int(cfg.tracking.http_timeout_s))
@@ -200,14 +201,33 @@ class ChildStream:
             self.group = _group(info.study_name, info.storage, self.pid)
             self.done = {r.data.tags.get("vtrain.trial") for r in mw.find_runs(self.client, self.exp_id, self.group)}
         self.created = 0
+        # a new study in the run directory's own journal: no other process writes its runs
+        self.private = not self.resumed and not cfg.search.get("storage")
 
     def add(self, recs: Sequence[TrialRecord]) -> None:
         """Child runs of the trials not logged yet, in one transaction (:mod:`vtrain.tracking.bulk`)."""
-        new = {str(r.number): r for r in recs if str(r.number) not in self.done}
-        rows = [({**self.group, "vtrain.trial": key}, child_spec(rec, set())) for key, rec in new.items()]
+        new = {str(r.number): child_spec(r, set()) for r in recs if str(r.number) not in self.done}
         with store_lock(self.uri):
-            self.created += len(write_children(self.client, self.exp_id, self.pid, rows))
+            self.add_specs(new)
+        self.created += len(new)
         self.done |= set(new)
+
+    def finish(self, children: Dict[str, mw.RunSpec], retag: Dict[str, Dict[str, str]]) -> int:
+        """A private study's end: the children not streamed, and the tags that changed (the front), from what
+        this process wrote (no search of the store). Returns runs created."""
+        missing = {k: s for k, s in children.items() if k not in self.done}
+        self.add_specs(missing)
+        for key, tags in retag.items():
+            run_id, had = self.written.get(key, ("", {}))
+            changed = {k: v for k, v in tags.items() if had.get(k) != v}
+            if run_id and changed:
+                mw.log_batch(self.client, run_id, tags=changed)
+        return len(missing)
+
+    def add_specs(self, specs: Dict[str, mw.RunSpec]) -> None:
+        rows = [({**self.group, "vtrain.trial": key}, spec) for key, spec in specs.items()]
+        ids = write_children(self.client, self.exp_id, self.pid, rows)
+        self.written.update({key: (rid, spec.tags) for (key, spec), rid in zip(specs.items(), ids)})
 
 
 def _log_table(client: Any, exp_id: str, pid: str, result: SearchResult, resumed: bool) -> None:
@@ -282,7 +302,10 @@ def _log(result: SearchResult, cfg: Any, out_dir: Path, artifacts: List[Path], u
         group = _group(result.study_name, result.storage, pid)
         children = {str(r.number): child_spec(r, front) for r in picks}
         retag = {str(r.number): child_tags(r, front) for r in result.records}
-        created = mw.sync_children(client, exp_id, pid, "vtrain.trial", group, children, retag)
+        if stream is not None and stream.private:
+            created = stream.finish(children, retag)
+        else:
+            created = mw.sync_children(client, exp_id, pid, "vtrain.trial", group, children, retag)
         existing = client.get_run(pid).data.params
         params = {k: v for k, v in chosen_params(cfg).items() if k not in existing}
         mw.log_batch(client, pid, params, _parent_metrics(result), _parent_tags(result, group, desc))
