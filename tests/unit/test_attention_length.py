@@ -42,8 +42,8 @@ def _attention(*overrides):
     w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
                                 "parallelism.dp=8", "training.seq_len=65536", "training.global_batch_size=8",
                                 *overrides]))
-    graph = build_model_graph(w.model, w.plan, build_comm_plan(w, partition(w.model, w.plan)).tp,
-                              opts=graph_options(w.stack))
+    comm = build_comm_plan(w, partition(w.model, w.plan))
+    graph = build_model_graph(w.model, w.plan, comm.tp, comm.cp, opts=graph_options(w.stack))
     (op,) = [o for o in graph.layer.forward.ops if isinstance(o, FlashAttention)]
     return op
 

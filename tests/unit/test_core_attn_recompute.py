@@ -6,10 +6,11 @@ import pytest
 
 from vtrain import compose
 from vtrain.api import simulate
-from vtrain.comm.cp import cp_comms, kv_features
+from vtrain.comm.cp import cp_comms
 from vtrain.comm.plan import build_comm_plan
 from vtrain.config.build import build_workload
 from vtrain.graph.builder import build_model_graph
+from vtrain.graph.collectives import kv_features
 from vtrain.graph.ops import Collective, FlashAttention
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.partition import partition

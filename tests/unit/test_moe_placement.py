@@ -11,13 +11,14 @@ from typing import List, Optional, Tuple
 import pytest
 
 import vtrain.graph.builder  # noqa: F401  (import order: graph before comm)
-from vtrain.comm.ep import deepep_wire_fraction, distinct_rank_fraction, plan_ep_comms, remote_node_fraction
+from vtrain.comm.ep import deepep_wire_fraction, plan_ep_comms, remote_node_fraction
 from vtrain.cost.analytical import AnalyticalCostModel
 from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.moe import MAIN_GRAD_BYTES, GroupedGemm, moe_block, permutations
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.moe_load import distinct_rank_fraction
 from vtrain.workload.plan import ParallelPlan
 
 # Qwen3-235B-A22B's MoE shapes (conf/model/qwen3_235b_a22b.yaml): hidden 4096, 128 experts of 1536, top-8

@@ -27,31 +27,11 @@ heads; one that reduces the K/V gradients in fp32 (``cp_grads_fp32``: PyTorch's 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Tuple
-
+from vtrain.graph.collectives import CpComms, kv_features
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.enums import CpComm
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
-
-
-@dataclass(frozen=True, slots=True)
-class CpComms:
-    forward: Tuple[Collective, ...]  # before the attention core
-    backward: Tuple[Collective, ...]  # before (ring: with) the attention backward
-    backward_after: Tuple[Collective, ...]  # after the attention backward (all-gather and all-to-all variants)
-    forward_after: Tuple[Collective, ...] = ()  # after the attention core (all-to-all variant: the output)
-
-
-def kv_features(model: ModelSpec, expands_kv: bool = False) -> int:
-    """K and V features per token that the CP ranks exchange (all heads, before the TP split): MLA's
-    up-projected keys (qk_head_dim + qk_rope_head_dim per head) and values (v_head_dim per head), as
-    Megatron-Core's MLA hands them to the attention core; else the K/V heads (every query head's when
-    ``expands_kv``)."""
-    if model.is_mla:
-        return model.num_heads * (model.mla_qk_dim + model.v_head_dim)
-    return 2 * (model.q_size if expands_kv else model.kv_size)
 
 
 def cp_comms(model: ModelSpec, plan: ParallelPlan, expands_kv: bool = False, grads_fp32: bool = False,

@@ -15,19 +15,21 @@ top-k experts; per MoE layer and micro-batch (forward; the backward mirrors it):
 
 Routing imbalance: the busiest rank receives ``moe_imbalance`` times the mean (or, with a capacity factor,
 exactly capacity rows, padded), and every rank waits for it, so the all-to-all bytes and the expert GEMM
-rows scale by that load factor (:func:`expert_load`). The all-to-all runs on NVLink within the NVLink domain
-and over the GPU's NIC share beyond it (:func:`vtrain.cost.collectives.collective_time_s`, all-to-all).
+rows scale by that load factor (:func:`vtrain.workload.moe_load.expert_load`). The all-to-all runs on NVLink
+within the NVLink domain and over the GPU's NIC share beyond it
+(:func:`vtrain.cost.collectives.collective_time_s`, all-to-all).
 """
 from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from vtrain.comm.tp import TpOperator
 from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.errors import ConfigError
+from vtrain.graph.collectives import TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.moe_load import cp_of, distinct_rank_fraction, expert_load, miss_probability, moe_tokens
 from vtrain.workload.plan import ParallelPlan
 
 # SMs a dispatcher's kernels hold while they overlap compute. DeepEP: DeepSeek-V3 report, Sec. 3.2.2 ("only
@@ -35,23 +37,6 @@ from vtrain.workload.plan import ParallelPlan
 # channel, NCCL's default of 32 channels on NVSwitch systems (NCCL_MAX_NCHANNELS; assumed, not measured).
 DISPATCH_SMS: Dict[MoeDispatcher, int] = {MoeDispatcher.DEEPEP: 20, MoeDispatcher.ALLTOALL: 32,
                                           MoeDispatcher.ALLGATHER: 32}
-
-
-def cp_of(plan: ParallelPlan) -> int:
-    """The context-parallel degree (1 until the plan has one)."""
-    return plan.cp
-
-
-def expert_load(model: ModelSpec) -> float:
-    """Rows the busiest expert-parallel rank processes, relative to the balanced mean: the capacity factor
-    (tokens padded to capacity, the rest dropped) or, dropless, the measured routing imbalance."""
-    return model.capacity_factor if model.capacity_factor is not None else model.moe_imbalance
-
-
-def moe_tokens(plan: ParallelPlan) -> int:
-    """Tokens one GPU routes per micro-batch: its sequence-parallel (and context-parallel) share."""
-    tokens = plan.micro_batch_size * plan.seq_len // cp_of(plan)
-    return tokens // plan.tp if plan.sequence_parallel else tokens
 
 
 def expert_parallel_degrees(num_experts: int, tp: int, dp: int, cp: int = 1, etp: int = 0) -> List[int]:
@@ -111,27 +96,6 @@ def etp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
 
 def edp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
     return placement(plan.expert_dp, plan.expert_tp * plan.ep, domain)
-
-
-def miss_probability(num_experts: int, top_k: int, parts: int) -> float:
-    """The chance that none of a token's ``top_k`` experts (drawn uniformly without replacement from
-    ``num_experts``) lies in one given part of ``num_experts / parts`` experts: C(E - E/P, k) / C(E, k)."""
-    per_part = num_experts / parts
-    miss = 1.0
-    for i in range(top_k):
-        miss *= max(0.0, num_experts - per_part - i) / (num_experts - i)
-    return miss
-
-
-def distinct_rank_fraction(num_experts: int, top_k: int, ep: int) -> float:
-    """DeepEP's NVLink rows relative to NCCL's: its dispatch sends a token once to each destination rank that
-    holds one of its experts (``is_token_in_rank`` in deep_ep's ``get_dispatch_layout``; Megatron-Core's
-    _DeepepManager permutes the received tokens into expert order afterwards), NCCL's all-to-all each of its
-    k expert copies (MoEAlltoAllTokenDispatcher permutes before sending). A token reaches
-    ep (1 - C(E - E/ep, k) / C(E, k)) ranks in expectation, against k copies."""
-    if ep <= 1:
-        return 1.0
-    return min(1.0, ep * (1.0 - miss_probability(num_experts, top_k, ep)) / top_k)
 
 
 def remote_node_fraction(num_experts: int, top_k: int, nodes: int) -> float:

@@ -25,11 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from vtrain.comm.cp import CpComms, cp_comms
+from vtrain.comm.cp import cp_comms
 from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
 from vtrain.comm.sharding import FsdpComms, deferred_sync, expert_fsdp_comms, fsdp_comms
-from vtrain.comm.tp import TpComms, TpOperator, plan_tp_comms
+from vtrain.comm.tp import plan_tp_comms
 from vtrain.cost.collectives import GroupPlacement, placement
+from vtrain.graph.collectives import CpComms, TpComms, TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.enums import StrEnum
 from vtrain.workload.partition import StagePartition

@@ -10,46 +10,14 @@ identity an all-gather (and the backward mirrors them). Every message is the ful
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Tuple
 
+from vtrain.graph.collectives import NONE, TpComms, TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.enums import Precision
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
-
-NONE: Tuple[Collective, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TpOperator:
-    """The collectives of one f/g operator pair around a block: forward enter/exit, backward enter/exit."""
-
-    enter: Tuple[Collective, ...] = NONE  # forward, before the column-parallel GEMM
-    exit: Tuple[Collective, ...] = NONE  # forward, after the row-parallel GEMM
-    enter_backward: Tuple[Collective, ...] = NONE  # backward of ``enter``
-    exit_backward: Tuple[Collective, ...] = NONE  # backward of ``exit``
-
-    def all(self) -> Tuple[Collective, ...]:
-        return self.enter + self.exit + self.enter_backward + self.exit_backward
-
-
-@dataclass(frozen=True, slots=True)
-class TpComms:
-    """The TP collectives of the model's components, per micro-batch, for one GPU of a TP group."""
-
-    attention: TpOperator  # QKV ... projection
-    mlp: TpOperator  # FC1 ... FC2
-    embedding: TpOperator  # vocab-parallel embedding: its output is summed over the TP ranks
-    logits: TpOperator  # the output layer's input (column-parallel over the vocabulary)
-    cross_entropy: Tuple[Collective, ...]  # max, sum-exp and target-logit all-reduces (fp32, per token)
-
-    def per_layer(self) -> Tuple[Collective, ...]:
-        return self.attention.all() + self.mlp.all()
-
-    def head(self) -> Tuple[Collective, ...]:
-        return self.logits.all() + self.cross_entropy
 
 
 def _operator(enter: str, exit_: str, tp: int, sp: bool, nbytes: float, overlap: bool = False,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from vtrain.comm.cp import CpComms, cp_comms, kv_features
-from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.blocks import (
     Block,
     ComponentGraph,
@@ -24,6 +22,7 @@ from vtrain.graph.blocks import (
     ring_merges,
     ring_steps,
 )
+from vtrain.graph.collectives import CpComms, TpComms, TpOperator, kv_features
 from vtrain.graph.cp_ring import RING_PREFIX
 from vtrain.graph.mla import mla_block
 from vtrain.graph.moe import moe_block
@@ -257,10 +256,14 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms,
 def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None,
                       ep: Optional[TpOperator] = None, opts: GraphOptions = GraphOptions()) -> ModelGraph:
     """The graphs with the TP, CP and EP collectives of the communication plan in place (``comm.tp``,
-    ``comm.cp``, ``comm.ep``; by default CP's of ``plan``, no EP); an MoE model adds its MoE layer
-    (:mod:`vtrain.graph.moe`) and MTP module graphs. ``opts``: the stack's switches (:func:`attention_block`);
-    its fusion and layout copies are graph rewrites that :func:`vtrain.sim.structure.model_graph` applies."""
-    cp = cp if cp is not None else cp_comms(model, plan)
+    ``comm.cp``, ``comm.ep``; by default none: a plan with cp > 1 must pass its CP exchanges); an MoE
+    model adds its MoE layer (:mod:`vtrain.graph.moe`) and MTP module graphs. ``opts``: the stack's switches
+    (:func:`attention_block`); its fusion and layout copies are graph rewrites that
+    :func:`vtrain.sim.structure.model_graph` applies."""
+    if cp is None:
+        if plan.cp > 1:
+            raise ValueError(f"cp={plan.cp}: pass the plan's CP exchanges (vtrain.comm.cp.cp_comms)")
+        cp = CpComms((), (), ())
     dense = build_layer(model, plan, tp, cp, opts=opts)
     moe_layer = mtp = None
     if model.is_moe:

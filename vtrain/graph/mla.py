@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from vtrain.comm.cp import CpComms, kv_features
-from vtrain.comm.tp import TpComms
 from vtrain.graph.blocks import Block, call_keys, linear, ring_merges, ring_steps
+from vtrain.graph.collectives import CpComms, TpComms, kv_features
 from vtrain.graph.ops import FlashAttention, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.model import ModelSpec

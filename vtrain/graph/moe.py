@@ -19,13 +19,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import List, Tuple
 
-from vtrain.comm.ep import distinct_rank_fraction, expert_load, moe_tokens
-from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.blocks import Block, gemm_fwd_bwd, linear
+from vtrain.graph.collectives import TpComms, TpOperator
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.moe_load import distinct_rank_fraction, expert_load, moe_tokens
 from vtrain.workload.plan import ParallelPlan
 
 ROW_ALIGN = 8  # rows per expert are rounded up to this (see expert_rows)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from vtrain.comm.cp import kv_features
+from vtrain.graph.collectives import kv_features
 from vtrain.workload.enums import CpComm, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Callable, Tuple
 
-from vtrain.comm.ep import moe_tokens
 from vtrain.graph.moe import expert_rows
 from vtrain.graph.recompute import parse_modules
 from vtrain.sim.memory import inflight_layers, saved_linear_input_bytes, state_bytes_per_param
 from vtrain.workload.enums import Recompute
 from vtrain.workload.model import ModelSpec
+from vtrain.workload.moe_load import moe_tokens
 from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
 

@@ -15,11 +15,10 @@ from dataclasses import fields
 from operator import attrgetter
 from typing import Any, Callable, Dict, Hashable, Optional, Tuple
 
-from vtrain.comm.cp import CpComms
 from vtrain.comm.plan import CommPlan, build_comm_plan
-from vtrain.comm.tp import TpComms, TpOperator
 from vtrain.graph.blocks import ModelGraph
 from vtrain.graph.builder import build_model_graph
+from vtrain.graph.collectives import CpComms, TpComms, TpOperator
 from vtrain.graph.fusion import fuse_elementwise
 from vtrain.graph.layout import with_symm_mem_copies, with_tp_layout_copies
 from vtrain.graph.options import GraphOptions
