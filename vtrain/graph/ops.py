@@ -65,6 +65,9 @@ class MemoryOp:
     # bytes and kernels are those of the eager kernels that run it outside any compiled region: neither fused
     # (vtrain.graph.fusion) nor scaled by the stack's elementwise_traffic
     eager: bool = False
+    # the part of ``bytes`` that quantizes a weight (a low-precision linear layer's weight cast): a stack that keeps
+    # quantized weights across the micro-batches of a step runs it on the first one only (vtrain.graph.weight_cache)
+    weight_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
