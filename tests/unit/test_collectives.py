@@ -1,9 +1,10 @@
 """Collective model: ring formulas, hierarchy across nodes, and the fit to nccl-tests tables."""
 import pytest
 
+from vtrain.comm.placement import GroupPlacement, placement
 from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
-from vtrain.cost.collectives import GroupPlacement, collective_time_s, placement
+from vtrain.cost.collectives import collective_time_s
 from vtrain.cost.nccl_tables import fit_ring_constants, read_allreduce_tables
 from vtrain.graph.ops import CollectiveKind
 
@@ -48,7 +49,8 @@ def test_nccl_fit_reproduces_measured_a100_tables():
 # --- per-kind, LL, NVLS, hierarchy with overlap, all-to-all, NVLink domains --------------------------------
 from dataclasses import replace  # noqa: E402
 
-from vtrain.cost.collectives import domain_placement, tier_time_s  # noqa: E402
+from vtrain.comm.placement import domain_placement  # noqa: E402
+from vtrain.cost.collectives import tier_time_s  # noqa: E402
 from vtrain.workload.system import ClusterSpec, GpuSpec, NetworkTier  # noqa: E402
 
 GIB = 2**30

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from vtrain.cost.collectives import GroupPlacement, placement
+from vtrain.comm.placement import GroupPlacement, placement
 from vtrain.errors import ConfigError
 from vtrain.graph.collectives import TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, Group

@@ -27,9 +27,9 @@ from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.cp import cp_comms
 from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
+from vtrain.comm.placement import GroupPlacement, placement
 from vtrain.comm.sharding import FsdpComms, deferred_sync, expert_fsdp_comms, fsdp_comms
 from vtrain.comm.tp import plan_tp_comms
-from vtrain.cost.collectives import GroupPlacement, placement
 from vtrain.graph.collectives import CpComms, TpComms, TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.workload.enums import StrEnum

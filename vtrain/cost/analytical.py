@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import FrozenSet, Optional, Tuple
 
-from vtrain.cost.collectives import GroupPlacement, collective_time_s
+from vtrain.comm.placement import GroupPlacement
+from vtrain.cost.collectives import collective_time_s
 from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high_precision_of, wave_efficiency
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm, MemoryOp
 from vtrain.workload.workload import Workload

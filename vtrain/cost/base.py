@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import FrozenSet, Protocol, Tuple
 
-from vtrain.cost.collectives import GroupPlacement
+from vtrain.comm.placement import GroupPlacement
 from vtrain.graph.ops import Collective, ComputeOp
 
 

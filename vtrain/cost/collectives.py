@@ -27,44 +27,12 @@ pipelines the phases chunk by chunk; 0 keeps them in sequence, the A100 default)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from vtrain.comm.placement import GroupPlacement
 from vtrain.graph.ops import CollectiveKind
 from vtrain.workload.system import ClusterSpec, NetworkTier
 
 FACTOR = {CollectiveKind.ALL_REDUCE: 2.0, CollectiveKind.ALL_GATHER: 1.0, CollectiveKind.REDUCE_SCATTER: 1.0,
           CollectiveKind.ALL_TO_ALL: 1.0, CollectiveKind.P2P: 1.0}
-
-
-@dataclass(frozen=True, slots=True)
-class GroupPlacement:
-    """How a communication group sits on the cluster: ``size`` GPUs, ``per_node`` of them inside each NVLink
-    domain (the node, or a multi-node domain such as an NVL72 rack: ``ClusterSpec.domain_size``)."""
-
-    size: int
-    per_node: int
-
-    @property
-    def nodes(self) -> int:
-        """NVLink domains the group spans."""
-        return max(1, self.size // self.per_node)
-
-
-def placement(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
-    """Placement of a group of ``size`` ranks spaced ``stride`` apart (Megatron order: tp, dp, pp).
-
-    Ranks r, r+stride, ... share a domain while they fall in the same block of ``gpus_per_node`` ranks
-    (pass ``cluster.domain_size`` to place groups by NVLink domain: :func:`domain_placement`).
-    """
-    if size <= 1:
-        return GroupPlacement(1, 1)
-    per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
-    return GroupPlacement(size, per_node)
-
-
-def domain_placement(size: int, stride: int, cluster: ClusterSpec) -> GroupPlacement:
-    """:func:`placement` by NVLink domain: a group inside one NVL72 rack runs at NVLink speed across trays."""
-    return placement(size, stride, cluster.domain_size)
 
 
 def tier_time_s(tier: NetworkTier, kind: CollectiveKind, n: int, nbytes: float, share: float = 1.0,

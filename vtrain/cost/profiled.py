@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
+from vtrain.comm.placement import GroupPlacement
 from vtrain.cost.base import CostModel
-from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm
 from vtrain.workload.model import ModelSpec
 

@@ -11,8 +11,8 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from vtrain.comm.placement import GroupPlacement
 from vtrain.cost.base import CostModel
-from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.blocks import PassOps
 from vtrain.graph.cuda_graphs import Captured
 from vtrain.graph.ops import Collective, FlashAttention, Gemm, Group, MemoryOp, Op, is_weight_grad

@@ -9,9 +9,9 @@ import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from vtrain.comm.placement import GroupPlacement
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
-from vtrain.cost.collectives import GroupPlacement
 from vtrain.graph.ops import Collective, CollectiveKind, Group
 from vtrain.sim.pipeline import PipelineResult
 from vtrain.workload.partition import StagePartition
