@@ -18,16 +18,36 @@ def test_every_cluster_composes(cluster):
     assert cfg.gpu.name == cfg.cluster.gpu
 
 
+def own_values(group, option):
+    """The keys an option's YAML file sets itself (its ``defaults`` list aside), as OmegaConf reads them."""
+    from omegaconf import OmegaConf
+
+    from vtrain.config.compose import config_dirs
+
+    path = next(d / group / f"{option}.yaml" for d in config_dirs() if (d / group / f"{option}.yaml").exists())
+    data = OmegaConf.to_container(OmegaConf.load(path))
+    return {k: v for k, v in data.items() if k != "defaults"}
+
+
 @pytest.mark.parametrize("gpu", group_options("gpu"))
 def test_every_gpu_composes(gpu):
     cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"+gpu={gpu}"])
-    assert cfg.gpu.hbm_capacity_gib > 0
+    assert cfg.gpu.name == gpu
+    own = own_values("gpu", gpu)
+    for key in ("hbm_capacity_gib", "hbm_bandwidth_gb_per_s"):  # the option's datasheet values took effect
+        if key in own:
+            assert cfg.gpu[key] == own[key]
 
 
 @pytest.mark.parametrize("group", ["parallelism", "training", "pricing", "search", "tracking", "cost"])
 def test_every_group_option_composes(group):
+    from omegaconf import OmegaConf
+
     for option in group_options(group):
-        compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"{group}={option}"])
+        cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"{group}={option}"])
+        got = OmegaConf.to_container(cfg[group], resolve=True)
+        for key, value in own_values(group, option).items():  # every value the option sets took effect
+            assert got[key] == (float(value) if isinstance(got[key], float) else value), (group, option, key)
 
 
 def test_wrong_key_fails_at_compose_time():
@@ -43,7 +63,9 @@ def test_wrong_type_fails_at_compose_time():
 def test_llama_plan_simulates():
     r = simulate(compose(["+model=llama3_70b", "+cluster=h100x1024", "parallelism.tp=8", "parallelism.pp=4",
                           "parallelism.dp=32", "training.seq_len=8192", "training.global_batch_size=512"]))
-    assert r.fits and 0.2 < r.mfu < 0.75
+    # Llama 3 paper (Dubey et al. 2024, Table 4): BF16 MFU 38-43% on 8K-16K H100 (405B, TP8 + PP16); widened by the
+    # model's pooled error on the published runs (docs/accuracy.md: MAPE 14.28%): 0.38 x 0.857 .. 0.43 x 1.143
+    assert r.fits and 0.326 < r.mfu < 0.491
 
 
 def test_generated_schemas_pickle_by_name_for_the_submitit_launchers():

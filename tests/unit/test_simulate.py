@@ -34,9 +34,15 @@ def test_gpt3_reference_plan(gpt175b_cfg):
     r = simulate(gpt175b_cfg)
     print(f"GPT-3 175B (8,16,8) on 1024 A100: {r.iteration_time_s:.2f} s/iter, MFU {r.mfu:.3f}")
     assert r.gpus_used == 1024
-    assert 0.3 < r.mfu < 0.65  # published Megatron runs of this shape: 44-52% of peak (SC'21, Table 1)
+    # published Megatron runs of this shape: 44-52% of peak (SC'21, Table 1), widened by the model's largest
+    # held-out error on the weak-scaling rows (4.6%, docs/validation.md): 0.44 x 0.954 .. 0.52 x 1.046
+    assert 0.42 < r.mfu < 0.544
+    # 300B tokens (training/gpt3.yaml) of 1,536 x 2,048-token iterations
+    assert r.iterations == pytest.approx(3.0e11 / (1536 * 2048), rel=1e-3)
     assert r.time_to_train_s == pytest.approx(r.iterations * r.iteration_time_s)
-    assert r.cost_usd == pytest.approx(r.gpu_hours * r.usd_per_gpu_hour)
+    # AWS p4de.24xlarge on demand, $40.966 / 8 GPUs = $5.12 per A100-80GB hour (pricing/aws_on_demand.yaml)
+    assert r.usd_per_gpu_hour == 5.12
+    assert r.cost_usd == pytest.approx(1024 * r.time_to_train_s / 3600.0 * 5.12, rel=1e-9)
 
 
 def test_gradient_accumulation_with_pp1_scales_with_microbatches():
