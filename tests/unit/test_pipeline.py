@@ -74,11 +74,25 @@ def test_gpipe_runs_in_full_and_refuses_unbounded_work():
         simulate_pipeline(Schedule.GPIPE, 4, 1, 10**6, durations, [0.0] * 8, durations, [0.0] * 8)
 
 
-def test_a_hundred_million_sequences_on_one_replica_stay_cheap():
-    cfg = compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
-                   "parallelism.dp=1", "training.global_batch_size=100000000"])
-    r = simulator.simulate_workload(build_workload(cfg), cost_model_for(build_workload(cfg)))[0]
-    assert r.plan.num_microbatches == 10**8 and r.iteration_time_s > 0
+def test_eight_million_micro_batches_on_one_replica_stay_cheap_and_exact():
+    """2^23 micro-batches of 2,048 tokens (the schema's 2^34-token cap) simulate in O(pp) and the time is exact:
+    each extra micro-batch adds one steady-state period, so t(2^23) - t(2^22) = 2 (t(2^22) - t(2^21))."""
+    import time
+
+    def run(m):
+        cfg = compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
+                       "parallelism.dp=1", f"training.global_batch_size={m}"])
+        w = build_workload(cfg)
+        return simulator.simulate_workload(w, cost_model_for(w))[0]
+
+    start = time.process_time()
+    big, mid, small = run(2**23), run(2**22), run(2**21)
+    assert time.process_time() - start < 30.0  # three runs of 2M-8M micro-batches, not a walk over them
+    assert big.plan.num_microbatches == 2**23
+    period = (mid.iteration_time_s - small.iteration_time_s) / 2**21
+    assert big.iteration_time_s - mid.iteration_time_s == pytest.approx(2**22 * period, rel=1e-9)
+    # the pipeline's fill and drain (15 periods of 2^23) and the optimizer step vanish at this size
+    assert big.iteration_time_s == pytest.approx(2**23 * period, rel=1e-4)
 
 
 def test_plans_that_differ_in_dp_alone_share_one_simulated_run_and_match_a_fresh_one():
