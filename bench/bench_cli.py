@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from vtrain.cli.args import ArgumentParser, int_at_least
+from vtrain.io.args import ArgumentParser, int_at_least
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES: Dict[str, List[str]] = {
@@ -78,7 +78,7 @@ def phases() -> None:
     mark("compose the config")
     report, trace = simulate_with_trace(cfg)
     mark("simulate with trace")
-    from vtrain.cli.jsonio import write_json
+    from vtrain.io.jsonio import write_json
     from vtrain.timeline import chrome_trace
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,9 +28,9 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
-from vtrain.cli.args import ArgumentParser, int_at_least
 from vtrain.cli.main import run_script
 from vtrain.config.compose import compose
+from vtrain.io.args import ArgumentParser, int_at_least
 from vtrain.search.pareto import hypervolume_2d, normalise
 from vtrain.search.run import run_search
 

@@ -27,7 +27,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from vtrain.cli.args import ArgumentParser, int_at_least
+from vtrain.io.args import ArgumentParser, int_at_least
 
 OUT = Path(__file__).resolve().parents[1] / "vtrain" / "data" / "intervals" / "a100_cv_predictions.csv"
 STACK = "megatron_deepspeed_2022"  # validation/datasets.py SHIPPED_STACK["a100_single_node"]

@@ -31,13 +31,13 @@ from statistics import median
 from typing import Dict, List
 
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
-from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec, stack_spec
 from vtrain.config.compose import CONF_DIR, group_options, load_gpu_config, load_stack_config
 from vtrain.cost.analytical import FLASH_ANCHOR_KEYS, flash_length_factor
 from vtrain.cost.profile_io import ProfileError, default_profiles_root, sustained_fraction
 from vtrain.errors import VtrainError
 from vtrain.graph.ops import FlashAttention
+from vtrain.io.args import ArgumentParser
 from vtrain.profiler.attention_lengths import read_table
 
 ANCHOR_SEQ = int(2 * FLASH_ANCHOR_KEYS)  # the causal length gpu.flash_attention_efficiency was measured at

@@ -42,10 +42,10 @@ from typing import Dict, List, Sequence, Tuple
 from vtrain import compose
 from vtrain.api import cost_model_for
 from vtrain.calibration.yaml_write import Value, provenance_path, update_yaml
-from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import build_workload
 from vtrain.cost.analytical import FLASH_ANCHOR_KEYS, flash_length_factor
 from vtrain.errors import VtrainError
+from vtrain.io.args import ArgumentParser
 from vtrain.profiler.attention_lengths import read_table
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.workload import Workload

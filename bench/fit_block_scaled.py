@@ -27,10 +27,10 @@ from typing import List, Optional, Sequence, Tuple
 
 from vtrain import compose
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
-from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import CONF_DIR, load_gpu_config, load_stack_config
 from vtrain.cost.analytical import AnalyticalCostModel
+from vtrain.io.args import ArgumentParser
 from vtrain.sim.simulator import simulate_workload
 from vtrain.validation.csv_io import MeasuredRow, read_measurements
 from vtrain.validation.datasets import resolve_dataset, shipped_defaults

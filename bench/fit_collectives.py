@@ -33,10 +33,10 @@ from vtrain.calibration.collective_tables import (
     read_xla_table,
     tier_fields,
 )
-from vtrain.cli.args import ArgumentParser
 from vtrain.config.compose import CONF_DIR
 from vtrain.cost.collectives import GroupPlacement, collective_time_s
 from vtrain.graph.ops import CollectiveKind
+from vtrain.io.args import ArgumentParser
 from vtrain.workload.system import GB, ClusterSpec, GpuSpec, NetworkTier
 
 FABRICS = {"H100": 450.0, "B200": 900.0, "GB200": 900.0, "GB300": 900.0}

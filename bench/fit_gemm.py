@@ -43,12 +43,12 @@ from vtrain.calibration.gemm_tables import (
 )
 from vtrain.calibration.gpu_derive import TRANSFERS, derive, read_flash_tflops
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
-from vtrain.cli.args import ArgumentParser
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import CONF_DIR, load_gpu_config
 from vtrain.cost.gemm import GemmCurve
 from vtrain.cost.profile_io import default_profiles_root
 from vtrain.errors import VtrainError
+from vtrain.io.args import ArgumentParser
 
 SCALED_DEFAULT = default_profiles_root() / "measured" / "h200" / "gemm_scaled.csv"
 GPUS = {"H100": ("h100_sxm", "NVIDIA H100 SXM", ("bf16",)), "B200": ("b200", "NVIDIA B200 SXM", ("bf16", "fp8"))}

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from vtrain.cli.args import ArgumentParser
+from vtrain.io.args import ArgumentParser
 
 STACK = "megatron_deepspeed_2022"  # validation/datasets.py SHIPPED_STACK["a100_single_node"]
 Key = Tuple[int, int, int, int]  # hidden, t, d, micro-batch (pp = 1)

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from vtrain.cli.args import ArgumentParser, new_file
+from vtrain.io.args import ArgumentParser, new_file
 
 
 def existing_file(text: str) -> Path:

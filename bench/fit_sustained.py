@@ -29,12 +29,12 @@ from typing import List, Optional
 
 from vtrain import compose
 from vtrain.api import cost_model_for
-from vtrain.cli.args import ArgumentParser
 from vtrain.comm.plan import build_comm_plan
 from vtrain.config.build import build_workload, gpu_spec
 from vtrain.config.compose import load_gpu_config
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import FlashAttention
+from vtrain.io.args import ArgumentParser
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.partition import partition
 

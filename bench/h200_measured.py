@@ -18,7 +18,6 @@ from typing import Dict, List, Sequence
 
 from vtrain import compose
 from vtrain.api import cost_model_for
-from vtrain.cli.args import ArgumentParser
 from vtrain.cli.task_measure import single_device
 from vtrain.comm.plan import build_comm_plan
 from vtrain.config.build import build_workload
@@ -30,6 +29,7 @@ from vtrain.errors import VtrainError
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import Gemm
 from vtrain.graph.options import graph_options
+from vtrain.io.args import ArgumentParser
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.partition import partition
 from vtrain.workload.workload import Workload

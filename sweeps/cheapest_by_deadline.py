@@ -12,12 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import List
 
-from vtrain.cli.args import ArgumentParser
 from vtrain.config.compose import compose
 from vtrain.errors import ConfigError
+from vtrain.io.args import ArgumentParser
+from vtrain.io.tables import write_csv
 from vtrain.search.labels import plan_label
 from vtrain.search.run import run_search
-from vtrain.tracking.tables import write_csv
 
 CASES = {"gpt175b": "a100x1024", "mtnlg530b": "a100x3360"}
 

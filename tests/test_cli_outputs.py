@@ -45,7 +45,7 @@ def test_simulate_writes_strict_report_trace_png_and_log(tmp_path, capfd):
 
 
 def test_strict_json_maps_non_finite_to_null():
-    from vtrain.cli.jsonio import dumps, finite
+    from vtrain.io.jsonio import dumps, finite
     from vtrain.workload.enums import Schedule
 
     assert json.loads(dumps({"a": math.nan, "b": [math.inf, 1.5], "c": (1, -math.inf)})) == \

@@ -1,5 +1,5 @@
 """Figures draw every label as written (cli/figure.py): log-axis ticks as plain numbers, long titles wrapped."""
-from vtrain.cli.figure import log_scale, new_figure, wrapped
+from vtrain.io.figure import log_scale, new_figure, wrapped
 
 
 def _tick_texts(fig, axis):

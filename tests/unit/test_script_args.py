@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vtrain.cli.args import int_at_least, new_file
+from vtrain.io.args import int_at_least, new_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

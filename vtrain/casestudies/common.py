@@ -9,9 +9,9 @@ from typing import Any, Callable, Dict, Iterable, List, Sequence, Type, TypeVar
 
 from omegaconf import OmegaConf
 
-from vtrain.cli.csvfile import write_csv
-from vtrain.cli.jsonio import write_json
 from vtrain.errors import ConfigError
+from vtrain.io.jsonio import write_json
+from vtrain.io.tables import write_csv
 from vtrain.workload.plan import ParallelPlan
 
 T = TypeVar("T")
@@ -66,7 +66,7 @@ def write_outputs(result: StudyResult, out_dir: Path, plot: Callable[[StudyResul
     paths = []
     for stem, rows in result.tables.items():
         p = out_dir / f"{stem}.csv"
-        write_csv(p, rows)
+        write_csv(p, rows, float_digits=6)
         paths.append(p)
     paths.append(write_json(out_dir / "summary.json", result.summary))
     png = out_dir / f"{result.name}.png"

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from vtrain.casestudies.common import DAY_S, StudyResult
-from vtrain.cli.figure import colormap, log_scale, new_figure
+from vtrain.io.figure import colormap, log_scale, new_figure
 
 
 def plot_parallelization(result: StudyResult, path: Path) -> None:

@@ -12,7 +12,7 @@
 Drawn in batches: one PolyCollection per kind and panel (not one call per bar), and at most ``max_bars``
 rectangles per panel: bars of one lane and kind closer than half a pixel are merged first (invisible at
 the PNG's resolution), more coarsely only when a trace is larger still. matplotlib is imported here
-only, without pyplot (:mod:`vtrain.cli.figure`).
+only, without pyplot (:mod:`vtrain.io.figure`).
 """
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def plot_timeline(trace: Any, path: str, title: str = "", max_bars: int = MAX_BA
     """Write the Gantt chart of ``trace`` (or its spans) to ``path``; returns the number of bars drawn."""
     from matplotlib.patches import Rectangle
 
-    from vtrain.cli.figure import new_figure
+    from vtrain.io.figure import new_figure
 
     items = spans(trace)
     stages = max((sp.stage for sp in items), default=0) + 1

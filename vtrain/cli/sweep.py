@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from vtrain.cli.csvfile import write_csv
-from vtrain.cli.jsonio import write_json
+from vtrain.io.jsonio import write_json
+from vtrain.io.tables import write_csv
 
 JOBS_DIR = ".jobs"
 SUMMARY = "sweep_summary.csv"
@@ -107,7 +107,7 @@ def summarise(sweep_dir: Path) -> Optional[str]:
     jobs = read_jobs(sweep_dir)
     if not jobs:
         return None
-    write_csv(sweep_dir / SUMMARY, rows(jobs))
+    write_csv(sweep_dir / SUMMARY, rows(jobs), float_digits=6)
     shutil.rmtree(sweep_dir / JOBS_DIR, ignore_errors=True)
     statuses = {j.status for j in jobs}
     exit_code = 1 if "crash" in statuses else (2 if "error" in statuses else 0)

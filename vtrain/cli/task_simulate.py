@@ -18,8 +18,8 @@ from vtrain.workload.system import USABLE_HBM_FRACTION
 
 def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.api import simulate_with_trace
-    from vtrain.cli.jsonio import write_json
     from vtrain.cli.profiles import profile_for
+    from vtrain.io.jsonio import write_json
     from vtrain.timeline import chrome_trace, spans
     from vtrain.tracking import simulate_run
 

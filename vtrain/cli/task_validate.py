@@ -87,7 +87,7 @@ def _finite(value: Any) -> Any:
 
 
 def scatter_plot(results: Sequence[RowResult], path: Path, title: str) -> None:
-    from vtrain.cli.figure import log_scale, new_figure, wrapped
+    from vtrain.io.figure import log_scale, new_figure, wrapped
 
     pairs = [(r.measured_ms, r.predicted_ms) for r in results if r.predicted_ms is not None]
     meas = [m for m, _ in pairs]

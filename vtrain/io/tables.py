@@ -1,12 +1,13 @@
-"""The one CSV writer of vtrain's result tables (search trials and fronts, case-study tables).
+"""The one CSV writer of vtrain's result tables (search trials and fronts, case-study tables, sweep summaries).
 
 Columns: the given ones (keys a row lacks are left empty, extra keys ignored), else every key of the rows
 in first-seen order. Floats are written in full (``float_digits=None``) or to that many significant
-digits; booleans as true/false; None as an empty cell.
+digits (a non-finite one then as an empty cell); booleans as true/false; None as an empty cell.
 """
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -28,7 +29,7 @@ def cell(value: Any, float_digits: Optional[int] = None) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and float_digits is not None:
-        return f"{value:.{float_digits}g}"
+        return f"{value:.{float_digits}g}" if math.isfinite(value) else ""
     return value
 
 

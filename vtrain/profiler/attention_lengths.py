@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
-from vtrain.cli.args import int_at_least
 from vtrain.errors import VtrainError
+from vtrain.io.args import int_at_least
 from vtrain.profiler.device import device_name
 from vtrain.profiler.table_run import MEASURE_ERRORS, check_args, finish, open_device, reason, release, table_parser
 from vtrain.profiler.timing import time_op

@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from vtrain.cli.args import int_at_least
 from vtrain.cost.profile_io import steady_ratio
 from vtrain.errors import VtrainError
+from vtrain.io.args import int_at_least
 from vtrain.profiler.device import device_name
 from vtrain.profiler.scaled_gemm import Recipe, gemm
 from vtrain.profiler.table_run import MEASURE_ERRORS, check_args, finish, open_device, reason, release, table_parser

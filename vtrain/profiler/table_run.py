@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from vtrain.cli.args import ArgumentParser, int_at_least
 from vtrain.errors import VtrainError
+from vtrain.io.args import ArgumentParser, int_at_least
 
 MEASURE_ERRORS = (RuntimeError, ValueError, NotImplementedError)  # what torch raises for a case it cannot run
 

@@ -17,11 +17,11 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from vtrain.io.tables import write_csv
 from vtrain.search.forked import Forked
 from vtrain.search.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, canonical, plan_from_fields
-from vtrain.tracking.tables import write_csv
 
 METRIC_COLUMNS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
 DAY_S = 86400.0
@@ -132,7 +132,7 @@ def plot_png(result: SearchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vtrain.cli.figure import log_scale, plain_text
+    from vtrain.io.figure import log_scale, plain_text
 
     plain_text()
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)

@@ -28,10 +28,10 @@ import optuna
 from optuna.trial import TrialState
 
 from vtrain.errors import ConfigError
+from vtrain.io import sqlite_wal
+from vtrain.io.locks import file_lock
 from vtrain.search.journal_repair import is_journal, mend_torn_records
 from vtrain.search.ledger import age_s
-from vtrain.tracking import sqlite_wal
-from vtrain.tracking.locks import file_lock
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from vtrain.tracking import sqlite_wal
-from vtrain.tracking.locks import file_lock
+from vtrain.io import sqlite_wal
+from vtrain.io.locks import file_lock
 
 MLFLOW_DB = Path("outputs") / "mlflow.db"
 
