@@ -199,6 +199,10 @@ USER_FILES = [
      ": line 2, key model.num_layers: Value 'four' of type 'str' could not be converted to Integer"),
     ("experiment/unknown.yaml", "# @package _global_\nparalelism:\n  tp: 2\n",
      ": line 2: key paralelism is not a config key; did you mean parallelism?"),
+    ("model/deep.yaml", "defaults:\n  - gpt_1_7b\n  - _self_\nname: deep\nnum_layers: 1000000000000\n",
+     ": line 5: model.num_layers=1000000000000: must be an integer in [1, 10000] (the deepest published model"),
+    ("experiment/big.yaml", "# @package _global_\ntraining:\n  global_batch_size: 100000000\n",
+     ": line 3: training.global_batch_size=100000000: must be an integer in [1, 16777216]"),
 ]
 
 

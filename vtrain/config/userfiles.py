@@ -51,6 +51,7 @@ def check_file(path: Path, root: Path) -> None:
         if why:
             raise ConfigError(f"{path}: line {_line(lines, keys)}: {why}")
     _check_schema(path, data, prefix, lines)
+    _check_domains(path, data, prefix, lines)
 
 
 def _loader() -> Any:
@@ -186,3 +187,38 @@ def _resolve(owner: Any, name: str) -> Any:
 def _hint(word: str, options: List[str]) -> str:
     near = difflib.get_close_matches(word, options, n=1)
     return f"; did you mean {near[0]}?" if near else ""
+
+
+def _spec_domains() -> Dict[str, Any]:
+    """config section -> the spec class whose field domains check its numbers."""
+    from vtrain.workload.model import ModelSpec
+    from vtrain.workload.plan import ParallelPlan
+    from vtrain.workload.stack import StackSpec
+    from vtrain.workload.system import ClusterSpec, GpuSpec, NetworkTier
+
+    return {"model": ModelSpec, "gpu": GpuSpec, "stack": StackSpec, "cluster": ClusterSpec,
+            "cluster.intra_node": NetworkTier, "cluster.inter_node": NetworkTier, "parallelism": ParallelPlan,
+            "training": ParallelPlan}
+
+
+def _check_domains(path: Path, data: Dict[str, Any], prefix: Tuple[str, ...], lines: Lines) -> None:
+    """Each number of a spec section against its field's range (vtrain.workload.bounds), named by line."""
+    import dataclasses
+
+    from vtrain.workload.fields import Domain
+
+    specs = _spec_domains()
+    for keys, value in _leaves({k: v for k, v in data.items() if k not in ("defaults", "hydra")}):
+        full = (*prefix, *keys)
+        section, name = ".".join(full[:-1]), full[-1] if full else ""
+        if len(full) > 2 and full[-2] not in ("intra_node", "inter_node") and ".".join(full[:-2]) in specs:
+            section, name = ".".join(full[:-2]), full[-2]  # a mapping of numbers (gpu.peak_tflops.bf16)
+        cls = specs.get(section)
+        if cls is None or isinstance(value, (str, bool)) or not isinstance(value, (int, float)):
+            continue
+        if (section, name, value) == ("gpu", "peak_tflops", 0):  # 0: the GPU has no such unit (config.build.gpu_spec)
+            continue
+        field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+        domain = field.metadata.get("domain") if field is not None else None
+        if isinstance(domain, Domain) and not domain.admits(value):
+            raise ConfigError(f"{path}: line {_line(lines, keys)}: {'.'.join(full)}={value}: {domain.reason()}")
