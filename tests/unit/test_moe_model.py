@@ -28,10 +28,16 @@ PUBLISHED = [
 
 @pytest.mark.parametrize("name,total_b,active_b,embedding", PUBLISHED)
 def test_published_total_and_active_parameters(name, total_b, active_b, embedding):
+    """To one unit of each figure's last published digit (exact totals: tests/unit/test_param_counts.py); Llama 4
+    Scout's 109B counts its vision encoder too (about 1.2B here), which the text model leaves out."""
     m = spec(name)
-    tol = 0.01 if name in ("deepseek_v3", "qwen3_235b_a22b", "mixtral_8x22b") else 0.02
-    assert m.total_params(mtp=False) / 1e9 == pytest.approx(total_b, rel=tol)
-    assert m.active_params(embedding=embedding) / 1e9 == pytest.approx(active_b, rel=tol)
+
+    def unit(x):
+        return 10.0 ** -len(repr(x).partition(".")[2]) if isinstance(x, float) else 1.0
+
+    vision_b = 1.3 if name == "llama4_scout" else 0.0
+    assert 0.0 <= total_b - m.total_params(mtp=False) / 1e9 + unit(total_b) <= 2 * unit(total_b) + vision_b
+    assert abs(m.active_params(embedding=embedding) / 1e9 - active_b) <= unit(active_b)
 
 
 @pytest.mark.parametrize("name,published_b", [("kimi_k2", 1040), ("qwen3_32b", 32.8), ("llama3_1_405b", 405.8),
