@@ -23,13 +23,13 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     from vtrain.timeline import chrome_trace, spans
     from vtrain.tracking import simulate_run
 
+    tracker = simulate_run.start(cfg)  # MLflow set up in a second process meanwhile (ended if the input is bad)
     profile = profile_for(cfg)
     require_run(cfg)  # a model without a published run: its tokens from the command line
     chosen, recipe_plan = use_recipe_plan(cfg, profile)  # no plan given: the recipe rule's (vtrain/search/baseline.py)
     if chosen:
         say(chosen)
     report, trace = simulate_with_trace(cfg, profile=profile)
-    tracker = simulate_run.start(cfg)  # a valid plan: MLflow set up in a second process while it is written
     from vtrain.cli.gantt import plot_timeline  # numpy and matplotlib: only once the plan is valid
 
     say(render_report(report))
