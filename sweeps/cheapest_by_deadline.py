@@ -15,8 +15,8 @@ from typing import List
 from vtrain.config.compose import compose
 from vtrain.errors import ConfigError
 from vtrain.io.args import ArgumentParser
+from vtrain.io.labels import plan_label
 from vtrain.io.tables import write_csv
-from vtrain.search.labels import plan_label
 from vtrain.search.run import run_search
 
 CASES = {"gpt175b": "a100x1024", "mtnlg530b": "a100x3360"}

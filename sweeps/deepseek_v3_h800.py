@@ -16,7 +16,7 @@ from typing import Any, List
 
 from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
-from vtrain.search.labels import fmt_days, fmt_usd, plan_label
+from vtrain.io.labels import fmt_days, fmt_usd, plan_label
 from vtrain.search.run import run_search
 from vtrain.workload.enums import Recompute
 

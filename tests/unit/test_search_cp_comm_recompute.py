@@ -9,8 +9,8 @@ import pytest
 
 from vtrain.config.compose import compose
 from vtrain.errors import ConfigError
+from vtrain.io.labels import plan_label
 from vtrain.search.encoding import choices, decode, trial_params
-from vtrain.search.labels import plan_label
 from vtrain.search.run import prepare
 from vtrain.search.settings import check_search
 from vtrain.search.space import Infeasible, canonical, enumerate_plans, plan_fields, plan_from_fields, plan_key

@@ -12,7 +12,6 @@ from omegaconf import OmegaConf
 from vtrain.errors import ConfigError
 from vtrain.io.jsonio import write_json
 from vtrain.io.tables import write_csv
-from vtrain.workload.plan import ParallelPlan
 
 T = TypeVar("T")
 GIB = 2**30
@@ -29,14 +28,6 @@ def parse_params(schema: Type[T], params: Any, where: str = "case_study.params")
     except Exception as exc:  # omegaconf ValidationError / ConfigKeyError and friends
         msg = str(exc).strip().splitlines()[0]
         raise ConfigError(f"{where}: {msg}") from None
-
-
-def plan_str(plan: Any) -> str:
-    """A plan in a table cell, in vtrain's one notation: ``(tp,pp,dp) mb rc``, e.g. ``(8,16,8) mb1 rc=full``."""
-    if isinstance(plan, ParallelPlan):
-        plan = plan.as_dict()
-    s = f"({plan['tp']},{plan['pp']},{plan['dp']}) mb{plan['micro_batch_size']}"
-    return s + ("" if plan.get("recompute", "none") == "none" else f" rc={plan['recompute']}")
 
 
 def pct_saved(new: float, base: float) -> float:

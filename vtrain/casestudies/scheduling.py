@@ -26,10 +26,11 @@ from typing import Any, Callable, Dict, List, Optional
 from omegaconf import DictConfig
 
 from vtrain.casestudies.allocation import POLICIES, SchedulingParams, baseline_option, make_jobs, vtrain_options
-from vtrain.casestudies.common import StudyResult, fmt_table, parse_params, plan_str
+from vtrain.casestudies.common import StudyResult, fmt_table, parse_params
 from vtrain.casestudies.scheduler import Job, Option, schedule
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
+from vtrain.io.labels import plan_label
 from vtrain.report import Report
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
@@ -74,7 +75,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                 "tokens_b": j.tokens / 1e9, "arrival_h": rec.arrival_s / 3600, "start_h": rec.start_s / 3600,
                 "end_h": rec.end_s / 3600, "wait_h": (rec.start_s - rec.arrival_s) / 3600,
                 "run_h": (rec.end_s - rec.start_s) / 3600, "jct_h": (rec.end_s - rec.arrival_s) / 3600,
-                "gpus_allocated": rec.option.nodes * gpn, "gpus_used": r.gpus_used, "plan": plan_str(r.plan),
+                "gpus_allocated": rec.option.nodes * gpn, "gpus_used": r.gpus_used, "plan": plan_label(r.plan),
                 "iteration_time_s": r.iteration_time_s, "mfu_pct": 100 * r.mfu,
                 "gpu_hours": rec.option.nodes * gpn * (rec.end_s - rec.start_s) / 3600,
                 "cost_usd": rec.option.nodes * gpn * (rec.end_s - rec.start_s) / 3600 * w.usd_per_gpu_hour})

@@ -24,11 +24,12 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, DictConfig
 
-from vtrain.casestudies.common import DAY_S, StudyResult, fmt_table, parse_params, plan_str
+from vtrain.casestudies.common import DAY_S, StudyResult, fmt_table, parse_params
 from vtrain.casestudies.plans import GpuCountSpace, best_plan
 from vtrain.config.validate import check_model
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
+from vtrain.io.labels import plan_label
 from vtrain.report import Report
 from vtrain.workload.workload import Workload
 
@@ -175,7 +176,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
             "heads": r.shape.num_heads, "params_b": r.params / 1e9,
             "tokens_fixed_mfu": r.tokens_fixed, "loss_fixed_mfu": r.loss_fixed,
             "feasible_vtrain": math.isfinite(r.loss),
-            "plan": plan_str(b.plan) if b else "none fits", "gpus": b.gpus_used if b else 0,
+            "plan": plan_label(b.plan) if b else "none fits", "gpus": b.gpus_used if b else 0,
             "mfu_vtrain_pct": 100 * b.mfu if b else 0.0, "iteration_time_s": b.iteration_time_s if b else math.nan,
             "tokens_vtrain": r.tokens, "tokens_per_param": r.tokens / r.params,
             "loss_vtrain": r.loss if math.isfinite(r.loss) else None,
@@ -219,7 +220,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         return (f"{tag}: {r.shape.name} ({r.params / 1e9:.1f}B params): fixed-MFU predicts "
                 f"{r.tokens_fixed / 1e9:,.0f}B "
                 f"tokens, loss {r.loss_fixed:.4f}; vtrain: {r.tokens / 1e9:,.0f}B tokens "
-                f"(MFU {r.best.mfu * 100 if r.best else 0:.1f}%, {plan_str(r.best.plan) if r.best else '-'} on "
+                f"(MFU {r.best.mfu * 100 if r.best else 0:.1f}%, {plan_label(r.best.plan) if r.best else '-'} on "
                 f"{r.best.gpus_used if r.best else 0} GPUs), loss {lv}")
 
     lines = [

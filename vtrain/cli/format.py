@@ -1,22 +1,12 @@
 """Human-readable rendering of a Report."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List
 
+from vtrain.io.labels import fmt_duration, plan_named
 from vtrain.report import Report, StageBreakdown
-from vtrain.workload.plan import ParallelPlan
 
 GIB = 2**30
-
-
-def fmt_duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    if seconds < 3600:
-        return f"{seconds:.2f} s"
-    if seconds < 86400 * 2:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def fmt_energy(kwh: float) -> str:
@@ -31,30 +21,13 @@ def fmt_mass_kg(kg: float) -> str:
     return f"{kg / 1e3:,.1f} t" if abs(kg) >= 1e3 else f"{kg:,.1f} kg"
 
 
-def plan_label(plan: Mapping[str, Any] | ParallelPlan) -> str:
-    """``(tp,pp,dp)=(8,16,8) mb=1 1f1b rc=full sp dist-opt``, then cp, ep, ZeRO-2/3 and the precision when set
-    (the parts of :func:`vtrain.search.labels.plan_label`)."""
-    from vtrain.search.labels import plan_parts
-
-    if isinstance(plan, ParallelPlan):
-        plan = plan.as_dict()
-    return f"{plan_shape(plan)} " + " ".join(plan_parts(plan))
-
-
-def plan_shape(plan: Mapping[str, Any] | ParallelPlan) -> str:
-    """The one plan notation of vtrain's outputs: ``(tp,pp,dp)=(8,16,8)``."""
-    if isinstance(plan, ParallelPlan):
-        return f"(tp,pp,dp)=({plan.tp},{plan.pp},{plan.dp})"
-    return f"(tp,pp,dp)=({plan['tp']},{plan['pp']},{plan['dp']})"
-
-
 def headline(r: Report) -> Dict[str, Any]:
     """A report's key figures for a sweep summary row (``best``: one line)."""
     days = r.time_to_train_s / 86400
-    return {"best": f"{plan_label(r.plan)} on {r.gpus_used} GPUs: {fmt_duration(r.iteration_time_s)} per iteration, "
+    return {"best": f"{plan_named(r.plan)} on {r.gpus_used} GPUs: {fmt_duration(r.iteration_time_s)} per iteration, "
                     f"{days:,.1f} days, ${r.cost_usd:,.0f}, MFU {r.mfu * 100:.1f}%"
                     + ("" if r.fits else ", DOES NOT FIT"),
-            "plan": plan_label(r.plan), "gpus": r.gpus_used, "iteration_time_s": r.iteration_time_s,
+            "plan": plan_named(r.plan), "gpus": r.gpus_used, "iteration_time_s": r.iteration_time_s,
             "days_to_train": days, "cost_usd": r.cost_usd, "mfu_pct": r.mfu * 100,
             "peak_memory_gib": r.peak_memory_bytes / GIB, "fits": r.fits, "energy_kwh": r.energy_kwh,
             "co2_kg": r.co2_kg}
@@ -95,7 +68,7 @@ def render_report(r: Report) -> str:
     b = r.breakdown
     lines = [
         f"vtrain: {r.model} on {r.cluster} ({r.gpus_used} x {r.gpu}), cost model: {r.cost_model}",
-        f"plan: {plan_label(r.plan)}, {r.plan.num_microbatches} micro-batches per replica",
+        f"plan: {plan_named(r.plan)}, {r.plan.num_microbatches} micro-batches per replica",
         f"iteration time: {fmt_duration(r.iteration_time_s)}   MFU {r.mfu * 100:.1f}%   HFU {r.hfu * 100:.1f}%   "
         f"{_count(r.tokens_per_s)} tokens/s{_of_which_peak(r)}",
         f"breakdown (critical stage {b.stage}): compute {fmt_duration(b.compute_s)}, host overhead "

@@ -60,9 +60,9 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     import torch
 
     from vtrain.api import simulate
-    from vtrain.cli.format import fmt_duration
     from vtrain.config.build import build_workload
     from vtrain.cost.profile_io import find_profile
+    from vtrain.io.labels import fmt_duration
     from vtrain.profiler.device import device_name, torch_device, torch_dtype
     from vtrain.profiler.model import measure_training
 

@@ -9,10 +9,10 @@ from typing import Any, Dict
 from omegaconf import DictConfig
 
 from vtrain.cli import sweep
-from vtrain.cli.format import plan_label
 from vtrain.cli.logs import quiet_interrupts, say
 from vtrain.cli.run_info import GOODPUT_NOTE, require_run, run_lines
 from vtrain.errors import VtrainError
+from vtrain.io.labels import plan_named
 
 
 def headline(result: Any) -> Dict[str, Any]:
@@ -25,9 +25,9 @@ def headline(result: Any) -> Dict[str, Any]:
             continue
         m = rec.metrics
         days = m["time_to_train_s"] / 86400
-        out.update({f"{title}_plan": plan_label(rec.plan or {}), f"{title}_days": days,
+        out.update({f"{title}_plan": plan_named(rec.plan or {}), f"{title}_days": days,
                     f"{title}_cost_usd": m["cost_usd"], f"{title}_mfu_pct": 100 * m["mfu"]})
-        text.append(f"{title} {plan_label(rec.plan or {})} on {m['gpus_used']:.0f} GPUs, {days:,.1f} days, "
+        text.append(f"{title} {plan_named(rec.plan or {})} on {m['gpus_used']:.0f} GPUs, {days:,.1f} days, "
                     f"${m['cost_usd']:,.0f}")
     out["best"] = "; ".join(text)
     return out

@@ -9,9 +9,10 @@ from omegaconf import DictConfig
 
 from vtrain.cli import sweep
 from vtrain.cli.default_plan import plan_hint, use_recipe_plan
-from vtrain.cli.format import headline, plan_label, render_report
+from vtrain.cli.format import headline, render_report
 from vtrain.cli.logs import say
 from vtrain.cli.run_info import goodput_line, require_run, run_dict, run_lines
+from vtrain.io.labels import plan_named
 from vtrain.sim.memory_margin import margin_line
 from vtrain.workload.system import USABLE_HBM_FRACTION
 
@@ -51,7 +52,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     items = spans(trace)  # read once, written twice
     write_json(out_dir / "timeline.json", chrome_trace(items), indent=None)
     plot_timeline(items, str(out_dir / "timeline.png"), f"{report.model} on {report.cluster}: "
-                  f"{plan_label(report.plan)}, {report.iteration_time_s:.2f} s per iteration")
+                  f"{plan_named(report.plan)}, {report.iteration_time_s:.2f} s per iteration")
     say(f"wrote {out_dir / 'report.json'}, {out_dir / 'timeline.json'} (open in https://ui.perfetto.dev) "
              f"and {out_dir / 'timeline.png'}")
     if tracker is not None:  # one MLflow run: params, metrics, these three files

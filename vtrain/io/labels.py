@@ -1,4 +1,6 @@
-"""One plan notation for everything the search prints or writes: ``(tp, pp, dp)`` first, then the rest.
+"""vtrain's one plan notation, for everything it prints or writes: ``(tp, pp, dp)`` first, then the rest
+(:func:`plan_parts`). Under a header (:func:`plan_label`), standing alone (:func:`plan_named`), in a sentence
+(:func:`plan_sentence`); durations, days and dollars as the outputs print them.
 
     (4, 8, 32) mb=1 interleaved x4 rc=selective sp dist-opt      # under the header "(tp, pp, dp) ..."
     (1, 16, 128) mb=1 dualpipe rc=full dist-opt ep=64 deepep fp8_blockwise   # cp, ep, etp, ZeRO-2/3, precision
@@ -6,6 +8,7 @@
     (8, 8, 4) mb=1 1f1b rc=full(2) sp dist-opt cp=2 (allgather)    # block recompute of 2 layers per chunk
     (1, 1, 64) mb=2 1f1b rc=selective zero-3 shard=8 no-reshard    # hybrid sharding, params kept gathered
     (tp, pp, dp) = (4, 8, 32), mb=1, interleaved x4, rc=selective, sp, dist-opt      # in a sentence
+    (tp,pp,dp)=(4,8,32) mb=1 interleaved x4 rc=selective sp dist-opt                # standing alone
 """
 from __future__ import annotations
 
@@ -68,6 +71,28 @@ def plan_sentence(plan: Any) -> str:
     """``(tp, pp, dp) = (4, 8, 32), mb=1, ...``."""
     p = plan.as_dict() if hasattr(plan, "as_dict") else plan
     return ", ".join([f"(tp, pp, dp) = {degrees(p)}", *plan_parts(p)])
+
+
+def plan_shape(plan: Any) -> str:
+    """The degrees standing alone: ``(tp,pp,dp)=(8,16,8)``."""
+    p = plan.as_dict() if hasattr(plan, "as_dict") else plan
+    return f"(tp,pp,dp)=({p['tp']},{p['pp']},{p['dp']})"
+
+
+def plan_named(plan: Any) -> str:
+    """Standing alone (a report, a sweep row): ``(tp,pp,dp)=(8,16,8) mb=1 1f1b rc=full sp dist-opt``."""
+    p = plan.as_dict() if hasattr(plan, "as_dict") else plan
+    return " ".join([plan_shape(p), *plan_parts(p)])
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 3600:
+        return f"{seconds:.2f} s"
+    if seconds < 86400 * 2:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def fmt_days(seconds: float) -> str:

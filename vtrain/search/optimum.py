@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from vtrain.errors import ConfigError
-from vtrain.search.labels import fmt_days, plan_label
+from vtrain.io.labels import fmt_days, plan_label
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.sensitivity import Step, sensitivity, table_lines
 from vtrain.search.space import SEARCHED_FIELDS, plan_fields, plan_from_fields

@@ -17,9 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
+from vtrain.io.labels import plan_label
 from vtrain.io.tables import write_csv
 from vtrain.search.forked import Forked
-from vtrain.search.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, canonical, plan_from_fields
 

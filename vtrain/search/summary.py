@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import List
 
-from vtrain.cli.format import fmt_duration
+from vtrain.io.labels import fmt_days, fmt_duration, fmt_usd, plan_label, plan_sentence
 from vtrain.search.constraints import binding
-from vtrain.search.labels import fmt_days, fmt_usd, plan_label, plan_sentence
 from vtrain.search.outputs import simulate_command
 from vtrain.search.records import SearchResult, TrialRecord
 

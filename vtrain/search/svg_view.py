@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, List, Sequence, Tuple
 
-from vtrain.search.labels import plan_label
+from vtrain.io.labels import plan_label
 from vtrain.search.records import SearchResult, TrialRecord
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 460, 78, 20, 36, 52

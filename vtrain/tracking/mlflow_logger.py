@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from vtrain.errors import VtrainError
-from vtrain.search.labels import plan_label, plan_sentence
+from vtrain.io.labels import plan_label, plan_sentence
 from vtrain.search.optimum import optimum_metrics, optimum_tags
 from vtrain.search.outputs import human_metrics, row, simulate_command
 from vtrain.search.records import SearchResult, TrialRecord

@@ -4,8 +4,9 @@ of the same model and cluster uses (:func:`vtrain.tracking.naming.experiment_for
 chosen and the plan as params, the report's numbers as metrics (SI, and days / million USD / percent beside
 them) and report.json, timeline.json and timeline.png as artifacts.
 
-Importing mlflow and opening its store take ~1.5 s of CPU, more than a small simulation: a forked process
-(:class:`SimulationLogger`) does that while the plan is simulated and drawn, then writes the run.
+Importing mlflow takes ~1.9 s of CPU, more than a small simulation: a forked process
+(:class:`SimulationLogger`) imports it while the plan is simulated and drawn, then opens the store and writes
+the run.
 """
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from vtrain.search.labels import plan_label
+from vtrain.io.labels import plan_label
 from vtrain.search.outputs import human_metrics
 from vtrain.tracking import mlflow_writer as mw
-from vtrain.tracking.background import _warm_up
 from vtrain.tracking.naming import chosen_params, experiment_for, job_label
 
 REPORT_TAGS = ("model", "cluster", "gpu", "stack", "cost_model", "interval_regime")
@@ -68,8 +68,10 @@ def log_simulation(cfg: Any, report: Dict[str, Any], artifacts: List[Path]) -> T
 
 
 def _serve(conn: Any, cfg: Any) -> None:
-    _warm_up(cfg)
-    try:
+    from vtrain.tracking.store import quiet_mlflow_logging
+
+    quiet_mlflow_logging()  # imports mlflow: the slow part, and no side effect (the store is opened once the
+    try:  # simulation has written its files: a process ended by a bad input never leaves a half-made store)
         msg = conn.recv()
     except (EOFError, OSError, KeyboardInterrupt):
         return
