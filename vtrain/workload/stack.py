@@ -154,6 +154,10 @@ class StackSpec:
     expert_wgrad_main_grad: bool = spec(False, doc="MoE: the experts' weight gradients accumulate into fp32 main "
                                                    "gradients inside the GEMM (Megatron-Core's "
                                                    "gradient_accumulation_fusion: read and write 8 B per element)")
+    te_quantization: bool = spec(False, doc="low-precision casts as Transformer Engine runs them "
+                                            "(vtrain.graph.te_quant): the norm before the QKV and FC1 GEMMs writes "
+                                            "their quantized input (LayerNormLinear), and on Blackwell a per-tensor "
+                                            "FP8 tensor serves both GEMM layouts (no transposed copy)")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
