@@ -92,6 +92,19 @@ def test_parallelization_pareto_front_is_non_dominated(parallel):
                        for f in front)
 
 
+def test_parallelization_reproduces_the_papers_headline(parallel):
+    """vTrain paper (Bang et al., MICRO 2024), Sec. on cost-effective parallelization: for MT-NLG 530B on 3,360
+    A100 it finds plans more than 5% cheaper and more than 10% more GPU-efficient (MFU) than the published
+    (8,35,12). Reproduced: (8,21,8) on 1,344 GPUs, >= 12% cheaper at 1.14x the baseline's MFU. Not reproduced
+    one-to-one: the paper's exact plans are not public, and at equal or lower time vtrain finds < 1% savings."""
+    rows = parallel.tables["plans"]
+    b = next(r for r in rows if r["baseline"])
+    better = [r for r in rows if r["fits"] and r["cost_saved_pct"] > 5.0 and r["mfu_pct"] > 1.10 * b["mfu_pct"]]
+    assert {(r["tp"], r["pp"], r["dp"]) for r in better} >= {(8, 21, 8), (8, 21, 5)}
+    eight = next(r for r in better if (r["tp"], r["pp"], r["dp"]) == (8, 21, 8))
+    assert eight["gpus"] == 1344 and eight["cost_saved_pct"] > 12.0 and eight["time_saved_pct"] < 0
+
+
 # ---------------------------------------------------------------------------------- 2. scheduling
 @pytest.fixture(scope="module")
 def sched():
@@ -129,6 +142,13 @@ def test_guided_policy_beats_the_heuristic_on_the_example_trace(sched):
         100 * (pol["baseline"]["avg_jct_h"] - pol["vtrain"]["avg_jct_h"]) / pol["baseline"]["avg_jct_h"])
     jobs = [r for r in sched.tables["jobs"] if r["policy"] == "baseline"]
     assert pol["baseline"]["avg_jct_h"] == pytest.approx(sum(r["jct_h"] for r in jobs) / len(jobs))
+    # docs/casestudies.md's figures for this trace: average JCT 49% lower with vtrain's allocations (55% with
+    # shortest-job-first), makespan 46% lower, cluster MFU from 27% to 50%: the paper's direction (vTrain-guided
+    # scheduling shortens the average completion time), the magnitude on this project's own trace
+    assert pol["vtrain"]["avg_jct_vs_baseline_pct"] == pytest.approx(49.0, abs=2.0)
+    assert pol["vtrain_sjf"]["avg_jct_vs_baseline_pct"] == pytest.approx(55.3, abs=2.0)
+    assert pol["vtrain"]["makespan_vs_baseline_pct"] == pytest.approx(45.7, abs=2.0)
+    assert pol["vtrain"]["cluster_mfu_pct"] > 1.75 * pol["baseline"]["cluster_mfu_pct"]
 
 
 def _opt(nodes: int, hours: float) -> Option:
@@ -187,6 +207,20 @@ def test_compute_optimal_choices_follow_the_loss():
     assert s["vtrain_choice"]["shape"] == min(rows, key=lambda x: x["loss_vtrain"])["shape"]
     assert s["chinchilla_choice"]["shape"] == min(rows, key=lambda x: x["loss_fixed_mfu"])["shape"]
     assert s["same_choice"] == (s["vtrain_choice"]["shape"] == s["chinchilla_choice"]["shape"])
+
+
+@pytest.mark.slow
+def test_compute_optimal_study_does_not_reproduce_a_changed_choice():
+    """The paper's compute-optimal study finds that realistic (simulated) throughput moves the compute-optimal
+    model away from the fixed-MFU Chinchilla choice. NOT reproduced here: at 1M GPU-hours and 30 days on 1,024
+    A100, vtrain's per-shape MFU (46-50% for large shapes) picks the same gpt-30b as a fixed 45% MFU; what the
+    simulation changes is the token count (about 3.7% more) and so the loss (docs/casestudies.md)."""
+    r = run("compute_optimal")
+    s = r.summary
+    assert s["same_choice"] and s["vtrain_choice"]["shape"] == s["chinchilla_choice"]["shape"] == "gpt-30b"
+    v, c = s["vtrain_choice"], s["chinchilla_choice"]
+    assert v["tokens_vtrain"] / c["tokens_fixed_mfu"] == pytest.approx(1.037, abs=0.01)
+    assert v["loss_vtrain"] < c["loss_fixed_mfu"]
 
 
 # --------------------------------------------------------------------------------- bad sweep inputs
