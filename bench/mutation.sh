@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Mutation score of the core packages (workload, graph, comm, cost, sim) on a deterministic sample of mutants,
+# against a fast targeted test subset. Not part of CI. Needs mutmut 3.8.1 (pip install mutmut==3.8.1).
+#   bench/mutation.sh [N_MUTANTS=120] [SEED=44]
+# Works on a copy of the committed tree (git archive HEAD) in $MUTATION_WORKDIR (default /tmp/vtrain-mutation),
+# never on the working tree; the generated mutants and the test-to-function map are kept there per commit, so a
+# second sample of the same commit skips both. Prints the score and each surviving mutant (docs/testing.md).
+set -euo pipefail
+N=${1:-120}
+SEED=${2:-44}
+ROOT=$(git rev-parse --show-toplevel)
+WORK=${MUTATION_WORKDIR:-/tmp/vtrain-mutation}
+JOBS=${MUTATION_JOBS:-2}
+COMMIT=$(git -C "$ROOT" rev-parse HEAD)
+TESTS="tests/unit/test_pinned_activations.py tests/unit/test_pinned_collectives.py tests/unit/test_param_counts.py
+tests/unit/test_pinned_head_and_bandwidth.py tests/unit/test_inflight_counts.py tests/unit/test_memory.py
+tests/unit/test_model.py tests/unit/test_moe_model.py tests/unit/test_comm_plan.py tests/unit/test_collectives.py
+tests/unit/test_schedule.py tests/unit/test_cost_model.py tests/unit/test_engine_invariants.py
+tests/unit/test_cp_comms.py"
+start=$(date +%s)
+if [ "$(cat "$WORK/.commit" 2>/dev/null)" != "$COMMIT" ]; then
+  rm -rf "$WORK" && mkdir -p "$WORK"
+  git -C "$ROOT" archive HEAD | tar -x -C "$WORK"
+  cd "$WORK"
+  py_list() { printf '"%s", ' "$@" | sed 's/, $//'; }
+  cat >> pyproject.toml <<TOML
+
+[tool.mutmut]
+source_paths = ["vtrain"]
+only_mutate = ["vtrain/workload/*", "vtrain/graph/*", "vtrain/comm/*", "vtrain/cost/*", "vtrain/sim/*"]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
+pytest_add_cli_args_test_selection = [$(py_list $TESTS)]
+TOML
+  # generate every mutant (mutmut run's first step, without its test runs)
+  python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY'
+import os, sys
+from mutmut.__main__ import create_mutants
+from mutmut.mutation.trampoline import set_mutant_under_test
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+set_mutant_under_test("mutant_generation")
+os.makedirs("mutants", exist_ok=True)
+copy_src_dir(); copy_also_copy_files(); setup_source_paths()
+stats = create_mutants(int(sys.argv[1]))
+print(f"{stats.mutated} files mutated, {stats.ignored} ignored")
+PY
+  echo "$COMMIT" > .commit
+fi
+cd "$WORK"
+echo "generated in $(( $(date +%s) - start )) s: $(tail -1 mutmut_generate.log)"
+python "$ROOT/bench/mutation_sample.py" sample "$N" "$SEED" > sample.txt
+mutmut run --max-children "$JOBS" $(cat sample.txt) > mutmut_run.log 2>&1 || { tail -30 mutmut_run.log; exit 1; }
+python "$ROOT/bench/mutation_sample.py" score sample.txt
+echo "commit $COMMIT, seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"
