@@ -68,10 +68,10 @@ def log_simulation(cfg: Any, report: Dict[str, Any], artifacts: List[Path]) -> T
 
 
 def _serve(conn: Any, cfg: Any) -> None:
-    from vtrain.tracking.store import quiet_mlflow_logging
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (imports: the slow part, and no side effect;
+    from mlflow.tracking import MlflowClient  # noqa: F401  the store is opened once the simulation has written its
 
-    quiet_mlflow_logging()  # imports mlflow: the slow part, and no side effect (the store is opened once the
-    try:  # simulation has written its files: a process ended by a bad input never leaves a half-made store)
+    try:  # files: a process ended by a bad input never leaves a half-made store)
         msg = conn.recv()
     except (EOFError, OSError, KeyboardInterrupt):
         return
