@@ -60,6 +60,12 @@ RECIPES: Tuple[Recipe, ...] = (
     Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
            {"num_gpus": 256, "tp": 2, "pp": 8, "virtual_stages": 4, "ep": 32, "global_batch": 8192}, "h100_sxm",
            releases=_BRIDGE_26),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V2
+    # scripts/performance/configs/llama/llama3_workload_base_configs.py, LLAMA3_70B_PRETRAIN_CONFIG_{GB300,B300}_FP8_MX
+    # (V1 and V2): pipeline 4 x virtual 5 on tensor 1 (GB200 and B200: tensor 2, their rows state vp 5)
+    Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5"}, {"num_gpus": 64, "tp": 1, "pp": 4}, "gb300",
+           ("mxfp8",), _BRIDGE_26),
+    Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5"}, {"num_gpus": 64, "tp": 1, "pp": 4}, "b300",
+           ("mxfp8",), _BRIDGE_26),
     # scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, GPT-OSS 120B BF16 V2 presets (64 GPUs,
     # global batch 1280, micro-batch 4; H100: PP4, micro-batch 1): TE CUDA graphs of attention, router and dispatch
     # preprocessing on GB300 and B300 (B300: EP8 with HybridEP), selective recompute of the norms and the expert
