@@ -53,5 +53,7 @@ if [ "$CV" = 1 ]; then
   step calibrate_all '^  (pooled|interval)|^wrote' "$PY" -m vtrain task=calibrate calibrate.scope=all tracking=off \
     calibrate.write=true hydra.run.dir="$LOGS/calibrate_all"
   step intervals '^wrote' "$PY" bench/fit_intervals.py "$LOGS/calibrate_all/predictions.csv" --plot docs/intervals.png
+  # the README and docs/calibration.md accuracy tables from its sources.csv (tests/test_readme_figures.py)
+  step readme_figures 'rewritten' "$PY" bench/readme_figures.py "$LOGS/calibrate_all/sources.csv"
 fi
 echo "figures: done; compare with the README and update the lines that moved (git diff shows the data files)"

@@ -1,0 +1,87 @@
+"""Render the accuracy table of README.md and docs/calibration.md from a calibration run's ``sources.csv``.
+
+    python -m vtrain task=calibrate calibrate.scope=all hydra.run.dir=outputs/figures/calibration
+    python bench/readme_figures.py outputs/figures/calibration/sources.csv    # copies it, rewrites the tables
+
+The CSV is copied to ``docs/figures/calibration_sources.csv``; every block between
+``<!-- figures:accuracy -->`` and ``<!-- /figures:accuracy -->`` in README.md and docs/calibration.md is replaced
+by :func:`render`. ``tests/test_readme_figures.py`` checks the committed text against the committed CSV, so a
+figure in the README is never typed by hand. ``bash bench/figures.sh --cv`` runs both steps.
+"""
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "docs" / "figures" / "calibration_sources.csv"
+PAGES = (ROOT / "README.md", ROOT / "docs" / "calibration.md")
+BLOCK = re.compile(r"(<!-- figures:accuracy -->\n).*?(<!-- /figures:accuracy -->)", re.S)
+LABELS = {  # source key -> what a reader recognises
+    "a100_single_node": "vTrain A100 single node (Megatron-DeepSpeed)",
+    "megatron_2021_weak_scaling": "Megatron-LM SC'21 weak scaling (A100, to 3,072 GPUs)",
+    "torchtitan": "torchtitan FSDP2 (H100, B200, GB200)",
+    "megatron_moe_qwen3_h100": "Megatron-Core Qwen3 MoE (H100)",
+    "megatron_moe_qwen3_blackwell": "Megatron-Core Qwen3 MoE (GB200)",
+    "published:megatron_readme_sep2020": "Megatron-LM 2020 (V100, A100)",
+    "published:nemo_24.07": "NeMo 24.07 (H100, FP8)",
+    "published:nemo_launcher_24.05": "NeMo 24.05 (H100, FP8)",
+    "published:megatron_bridge_26.02.01": "Megatron-Bridge 26.02.01 (H100-GB300)",
+    "published:megatron_bridge_26.02": "Megatron-Bridge 26.02 (H100-GB300)",
+    "published:megatron_bridge_25.11": "Megatron-Bridge 25.11 (H100-GB300)",
+    "published:megatron_bridge_25.09": "Megatron-Bridge 25.09 (H100-GB300)",
+    "published:mosaic_llm_foundry": "llm-foundry FSDP (A100-40GB, seq to 64K)",
+}
+
+
+def read_sources(path: Path) -> List[Dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _pct(cell: str) -> str:
+    return f"{float(cell):.1f}%" if cell else ""
+
+
+def render(rows: List[Dict[str, str]]) -> str:
+    """The markdown table: leave-one-source-out first (the honest figure), in-sample beside it."""
+    out = ["| source | runs | **leave-one-source-out MAPE** | within 10% (held out) | in-sample MAPE |"
+           " 80% interval coverage (held out) |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        name = r["source"]
+        pooled = name.removeprefix("pooled ").strip("()")
+        label = LABELS.get(name, f"**pooled: {pooled}**" if name.startswith("pooled") else name)
+        bold = f"**{_pct(r['loso_mape_pct'])}**"
+        out.append(f"| {label} | {int(r['n']):,} | {bold} | {_pct(r['loso_within_10_pct'])} |"
+                   f" {_pct(r['in_sample_mape_pct'])} | {_pct(r['coverage80_pct'])} |")
+    return "\n".join(out) + "\n"
+
+
+def rewrite(page: Path, table: str) -> bool:
+    text = page.read_text()
+    new, n = BLOCK.subn(lambda m: m.group(1) + table + m.group(2), text)
+    if n and new != text:
+        page.write_text(new)
+    return n > 0
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 1 or not Path(argv[0]).is_file():
+        print("usage: python bench/readme_figures.py <calibration run>/sources.csv", file=sys.stderr)
+        return 2
+    src = Path(argv[0])
+    if src.resolve() != SHIPPED.resolve():
+        shutil.copyfile(src, SHIPPED)
+    table = render(read_sources(SHIPPED))
+    for page in PAGES:
+        print(f"{page.relative_to(ROOT)}: {'rewritten' if rewrite(page, table) else 'no figures block'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
