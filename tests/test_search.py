@@ -21,8 +21,9 @@ from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError, VtrainError
 from vtrain.search import ledger, outputs
 from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
+from vtrain.search.plans import canonical, plan_fields, plan_from_fields, plan_key
 from vtrain.search.run import prepare, run_search
-from vtrain.search.space import canonical, enumerate_plans, plan_fields, plan_from_fields, plan_key
+from vtrain.search.space import enumerate_plans
 from vtrain.sim.simulator import simulate_workload
 from vtrain.sim.stage_memory import memory_lower_bound_bytes
 from vtrain.workload.enums import Recompute, Schedule

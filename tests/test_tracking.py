@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from vtrain.cli.task_search import run
 from vtrain.config.compose import compose
-from vtrain.search.space import SEARCHED_FIELDS
+from vtrain.search.plans import SEARCHED_FIELDS
 from vtrain.tracking.mlflow_logger import TrackingError, read_table
 
 SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",

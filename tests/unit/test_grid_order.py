@@ -8,17 +8,9 @@ import itertools
 
 from vtrain.config.compose import compose
 from vtrain.search.grid import evaluate_grid, grid_tasks
+from vtrain.search.plans import canonical, plan_key, plan_values
 from vtrain.search.run import prepare
-from vtrain.search.space import (
-    _rest_options,
-    _schedule_options,
-    canonical,
-    check,
-    enumerate_plans,
-    pipeline_shape,
-    plan_key,
-    plan_values,
-)
+from vtrain.search.space import _rest_options, _schedule_options, check, enumerate_plans, pipeline_shape
 
 SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search=grid",
          "search.progress_bar=false", "tracking.enabled=false"]

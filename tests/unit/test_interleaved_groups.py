@@ -10,7 +10,7 @@ from vtrain import compose
 from vtrain.api import simulate
 from vtrain.config.validate import check_microbatch_group
 from vtrain.errors import ConfigError
-from vtrain.search.space import canonical
+from vtrain.search.plans import canonical
 from vtrain.sim.engine import run_pipeline
 from vtrain.sim.pipeline import simulate_pipeline
 from vtrain.sim.schedule import compile_schedule, interleaved_table, stage_order

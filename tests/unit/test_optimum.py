@@ -8,9 +8,9 @@ from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
 from vtrain.search.baseline import RECIPE_MAX_TP, baseline_plan
 from vtrain.search.optimum import WITHIN, gain_line, gain_over, near_optimal, shape_of_optimum
+from vtrain.search.plans import plan_from_fields
 from vtrain.search.run import prepare, run_search
 from vtrain.search.sensitivity import knob_steps
-from vtrain.search.space import plan_from_fields
 from vtrain.sim.memory_margin import margin_line, margin_reason, usable_bytes
 from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.plan import ParallelPlan

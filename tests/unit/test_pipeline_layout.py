@@ -9,7 +9,7 @@ from vtrain.api import simulate
 from vtrain.config.build import build_workload
 from vtrain.config.validate import check_pipeline_split
 from vtrain.errors import ConfigError
-from vtrain.search.space import canonical
+from vtrain.search.plans import canonical
 from vtrain.workload.enums import Schedule
 from vtrain.workload.partition import layer_split, partition
 from vtrain.workload.pipeline_layout import layout_layers, parse_layout

@@ -8,7 +8,7 @@ from vtrain import compose
 from vtrain.config.build import build_workload
 from vtrain.config.validate import check_pipeline_split
 from vtrain.errors import ConfigError
-from vtrain.search.space import canonical
+from vtrain.search.plans import canonical
 from vtrain.sim.memory import state_bytes_per_param
 from vtrain.workload.enums import Precision, Schedule
 from vtrain.workload.partition import layer_split, partition

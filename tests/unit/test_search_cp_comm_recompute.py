@@ -11,9 +11,10 @@ from vtrain.config.compose import compose
 from vtrain.errors import ConfigError
 from vtrain.io.labels import plan_label
 from vtrain.search.encoding import choices, decode, trial_params
+from vtrain.search.plans import canonical, plan_fields, plan_from_fields, plan_key
 from vtrain.search.run import prepare
 from vtrain.search.settings import check_search
-from vtrain.search.space import Infeasible, canonical, enumerate_plans, plan_fields, plan_from_fields, plan_key
+from vtrain.search.space import Infeasible, enumerate_plans
 from vtrain.workload.enums import CpComm, Recompute
 
 # 4 layers, 4 heads of which 2 K/V heads (GQA): cp=2 divides the K/V heads per rank at tp=1 only

@@ -12,9 +12,10 @@ import pytest
 from vtrain.config.compose import compose
 from vtrain.errors import ConfigError
 from vtrain.search.encoding import choices, decode, trial_params
+from vtrain.search.plans import canonical, plan_fields, plan_from_fields, plan_key
 from vtrain.search.run import prepare, run_search
 from vtrain.search.settings import check_search
-from vtrain.search.space import Infeasible, canonical, enumerate_plans, plan_fields, plan_from_fields, plan_key
+from vtrain.search.space import Infeasible, enumerate_plans
 from vtrain.workload.enums import MoeDispatcher, Precision, Schedule
 
 DENSE = ["+model=tiny", "+cluster=h200x8", "training.seq_len=128", "training.global_batch_size=16",

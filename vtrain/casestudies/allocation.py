@@ -17,6 +17,7 @@ from vtrain.errors import ConfigError
 from vtrain.report import Report
 from vtrain.sim.simulator import simulate_workload
 from vtrain.workload.enums import Recompute
+from vtrain.workload.tp_split import tp_divides
 from vtrain.workload.workload import Workload
 
 POLICIES = ("baseline", "vtrain", "vtrain_sjf")
@@ -97,8 +98,7 @@ def baseline_option(job: Job, cost: CostModel, prm: SchedulingParams) -> Option:
     budget = prm.baseline_state_fraction * w.cluster.gpu.hbm_capacity_bytes
     states = STATE_BYTES_PER_PARAM * job.params_b * 1e9
     m = w.model
-    tps = [t for t in (1, 2, 4, 8) if t <= gpn and m.num_heads % t == 0 and m.num_kv_heads % t == 0
-           and m.ffn_hidden_size % t == 0]
+    tps = [t for t in (1, 2, 4, 8) if t <= gpn and tp_divides(m, t)]
     tp = next((t for t in tps if states / t <= budget), tps[-1])
     pps = [p for p in divisors(m.num_layers, gpus // tp) if tp * p <= gpus]
     start = next((i for i, p in enumerate(pps) if states / (tp * p) <= budget), len(pps) - 1)

@@ -62,7 +62,7 @@ def recipe(cfg: DictConfig, profile: Any) -> Any:
 def overrides_of(plan: ParallelPlan, current: Optional[ParallelPlan] = None) -> str:
     """The overrides that set ``plan``: those that differ from ``current`` when given."""
     from vtrain.search.outputs import plan_overrides
-    from vtrain.search.space import plan_fields
+    from vtrain.search.plans import plan_fields
 
     now = plan_fields(current) if current is not None else {}
     return " ".join(plan_overrides({k: v for k, v in plan_fields(plan).items() if now.get(k, not v) != v}))

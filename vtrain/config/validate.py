@@ -26,6 +26,7 @@ from vtrain.workload.model import ModelSpec
 from vtrain.workload.pipeline_layout import layout_layers
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import GIB, ClusterSpec
+from vtrain.workload.tp_split import tp_misfit
 
 
 def require(cond: bool, message: str) -> None:
@@ -111,14 +112,11 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     if not (p.num_gpus <= cluster.num_gpus):
         raise ConfigError(f"tp*cp*pp*dp={p.tp}*{p.cp}*{p.pp}*{p.dp}={p.num_gpus} exceeds the {cluster.num_gpus} "
                           f"GPUs of cluster {cluster.name}")
-    if not (m.num_heads % p.tp == 0):
-        raise ConfigError(f"tp={p.tp} must divide attention heads={m.num_heads}: try "
-                          f"{_divisors_hint(m.num_heads)}")
-    if not (m.num_kv_heads % p.tp == 0):
-        raise ConfigError(f"tp={p.tp} must divide kv heads={m.num_kv_heads}: try "
-                          f"{_divisors_hint(m.num_kv_heads)}")
-    if not (m.ffn_hidden_size % p.tp == 0):
-        raise ConfigError(f"tp={p.tp} must divide ffn_hidden_size={m.ffn_hidden_size}")
+    misfit = tp_misfit(m, p.tp)
+    if misfit is not None:
+        what, value = misfit
+        hint = "" if what == "ffn_hidden_size" else f": try {_divisors_hint(value)}"
+        raise ConfigError(f"tp={p.tp} must divide {what}={value}{hint}")
     if not (p.global_batch_size % (p.dp * p.micro_batch_size) == 0):  # before the rules on the micro-batch count
         raise ConfigError(f"dp*micro_batch_size={p.dp}*{p.micro_batch_size} must divide global_batch_size="
                           f"{p.global_batch_size}")

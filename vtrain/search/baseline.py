@@ -35,7 +35,8 @@ from vtrain.config.validate import check_plan
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
-from vtrain.search.space import canonical, node_aligned_tp
+from vtrain.search.plans import canonical
+from vtrain.search.space import node_aligned_tp
 from vtrain.sim.memory_margin import usable_bytes
 from vtrain.sim.stage_memory import memory_lower_bound_bytes
 from vtrain.workload.arith import divisors

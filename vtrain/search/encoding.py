@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Sequence
 
-from vtrain.search.space import Infeasible, PlanSpace, canonical, check
+from vtrain.search.plans import canonical
+from vtrain.search.space import Infeasible, PlanSpace, check
 from vtrain.workload.enums import Schedule
 from vtrain.workload.plan import ParallelPlan
 

@@ -18,14 +18,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from vtrain.search.collector import fewer_collections
 from vtrain.search.objective import Evaluator
-from vtrain.search.space import (
-    PlanSpace,
-    enumerate_plans,
-    group_plans,
-    group_size,
-    plan_groups,
-    plan_values,
-)
+from vtrain.search.plans import plan_values
+from vtrain.search.space import PlanSpace, enumerate_plans, group_plans, group_size, plan_groups
 from vtrain.workload.plan import ParallelPlan
 
 # (searched field values in SEARCHED_FIELDS order, objective values, reason, metrics) of one plan

@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from vtrain.search.space import SEARCHED_FIELDS
+from vtrain.search.plans import SEARCHED_FIELDS
 from vtrain.workload.plan import ParallelPlan
 
 CLAIM = "vtrain.plan"

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
-from vtrain.search.space import PlanKey, PlanSpace, check, plan_key
+from vtrain.search.plans import PlanKey, plan_key
+from vtrain.search.space import PlanSpace, check
 from vtrain.sim.memory_margin import exceeds_margin, margin_reason
 from vtrain.sim.simulator import simulate_workload
 from vtrain.sim.stage_memory import memory_lower_bound_bytes

@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from vtrain.errors import ConfigError
 from vtrain.io.labels import fmt_days, plan_label
+from vtrain.search.plans import SEARCHED_FIELDS, plan_fields, plan_from_fields
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.sensitivity import Step, sensitivity, table_lines
-from vtrain.search.space import SEARCHED_FIELDS, plan_fields, plan_from_fields
 from vtrain.workload.plan import ParallelPlan
 
 NEAR_SHOWN = 5  # near-optimal plans listed (all are counted)

@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Sequence
 from vtrain.io.labels import plan_label
 from vtrain.io.tables import write_csv
 from vtrain.search.forked import Forked
+from vtrain.search.plans import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, canonical, plan_from_fields
 from vtrain.search.records import SearchResult, TrialRecord
-from vtrain.search.space import APPLIED_FIELDS, FIELD_GROUP, SEARCHED_FIELDS, canonical, plan_from_fields
 
 METRIC_COLUMNS = ("iteration_time_s", "time_to_train_s", "cost_usd", "mfu", "peak_memory_gib", "fits", "gpus_used")
 DAY_S = 86400.0
@@ -172,7 +172,7 @@ def best_report_dirs(result: SearchResult, out_dir: Path, top_k: int) -> Dict[st
 
 def write_best_reports(result: SearchResult, out_dir: Path, top_k: int) -> Dict[str, Path]:
     """``best_<name>/report.json`` and ``timeline.json`` (Chrome trace) of the fastest and cheapest plans."""
-    from vtrain.search.space import plan_from_fields
+    from vtrain.search.plans import plan_from_fields
     from vtrain.timeline import chrome_trace
 
     ctx = result.context

@@ -35,7 +35,8 @@ def seed_plans(ctx: Any, size: int, seed: int, max_draws: int = 20000) -> List[D
     lower bound fits the GPU (no simulation): rejection sampling over the parameter choices, falling back
     to enumerating the whole space when few plans qualify."""
     from vtrain.search.encoding import choices, decode
-    from vtrain.search.space import Infeasible, plan_key
+    from vtrain.search.plans import plan_key
+    from vtrain.search.space import Infeasible
 
     cap = usable_bytes(ctx.workload.cluster)  # the memory margin (cluster.usable_hbm_fraction)
     rng = random.Random(seed)

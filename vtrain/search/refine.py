@@ -19,7 +19,8 @@ from typing import Any, Iterable, Iterator, List, Sequence
 
 from vtrain.search.objective import Evaluator
 from vtrain.search.pareto import pareto_front, to_minimise
-from vtrain.search.space import PlanSpace, canonical, check, plan_key
+from vtrain.search.plans import canonical, plan_key
+from vtrain.search.space import PlanSpace, check
 from vtrain.sim.memory_margin import usable_bytes
 from vtrain.sim.stage_memory import memory_lower_bound_bytes
 from vtrain.workload.enums import Recompute, Schedule

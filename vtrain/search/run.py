@@ -17,9 +17,10 @@ from vtrain.errors import ConfigError
 from vtrain.search import constraints as cons
 from vtrain.search.objective import Evaluator, directions
 from vtrain.search.pareto import pareto_front, to_minimise
+from vtrain.search.plans import FIELD_GROUP, SEARCHED_FIELDS, TIED_FIELDS
 from vtrain.search.records import SearchResult, TrialRecord
 from vtrain.search.settings import check_all
-from vtrain.search.space import FIELD_GROUP, SEARCHED_FIELDS, TIED_FIELDS, PlanSpace, plan_space
+from vtrain.search.space import PlanSpace, plan_space
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from vtrain.errors import ConfigError
-from vtrain.search.space import canonical
+from vtrain.search.plans import canonical
 from vtrain.workload.enums import Recompute, Schedule
 from vtrain.workload.plan import ParallelPlan
 

@@ -14,32 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import operator
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vtrain.comm.ep import expert_parallel_degrees
-from vtrain.config.validate import check_microbatch_group, check_pipeline_split, check_plan
+from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError
+from vtrain.search.plans import PlanKey, canonical, plan_key
 from vtrain.workload.arith import divisors
 from vtrain.workload.enums import CpComm, MoeDispatcher, Precision, Recompute, Schedule
 from vtrain.workload.model import ModelSpec
-from vtrain.workload.partition import partition
-from vtrain.workload.plan import PAR, ParallelPlan
+from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.system import ClusterSpec
-
-PlanKey = Tuple[Any, ...]
-# the plan fields a search varies (everything else comes from the composed config); the ones after
-# distributed_optimizer came with issue 12 and keep their base value unless their search.* list names more
-SEARCHED_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "schedule", "virtual_stages", "recompute",
-                   "sequence_parallel", "distributed_optimizer", "zero_stage", "cp", "precision", "ep", "etp",
-                   "moe_dispatcher", "cp_comm", "recompute_num_layers", "fsdp_shard_size", "reshard_after_forward")
-# the config group of each searched field (``training.precision``, ``parallelism.<the rest>``)
-FIELD_GROUP = {f.name: f.metadata.get("group") or PAR for f in dataclasses.fields(ParallelPlan)
-               if f.name in SEARCHED_FIELDS}
-_ENUMS = {"schedule": Schedule, "recompute": Recompute, "precision": Precision, "moe_dispatcher": MoeDispatcher,
-          "cp_comm": CpComm}
+from vtrain.workload.tp_split import tp_divides
 
 
 class Infeasible(Exception):
@@ -148,14 +135,15 @@ class PlanSpace:
 
 def node_aligned_tp(model: ModelSpec, cluster: ClusterSpec, max_tp: int = 0, cross_node: bool = False
                     ) -> Tuple[int, ...]:
-    """tp degrees dividing the attention and kv heads that keep a TP group inside one node (a divisor of
-    the node size) or span whole nodes (a multiple of it, with ``cross_node``), at most ``max_tp``."""
+    """tp degrees that split the model (:func:`vtrain.workload.tp_split.tp_divides`) and keep a TP group
+    inside one node (a divisor of the node size) or span whole nodes (a multiple of it, with ``cross_node``), at
+    most ``max_tp``."""
     gpn = cluster.gpus_per_node
     limit = max_tp or (cluster.num_gpus if cross_node else gpn)
     if not cross_node:
         limit = min(limit, gpn)
     # tp=3 or 6 on 8-GPU nodes would put one group on two nodes and stall every step
-    return tuple(d for d in divisors(model.num_heads, limit) if model.num_kv_heads % d == 0 and d <= limit
+    return tuple(d for d in divisors(model.num_heads, limit) if tp_divides(model, d) and d <= limit
                  and (gpn % d == 0 if d <= gpn else d % gpn == 0))
 
 
@@ -232,120 +220,6 @@ def plan_space(model: ModelSpec, cluster: ClusterSpec, base: ParallelPlan, searc
 
 
 # settings a search keeps from the config and applies to the plans they suit (canonical drops them elsewhere)
-APPLIED_FIELDS = ("tp_comm_overlap", "overlap_param_gather", "first_stage_layers", "last_stage_layers",
-                  "pipeline_layout", "microbatch_group_size_per_vp_stage")
-# fields whose rules tie them to other plan fields: the search's one-GPU starting plan holds their defaults
-# and its base plan the config's values (vtrain.search.run.prepare)
-TIED_FIELDS = (*APPLIED_FIELDS, "fsdp_shard_size")
-
-
-def canonical(plan: ParallelPlan, model: Optional[ModelSpec] = None) -> ParallelPlan:
-    """Collapse plans that are the same run: no sequence parallelism at tp=1; one ZeRO stage field (the
-    stage in effect, :attr:`ParallelPlan.sharding_stage`, with ``distributed_optimizer`` = stage >= 1), and
-    stage 0 when dp*cp=1 (nothing to shard); virtual_stages=1 unless interleaved; etp=0 when it equals tp
-    (0 means tp); ``fsdp_shard_size`` 0 without sharding or at dp and above, ``reshard_after_forward`` true
-    below ZeRO-3; the default ``cp_comm`` at cp=1 (no attention to split); ``recompute_num_layers`` 0 unless
-    recompute=full, and 0 when it covers every layer of the largest chunk (the same as 0; needs ``model``).
-    With ``model`` and a dense one: ep=1, etp=0 and the default dispatcher (no experts)."""
-    changes: dict = {}
-    if plan.tp == 1 and plan.sequence_parallel:
-        changes["sequence_parallel"] = False
-    stage = plan.sharding_stage if plan.dp * plan.cp > 1 else 0
-    if stage != plan.zero_stage or (stage >= 1) != plan.distributed_optimizer:
-        changes["zero_stage"], changes["distributed_optimizer"] = stage, stage >= 1
-    if plan.schedule != Schedule.INTERLEAVED and plan.virtual_stages != 1:
-        changes["virtual_stages"] = 1
-    if plan.etp and plan.etp == plan.tp:
-        changes["etp"] = 0
-    if plan.cp == 1 and plan.cp_comm != CpComm.P2P:
-        changes["cp_comm"] = CpComm.P2P
-    if plan.recompute_num_layers and (plan.recompute != Recompute.FULL or _covers_every_chunk(model, plan)):
-        changes["recompute_num_layers"] = 0
-    # settings the config asks for where they apply (APPLIED_FIELDS): elsewhere they change nothing
-    if plan.tp_comm_overlap and (plan.tp == 1 or not changes.get("sequence_parallel", plan.sequence_parallel)):
-        changes["tp_comm_overlap"] = False
-    if plan.overlap_param_gather and stage not in (1, 2):
-        changes["overlap_param_gather"] = False
-    if plan.fsdp_shard_size and (stage == 0 or plan.fsdp_shard_size >= plan.dp):
-        changes["fsdp_shard_size"] = 0
-    if not plan.reshard_after_forward and stage != 3:  # only FSDP/ZeRO-3 frees gathered parameters
-        changes["reshard_after_forward"] = True
-    if (plan.first_stage_layers or plan.last_stage_layers) and (plan.pp == 1 or not _split_fits(model, plan)):
-        changes["first_stage_layers"] = changes["last_stage_layers"] = 0  # the config's split is for another pp
-    if plan.pipeline_layout and (plan.pp == 1 or not _split_fits(model, plan)):
-        changes["pipeline_layout"] = ""  # the config's layout is for another pp x virtual_stages
-    if plan.microbatch_group_size_per_vp_stage and not _group_fits(plan):
-        changes["microbatch_group_size_per_vp_stage"] = 0  # Megatron-Core's default group: pp
-    if model is not None and not model.is_moe:
-        dense = {"ep": 1, "etp": 0, "moe_dispatcher": MoeDispatcher.ALLTOALL}
-        changes.update({k: v for k, v in dense.items() if getattr(plan, k) != v})
-    return dataclasses.replace(plan, **changes) if changes else plan
-
-
-def _covers_every_chunk(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:
-    """Block recompute of ``plan.recompute_num_layers`` layers reruns every layer of every chunk (no model,
-    or a split that does not partition: not known, so not collapsed)."""
-    if model is None:
-        return False
-    try:
-        return plan.recompute_num_layers >= max(partition(model, plan).layers)
-    except (ConfigError, ValueError, ZeroDivisionError, IndexError, StopIteration):
-        return False
-
-
-def _group_fits(plan: ParallelPlan) -> bool:
-    """The config's interleaved micro-batch group suits this plan (Megatron-Core's rules)."""
-    if plan.schedule != Schedule.INTERLEAVED:
-        return False
-    try:
-        check_microbatch_group(plan)
-    except ConfigError:
-        return False
-    return True
-
-
-def _split_fits(model: Optional[ModelSpec], plan: ParallelPlan) -> bool:
-    """The explicit first/last stage layer counts split this plan's pipeline (no model: assumed so)."""
-    if model is None:
-        return True
-    try:
-        check_pipeline_split(model, plan)
-    except ConfigError:
-        return False
-    return True
-
-
-# every field is a scalar or an enum: the same tuple as dataclasses.astuple, without its deep copies
-_ALL_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(ParallelPlan)))
-_SEARCHED = operator.attrgetter(*SEARCHED_FIELDS)
-
-
-def plan_key(plan: ParallelPlan) -> PlanKey:
-    """Hashable identity of a plan, for de-duplication and memoisation."""
-    return _ALL_FIELDS(plan)
-
-
-def plan_fields(plan: ParallelPlan) -> dict:
-    """The searched fields as plain values (str for enums): trial attrs, CSV rows, MLflow params."""
-    return dict(zip(SEARCHED_FIELDS, plan_values(plan)))
-
-
-def plan_values(plan: ParallelPlan) -> Tuple[Any, ...]:
-    """The searched fields' plain values in :data:`SEARCHED_FIELDS` order (compact: the grid's workers
-    send these)."""
-    return tuple(v.value if isinstance(v, Enum) else v for v in _SEARCHED(plan))
-
-
-def plan_from_fields(base: ParallelPlan, fields: dict) -> ParallelPlan:
-    """Inverse of :func:`plan_fields` (a stored trial back to a plan); a field the record lacks (a trial
-    stored before that field was searched) keeps the base plan's value."""
-    f = {k: fields[k] for k in SEARCHED_FIELDS if k in fields}
-    for name, enum in _ENUMS.items():
-        if name in f:
-            f[name] = enum(f[name])
-    return dataclasses.replace(base, **f)
-
-
 def check(space: PlanSpace, plan: ParallelPlan) -> Optional[str]:
     """The reason ``plan`` is invalid, or None."""
     if not space.gpus_ok(plan.num_gpus):

@@ -26,8 +26,9 @@ from vtrain.search import ledger as lg
 from vtrain.search.encoding import decode, suggest_plan
 from vtrain.search.objective import Outcome
 from vtrain.search.phases import Phases
+from vtrain.search.plans import plan_fields, plan_from_fields, plan_key
 from vtrain.search.samplers import make_sampler, trial_seed, worker_salt
-from vtrain.search.space import Infeasible, plan_fields, plan_from_fields, plan_key
+from vtrain.search.space import Infeasible
 from vtrain.search.storage import StorageSpec, fail_stale_trials, make_storage, study_lock
 from vtrain.sim.memory_margin import usable_bytes
 from vtrain.sim.stage_memory import memory_lower_bound_bytes
