@@ -7,7 +7,7 @@ trials, longer than the search. Here the rows those calls write (a run, its tags
 metrics: MLflow's own ORM classes, ``mlflow.store.tracking.dbmodels.models``, filled as
 ``SqlAlchemyStore.create_run``/``log_batch``/``update_run_info`` fill them) go in one session: the batch
 appears whole or not at all, so no run is ever half-written. Other stores (a tracking server) are written
-run by run through the client (:func:`vtrain.tracking.mlflow_writer.create_child`).
+run by run through the client (:func:`vtrain.tracking.child_run.create_child`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Sequence, Tuple
 
-from vtrain.tracking.mlflow_writer import LOGGED, RunSpec, create_child
+from vtrain.tracking.child_run import LOGGED, RunSpec, create_child
 
 Child = Tuple[Dict[str, str], RunSpec]  # (the tags that key it, e.g. vtrain.trial; the run)
 

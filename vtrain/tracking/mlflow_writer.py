@@ -6,7 +6,7 @@ mlflow is imported lazily.
   ``vtrain.version`` and the run description ``mlflow.note.content``.
 - :func:`log_batch`: params, metrics (non-finite ones dropped) and tags in as few ``log_batch`` calls as
   MLflow's limits allow.
-- :func:`create_child`: one complete child run (tags at creation, then one ``log_batch``).
+- :func:`vtrain.tracking.child_run.create_child`: one complete child run (tags at creation, then one ``log_batch``).
 - :func:`sync_children`: child runs keyed by a tag (e.g. the trial number): each key gets exactly one
   run. A run a killed process left half-written (no ``vtrain.logged`` tag) is deleted and written again;
   duplicates (two workers logging the same key at once on a server, where no file lock helps) are
@@ -16,26 +16,14 @@ mlflow is imported lazily.
 from __future__ import annotations
 
 import getpass
-import math
 import os
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-LOGGED = "vtrain.logged"
-MAX_PARAMS, MAX_TAGS, MAX_METRICS = 100, 100, 1000  # MLflow's log_batch limits
-
-
-@dataclass
-class RunSpec:
-    name: str
-    params: Dict[str, Any] = field(default_factory=dict)
-    metrics: Dict[str, float] = field(default_factory=dict)
-    tags: Dict[str, str] = field(default_factory=dict)
-    status: str = "FINISHED"
+from vtrain.tracking.bulk import write_children
+from vtrain.tracking.child_run import LOGGED, RunSpec, log_batch
 
 
 def client_for(uri: str, timeout_s: int = 10) -> Any:
@@ -104,20 +92,6 @@ def flatten(value: Any, prefix: str = "", out: Optional[Dict[str, str]] = None) 
     return out
 
 
-def log_batch(client: Any, run_id: str, params: Optional[Dict[str, Any]] = None,
-              metrics: Optional[Dict[str, float]] = None, tags: Optional[Dict[str, str]] = None) -> None:
-    from mlflow.entities import Metric, Param, RunTag
-
-    ts = int(time.time() * 1000)
-    ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
-    ms = [Metric(k, float(v), ts, 0) for k, v in (metrics or {}).items()
-          if isinstance(v, (int, float)) and math.isfinite(float(v))]
-    ts_ = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
-    while ps or ms or ts_:
-        client.log_batch(run_id, params=ps[:MAX_PARAMS], metrics=ms[:MAX_METRICS], tags=ts_[:MAX_TAGS])
-        ps, ms, ts_ = ps[MAX_PARAMS:], ms[MAX_METRICS:], ts_[MAX_TAGS:]
-
-
 def _filter(tags: Dict[str, str]) -> str:
     return " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
 
@@ -131,16 +105,6 @@ def find_runs(client: Any, exp_id: str, tags: Dict[str, str], max_results: int =
 
 def _oldest(runs: Sequence[Any]) -> Any:
     return min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
-
-
-def create_child(client: Any, exp_id: str, parent_id: str, keys: Dict[str, str], spec: RunSpec) -> str:
-    """One complete child run: created with its tags, then its params, metrics and the ``vtrain.logged`` mark
-    in one ``log_batch``, then ended. Returns its run id."""
-    tags = {"mlflow.parentRunId": parent_id, **keys, **{k: str(v)[:5000] for k, v in spec.tags.items()}}
-    run = client.create_run(exp_id, tags=tags, run_name=spec.name)
-    log_batch(client, run.info.run_id, spec.params, spec.metrics, {LOGGED: "true"})
-    client.set_terminated(run.info.run_id, spec.status)
-    return str(run.info.run_id)
 
 
 def sync_children(client: Any, exp_id: str, parent_id: str, key_tag: str, group: Dict[str, str],
@@ -163,8 +127,6 @@ def sync_children(client: Any, exp_id: str, parent_id: str, key_tag: str, group:
                 client.delete_run(r.info.run_id)
         if keep.data.tags.get("mlflow.parentRunId") != parent_id:
             client.set_tag(keep.info.run_id, "mlflow.parentRunId", parent_id)
-    from vtrain.tracking.bulk import write_children
-
     missing = [({**group, key_tag: key}, spec) for key, spec in children.items() if key not in existing]
     created = len(write_children(client, exp_id, parent_id, missing))  # one transaction on a local store
     for key, tags in (retag or {}).items():
