@@ -36,8 +36,8 @@ def test_the_triton_attention_factor_is_the_flashattention2_papers_ratios():
 
 def test_a_flash_attention_call_on_an_a100_runs_at_the_triton_kernels_rate():
     """MPT-1b (16 heads of 128), micro-batch 1 at 8K, causal: forward 4 * 16 * 8192^2 * 128 / 2 FLOPs, backward
-    2.5x; each at 312 TFLOP/s x 0.869 (GEMM ceiling) x the A100's sustained share x 0.41 (no length factor on the
-    A100: it states no flash_attention_k0_tokens)."""
+    2.5x; a step at 312 TFLOP/s x 0.869 (GEMM ceiling) x the A100's sustained share x 0.41 (no length factor on
+    the A100: it states no flash_attention_k0_tokens)."""
     w = build_workload(compose(A100_PLAN))
     gpu = w.cluster.gpu
     assert gpu.flash_attention_efficiency is None and gpu.flash_attention_k0_tokens is None
@@ -46,12 +46,18 @@ def test_a_flash_attention_call_on_an_a100_runs_at_the_triton_kernels_rate():
     fwd = FlashAttention("flash_attn", 16, 8192, 128)
     bwd = FlashAttention("flash_attn.bwd", 16, 8192, 128, backward=True)
     assert fwd.flops == 4.0 * 16 * 8192 * 8192 * 128 / 2
-    assert cost.compute_time_s(fwd) == pytest.approx(fwd.flops / rate, rel=1e-9)
-    assert cost.compute_time_s(bwd) == pytest.approx(2.5 * fwd.flops / rate, rel=1e-9)
+    # the step's 0.41 split between the passes (next test): forward at 0.6012, backward at 0.3637
+    f_fwd, f_bwd = w.stack.attention_pass_factors("ampere")
+    assert cost.compute_time_s(fwd) == pytest.approx(fwd.flops / (rate / 0.41 * f_fwd), rel=1e-9)
+    assert cost.compute_time_s(bwd) == pytest.approx(2.5 * fwd.flops / (rate / 0.41 * f_bwd), rel=1e-9)
+    step = cost.compute_time_s(fwd) + cost.compute_time_s(bwd)
+    assert step == pytest.approx(3.5 * fwd.flops / rate, rel=1e-9)  # a step at 0.41 of the reference
     # the FlashAttention-2-class factor transferred from torchtitan (0.56) reads the kernel 0.56 / 0.41 = 1.37x as fast
-    fa2 = replace(w, stack=replace(w.stack, attention_kernel_efficiency_by_architecture={"hopper": 0.469}))
+    fa2 = replace(w, stack=replace(w.stack, attention_kernel_efficiency_by_architecture={"hopper": 0.469},
+                                   attention_backward_ratio_by_architecture={}))
     assert fa2.stack.attention_factor("ampere") == 0.56
-    assert cost.compute_time_s(fwd) / AnalyticalCostModel(fa2).compute_time_s(fwd) == pytest.approx(0.56 / 0.41)
+    fa2_step = sum(AnalyticalCostModel(fa2).compute_time_s(op) for op in (fwd, bwd))
+    assert step / fa2_step == pytest.approx(0.56 / 0.41)
 
 
 def _mpt_rows():
@@ -80,3 +86,22 @@ def test_mpt_parameters_are_llm_foundrys_numparams_with_learned_positions_and_bi
     # ALiBi without biases (the rows' notes) would lose the position table and 13 d per layer: 9.8M fewer for 7b
     no_bias_alibi = 32 * (12 * d * d + 2 * d) + 50368 * d + d
     assert abs(no_bias_alibi / 1e9 - 6.659) > 5e-3
+
+
+def test_the_triton_kernels_step_splits_into_a_faster_forward_and_a_slower_backward():
+    """The paper's passes: backward 31.5% / forward 52.1% of the peak = 0.605; the step keeps the 0.41 factor:
+    forward 0.41 x (1 + 2.5 / 0.605) / 3.5 = 0.6012, backward 0.605 x that = 0.3637; a stack that lists no ratio
+    (torchtitan) runs one rate both ways."""
+    w = build_workload(compose(A100_PLAN))
+    assert w.stack.attention_backward_ratio_by_architecture == {"ampere": 0.605}
+    fwd, bwd = w.stack.attention_pass_factors("ampere")
+    assert fwd == pytest.approx(0.41 * (1 + 2.5 / 0.605) / 3.5) and fwd == pytest.approx(0.6012, abs=1e-4)
+    assert bwd == pytest.approx(0.605 * fwd) and bwd == pytest.approx(0.3637, abs=1e-4)
+    assert 3.5 / (1 / fwd + 2.5 / bwd) == pytest.approx(0.41)  # the step's time is the per-step factor's
+    cost = AnalyticalCostModel(w)
+    a, b = FlashAttention("flash_attn", 16, 8192, 128), FlashAttention("flash_attn.bwd", 16, 8192, 128, backward=True)
+    assert cost.compute_time_s(b) / cost.compute_time_s(a) == pytest.approx(2.5 / 0.605)
+    titan = replace(w, stack=replace(w.stack, attention_backward_ratio_by_architecture={}))
+    assert titan.stack.attention_pass_factors("ampere") == (0.41, 0.41)
+    assert AnalyticalCostModel(titan).compute_time_s(b) == pytest.approx(2.5 * AnalyticalCostModel(titan)
+                                                                        .compute_time_s(a))

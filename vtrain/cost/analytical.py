@@ -75,7 +75,9 @@ class AnalyticalCostModel:
         else:
             self.flash_rate = self.peak * gpu.flash_attention_efficiency
         # a power-capped part runs its tensor cores at a lower clock: GEMMs and fused attention alike
-        self.flash_rate *= stack.attention_factor(gpu.architecture) * gpu.power_clock_fraction
+        fwd_factor, bwd_factor = stack.attention_pass_factors(gpu.architecture)
+        self.flash_rate *= fwd_factor * gpu.power_clock_fraction
+        self.flash_backward = bwd_factor / fwd_factor  # the backward's rate over the forward's
         self.flash_k0 = gpu.flash_attention_k0_tokens
         self.flash_cap = gpu.flash_attention_max_length_factor
         self.sustained = sustained * gpu.power_clock_fraction  # and on this part's clock
@@ -104,6 +106,7 @@ class AnalyticalCostModel:
         elif isinstance(op, FlashAttention):
             rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
             rate *= flash_length_factor(op.mean_call_keys, self.flash_k0, self.flash_cap)
+            rate *= self.flash_backward if op.backward else 1.0
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
             traffic = 1.0 if op.eager else self.elementwise

@@ -7,7 +7,7 @@ and in a few µs in another (CUDA graphs, fused kernels). Configs in ``conf/stac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
 from vtrain.workload.fields import FRACTION, Domain, spec
 
@@ -21,6 +21,8 @@ SECONDS = Domain(lo=0.0, hi=1.0)
 FACTOR = Domain(lo=0.0, hi=100.0, lo_open=True)
 BYTES_PER_ITEM = Domain(lo=0.0, hi=1024.0, lo_open=True)
 GIB_RESERVED = Domain(lo=0.0, hi=1024.0)
+# a fused-attention backward runs 2.5x its forward's FLOPs: 5 GEMMs against 2 (Dao 2023, Sec. 3; ops.FlashAttention)
+ATTENTION_BACKWARD_FLOPS = 2.5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +55,10 @@ class StackSpec:
         factory=dict, domain=FRACTION,
         doc="the same ratio measured on one GPU architecture (gpu.architecture: hopper, blackwell, ...), which "
             "replaces attention_kernel_efficiency there (bench/fit_attention.py --write)")
+    attention_backward_ratio_by_architecture: Dict[str, float] = spec(
+        factory=dict, domain=FRACTION,
+        doc="the fused-attention kernel's backward rate over its forward rate on one GPU architecture: the "
+            "step's factor (attention_kernel_efficiency) stays, split between the passes; unlisted: one rate")
     gemm_curve_fitted_on: str = spec(
         "", doc="the GPU architecture (gpu.architecture) whose GEMM curve was fitted to this stack's own measured "
                 "runs: there its GEMMs run at the curve itself, with no gpu.sustained_gemm_fraction discount "
@@ -177,6 +183,15 @@ class StackSpec:
         """This stack's fused-attention kernel against the GPU's reference kernel, on ``architecture``: the
         measured ratio where one is listed, else the general one."""
         return self.attention_kernel_efficiency_by_architecture.get(architecture, self.attention_kernel_efficiency)
+
+    def attention_pass_factors(self, architecture: str) -> Tuple[float, float]:
+        """(forward, backward) factors of this stack's fused-attention kernel on ``architecture``: backward =
+        ratio x forward, their step time that of :meth:`attention_factor` (the backward runs 2.5x the forward's
+        FLOPs, Dao 2023 Sec. 3): (1 + 2.5) / f = 1 / fwd + 2.5 / (ratio x fwd)."""
+        f = self.attention_factor(architecture)
+        ratio = self.attention_backward_ratio_by_architecture.get(architecture, 1.0)
+        fwd = f * (1.0 + ATTENTION_BACKWARD_FLOPS / ratio) / (1.0 + ATTENTION_BACKWARD_FLOPS)
+        return fwd, ratio * fwd
 
     def sustained_gemm_fraction(self, gpu: "GpuSpec") -> float:
         """The share of ``gpu``'s GEMM curve this stack's GEMMs sustain inside a training step: 1 on the
