@@ -265,7 +265,7 @@ def test_a_row_silent_on_its_micro_batch_runs_one_its_schedule_takes(cfg):
 def test_published_rows_gives_each_rows_source_workload_and_measured_seconds(tmp_path):
     """The loader calibration builds on: a row as task=validate simulates it, its measured iteration time (from
     tokens/s per GPU: global batch x seq / (rate x GPUs)) and its source; a skipped row with its reason."""
-    from vtrain.validation.published import published_rows
+    from vtrain.validation.published_rows import published_rows
 
     rows = read_measurements(resolve_dataset("published_runs"))
     picked = [r for r in rows if r.get("row_id") in ("191", "453", "760")]  # NeMo Llama 2 7B, Mamba, MPT-1b
@@ -308,7 +308,7 @@ def test_a_recipe_for_one_gpu_precision_and_release():
 def test_an_a100_40gb_row_runs_on_the_dgx_a100_platform_of_the_80gb_part(tmp_path):
     """llm-foundry's A100-40GB rows ("RoCE 1600 Gbps") on the DGX A100 fabric (conf/cluster/_dgx_a100.yaml: NVLink
     300 GB/s, 8 x 200 Gb/s), not on the H100 nodes of the cluster named on the command line."""
-    from vtrain.validation.published import published_rows
+    from vtrain.validation.published_rows import published_rows
 
     rows = read_measurements(resolve_dataset("published_runs"))
     mpt = next(r for r in rows if r.get("row_id") == "775")  # MPT-760m on 128 A100-40GB

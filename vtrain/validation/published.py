@@ -8,10 +8,8 @@ cell as it is, so a CSV in vtrain's own schema reads exactly as before.
 """
 from __future__ import annotations
 
-import functools
 import re
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from vtrain.errors import ConfigError
 from vtrain.validation.csv_io import MeasuredRow, normalise_header
@@ -146,42 +144,3 @@ def summary_by_source(results: Sequence[Any]) -> Dict[str, ErrorSummary]:
 def source_lines(results: Sequence[Any]) -> List[str]:
     """One line per source: ``<source_key> (n rows): <MAPE line>``; [] for a file without sources."""
     return [f"{key}: {s.line()}" for key, s in summary_by_source(results).items()]
-
-
-@dataclass(frozen=True)
-class PublishedRow:
-    """One row of the shipped published runs, as task=validate simulates it: its source, the row as read (after
-    :func:`pasted_row`), the workload simulated (micro-batch and recompute as the validator chose them) and the
-    measured iteration time in seconds; ``skipped``: why it could not be simulated (then workload is None)."""
-
-    source_key: str
-    row: MeasuredRow
-    workload: Optional[Any]
-    measured_s: float
-    skipped: Optional[str] = None
-
-
-def published_rows(cluster: str = "h100x1024", name: str = "published_runs") -> List[PublishedRow]:
-    """Every row of the shipped ``published_runs`` set (or another shipped or CSV ``name``), read and simulated
-    as task=validate does (each row on its own GPU's platform; ``cluster`` only for rows that name none)."""
-    from vtrain import compose
-    from vtrain.config.compose import load_gpu_config, load_stack_config
-    from vtrain.validation.csv_io import read_measurements
-    from vtrain.validation.datasets import resolve_dataset
-    from vtrain.validation.run import check_measured_ms, measured_ms, simulate_row
-
-    cfg = compose([f"+cluster={cluster}"], require=False)
-    load_gpu = functools.lru_cache(maxsize=None)(load_gpu_config)
-    load_stack = functools.lru_cache(maxsize=None)(load_stack_config)
-    out: List[PublishedRow] = []
-    for raw in read_measurements(resolve_dataset(name)):
-        source = raw.get(SOURCE_COLUMN) or ""
-        try:
-            row, _ = pasted_row(raw)
-            w, _, _ = simulate_row(row, cfg, load_gpu, load_stack, None, None)
-            ms = check_measured_ms(row, measured_ms(row, w)[0])
-        except ConfigError as err:
-            out.append(PublishedRow(source, raw, None, float("nan"), str(err)))
-            continue
-        out.append(PublishedRow(source, row, w, ms / 1e3))
-    return out
