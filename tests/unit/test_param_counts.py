@@ -9,6 +9,7 @@ P = 12 l h^2 + 13 l h + (V + s) h, plus the final LayerNorm's 2h the closed form
 A missing bias, norm or expert changes a count by at least h parameters: every assertion is exact (==).
 Hub totals count the real vocabulary, so Megatron's vocabulary padding is switched off (vocab_divisible_by=0).
 """
+import functools
 from dataclasses import replace
 
 import pytest
@@ -17,6 +18,7 @@ from vtrain.config.build import model_spec
 from vtrain.config.compose import compose
 
 
+@functools.lru_cache(maxsize=None)  # ModelSpec is frozen: one composition per model for the whole file
 def spec(name):
     m = model_spec(compose([f"+model={name}", "+cluster=a100x1024"]).model)
     return replace(m, vocab_divisible_by=0)
