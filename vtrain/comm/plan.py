@@ -27,7 +27,15 @@ from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.cp import cp_comms
 from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
-from vtrain.comm.placement import GroupPlacement, placement
+from vtrain.comm.placement import (
+    GroupPlacement,
+    cp_placement,
+    dp_placement,
+    replica_placement,
+    shard_placement,
+    stages_share_domain,
+    tp_placement,
+)
 from vtrain.comm.sharding import FsdpComms, deferred_sync, expert_fsdp_comms, fsdp_comms
 from vtrain.comm.tp import plan_tp_comms
 from vtrain.graph.collectives import CpComms, TpComms, TpOperator
@@ -78,36 +86,6 @@ def grad_bucket_bytes(plan: ParallelPlan) -> float:
     if plan.grad_bucket_mib is not None:
         return plan.grad_bucket_mib * 2**20
     return max(4.0e7, 1.0e6 * plan.dp * plan.cp) * plan.grad_bytes
-
-
-def tp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
-    return placement(plan.tp, 1, domain)
-
-
-def cp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
-    """CP groups next to TP in Megatron-Core's rank order (tp, cp, dp, pp): inside a node first."""
-    return placement(plan.cp, plan.tp, domain)
-
-
-def dp_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
-    """The gradient-reduction group: the dp replicas and, holding the same weights, the cp ranks."""
-    return placement(plan.dp * plan.cp, plan.tp, domain)
-
-
-def shard_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
-    """The ZeRO/FSDP shard group: dp_shard x cp consecutive ranks after TP (hybrid sharding shards inside
-    it and replicates across the dp / dp_shard groups, which stride by it)."""
-    return placement(plan.dp_shard * plan.cp, plan.tp, domain)
-
-
-def replica_placement(plan: ParallelPlan, domain: int) -> GroupPlacement:
-    return placement(plan.dp // plan.dp_shard, plan.tp * plan.cp * plan.dp_shard, domain)
-
-
-def stages_share_domain(plan: ParallelPlan, domain: int, a: int, b: int) -> bool:
-    """Whether stages ``a`` and ``b`` (same TP/CP/DP index) sit in one NVLink domain (stage s: rank s·t·c·d)."""
-    stride = plan.tp * plan.cp * plan.dp
-    return (a * stride) // domain == (b * stride) // domain
 
 
 @dataclass(frozen=True, slots=True)
