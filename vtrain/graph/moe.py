@@ -89,7 +89,7 @@ def mlp_ops(prefix: str, model: ModelSpec, tokens: int, ffn: int, plan: Parallel
 
 def expert_rows(model: ModelSpec, plan: ParallelPlan) -> int:
     """Rows per local expert on the busiest rank: tokens·k of the EP group spread over E experts, gathered
-    over ETP, times the load factor (:func:`vtrain.comm.ep.expert_load`)."""
+    over ETP, times the load factor (:func:`vtrain.workload.moe_load.expert_load`)."""
     rows = moe_tokens(plan) * model.moe_top_k * plan.expert_tp * expert_load(model)
     per_expert = max(1, math.ceil(rows / (model.num_experts // plan.ep)))
     # rounded up to 8 rows: the token count is the strided dimension of the row-major operands, so an odd
