@@ -31,6 +31,28 @@ only_mutate = ["vtrain/workload/*", "vtrain/graph/*", "vtrain/comm/*", "vtrain/c
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
 pytest_add_cli_args_test_selection = [$(py_list $TESTS)]
 TOML
+  # vtrain memoises (lru_cache, module-level memos): a test whose answer is already cached never calls the mutated
+  # function, so mutmut would map it to the wrong tests and a forked worker could inherit a warm cache. Every test
+  # of the run starts with empty caches (this copy's conftest only).
+  cat >> tests/conftest.py <<'PY'
+
+
+@pytest.fixture(autouse=True)
+def _mutation_run_empties_vtrain_caches():
+    import sys as _sys
+
+    for name, module in list(_sys.modules.items()):
+        if not name.startswith("vtrain"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if hasattr(value, "cache_clear"):
+                value.cache_clear()
+            elif attr in ("_SUMS", "_PARTS", "_GRAPHS", "_COMMS", "_PASSES", "_GROUPS", "_RUNS", "_units", "_MEMO") \
+                    and hasattr(value, "clear"):
+                value.clear()
+    yield
+PY
+  grep -q "^import pytest" tests/conftest.py || sed -i '1i import pytest' tests/conftest.py
   # generate every mutant (mutmut run's first step, without its test runs)
   python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY'
 import os, sys
