@@ -27,7 +27,6 @@ ALLOWED: Dict[str, Tuple[int, str]] = {
     "vtrain/config/validate.py:check_plan": (90, _LATER),
     "vtrain/casestudies/sizing.py:run_study": (142, _LATER),
     "vtrain/casestudies/parallelization.py:run_study": (126, _LATER),
-    "vtrain/casestudies/scheduling.py:run_study": (92, _LATER),
     "vtrain/cli/task_calibrate.py:run": (93, _LATER),
     "vtrain/cli/task_profile.py:run": (99, _LATER),
     "bench/fit_attention.py:main": (81, _LATER),

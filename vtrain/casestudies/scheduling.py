@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig
 
 from vtrain.casestudies.allocation import POLICIES, SchedulingParams, baseline_option, make_jobs, vtrain_options
 from vtrain.casestudies.common import StudyResult, fmt_table, parse_params
-from vtrain.casestudies.scheduler import Job, Option, schedule
+from vtrain.casestudies.scheduler import Job, Option, ScheduleResult, schedule
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.io.labels import plan_label
@@ -38,14 +38,7 @@ from vtrain.workload.workload import Workload
 
 def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     prm = parse_params(SchedulingParams, cfg.case_study.params)
-    bad = [p for p in prm.policies if p not in POLICIES]
-    if bad or not prm.policies:
-        raise ConfigError(f"case_study.params.policies={prm.policies}: each must be one of {', '.join(POLICIES)}")
-    if prm.baseline_recompute not in [r.value for r in Recompute]:
-        raise ConfigError(f"case_study.params.baseline_recompute={prm.baseline_recompute} is not one of "
-                          f"{', '.join(r.value for r in Recompute)}")
-    if prm.efficiency_slack < 0:
-        raise ConfigError(f"case_study.params.efficiency_slack={prm.efficiency_slack} must be >= 0")
+    _check_params(prm)
     jobs = make_jobs(cfg, w, prm)
     gpn, total_nodes = w.cluster.gpus_per_node, w.cluster.num_nodes
     counts = sorted(set(prm.gpu_counts)) or [gpn * 2**k for k in range(int(math.log2(total_nodes)) + 1)]
@@ -64,32 +57,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     sims = [schedule(jobs, options[pol], total_nodes, gpn, pol, _queue_order(pol, options[pol]))
             for pol in prm.policies]
 
-    job_rows: List[Dict[str, Any]] = []
-    pol_rows: List[Dict[str, Any]] = []
-    by_name = {j.name: j for j in jobs}
-    for sim in sims:
-        for rec in sim.records:
-            r, j = rec.option.report, by_name[rec.job]
-            job_rows.append({
-                "policy": sim.policy, "job": rec.job, "model": j.model, "params_b": j.params_b,
-                "tokens_b": j.tokens / 1e9, "arrival_h": rec.arrival_s / 3600, "start_h": rec.start_s / 3600,
-                "end_h": rec.end_s / 3600, "wait_h": (rec.start_s - rec.arrival_s) / 3600,
-                "run_h": (rec.end_s - rec.start_s) / 3600, "jct_h": (rec.end_s - rec.arrival_s) / 3600,
-                "gpus_allocated": rec.option.nodes * gpn, "gpus_used": r.gpus_used, "plan": plan_label(r.plan),
-                "iteration_time_s": r.iteration_time_s, "mfu_pct": 100 * r.mfu,
-                "gpu_hours": rec.option.nodes * gpn * (rec.end_s - rec.start_s) / 3600,
-                "cost_usd": rec.option.nodes * gpn * (rec.end_s - rec.start_s) / 3600 * w.usd_per_gpu_hour})
-        jcts = sorted(rec.end_s - rec.arrival_s for rec in sim.records)
-        pol_rows.append({
-            "policy": sim.policy, "jobs": len(sim.records), "avg_jct_h": sim.avg_jct_s / 3600,
-            "median_jct_h": jcts[len(jcts) // 2] / 3600 if len(jcts) % 2 else (jcts[len(jcts) // 2 - 1]
-                                                                                + jcts[len(jcts) // 2]) / 7200,
-            "max_jct_h": jcts[-1] / 3600,
-            "avg_wait_h": sum(r.start_s - r.arrival_s for r in sim.records) / len(sim.records) / 3600,
-            "makespan_h": sim.makespan_s / 3600, "gpu_utilization_pct": 100 * sim.utilization,
-            "cluster_mfu_pct": 100 * sim.cluster_mfu,
-            "gpu_hours": sum(x["gpu_hours"] for x in job_rows if x["policy"] == sim.policy),
-            "cost_usd": sum(x["cost_usd"] for x in job_rows if x["policy"] == sim.policy)})
+    job_rows, pol_rows = _rows(sims, jobs, gpn, w.usd_per_gpu_hour)
     base = next((p for p in pol_rows if p["policy"] == "baseline"), None)
     if base:
         for p in pol_rows:
@@ -128,6 +96,50 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     return StudyResult("scheduling", str(cfg.case_study.title or "Multi-tenant GPU cluster scheduling"),
                        {"jobs": job_rows, "policies": pol_rows}, summary, params, metrics, "\n".join(lines), data,
                        runs, headline)
+
+
+def _check_params(prm: SchedulingParams) -> None:
+    """The policies, the baseline's recompute and the efficiency slack, each a one-line error."""
+    bad = [p for p in prm.policies if p not in POLICIES]
+    if bad or not prm.policies:
+        raise ConfigError(f"case_study.params.policies={prm.policies}: each must be one of {', '.join(POLICIES)}")
+    if prm.baseline_recompute not in [r.value for r in Recompute]:
+        raise ConfigError(f"case_study.params.baseline_recompute={prm.baseline_recompute} is not one of "
+                          f"{', '.join(r.value for r in Recompute)}")
+    if prm.efficiency_slack < 0:
+        raise ConfigError(f"case_study.params.efficiency_slack={prm.efficiency_slack} must be >= 0")
+
+
+def _rows(sims: List[ScheduleResult], jobs: List[Job], gpn: int, usd_per_gpu_hour: float
+          ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """One row per (policy, job) and one per policy (JCTs, makespan, utilization, GPU hours, cost)."""
+    job_rows: List[Dict[str, Any]] = []
+    pol_rows: List[Dict[str, Any]] = []
+    by_name = {j.name: j for j in jobs}
+    for sim in sims:
+        for rec in sim.records:
+            r, j = rec.option.report, by_name[rec.job]
+            job_rows.append({
+                "policy": sim.policy, "job": rec.job, "model": j.model, "params_b": j.params_b,
+                "tokens_b": j.tokens / 1e9, "arrival_h": rec.arrival_s / 3600, "start_h": rec.start_s / 3600,
+                "end_h": rec.end_s / 3600, "wait_h": (rec.start_s - rec.arrival_s) / 3600,
+                "run_h": (rec.end_s - rec.start_s) / 3600, "jct_h": (rec.end_s - rec.arrival_s) / 3600,
+                "gpus_allocated": rec.option.nodes * gpn, "gpus_used": r.gpus_used, "plan": plan_label(r.plan),
+                "iteration_time_s": r.iteration_time_s, "mfu_pct": 100 * r.mfu,
+                "gpu_hours": rec.option.nodes * gpn * (rec.end_s - rec.start_s) / 3600,
+                "cost_usd": rec.option.nodes * gpn * (rec.end_s - rec.start_s) / 3600 * usd_per_gpu_hour})
+        jcts = sorted(rec.end_s - rec.arrival_s for rec in sim.records)
+        pol_rows.append({
+            "policy": sim.policy, "jobs": len(sim.records), "avg_jct_h": sim.avg_jct_s / 3600,
+            "median_jct_h": jcts[len(jcts) // 2] / 3600 if len(jcts) % 2 else (jcts[len(jcts) // 2 - 1]
+                                                                                + jcts[len(jcts) // 2]) / 7200,
+            "max_jct_h": jcts[-1] / 3600,
+            "avg_wait_h": sum(r.start_s - r.arrival_s for r in sim.records) / len(sim.records) / 3600,
+            "makespan_h": sim.makespan_s / 3600, "gpu_utilization_pct": 100 * sim.utilization,
+            "cluster_mfu_pct": 100 * sim.cluster_mfu,
+            "gpu_hours": sum(x["gpu_hours"] for x in job_rows if x["policy"] == sim.policy),
+            "cost_usd": sum(x["cost_usd"] for x in job_rows if x["policy"] == sim.policy)})
+    return job_rows, pol_rows
 
 
 def _queue_order(policy: str, options: Dict[str, List[Option]]) -> Callable[[Job], Any]:
