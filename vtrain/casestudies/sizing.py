@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import MISSING, DictConfig
 
@@ -99,8 +99,8 @@ class ShapeResult:
     loss: float
 
 
-def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
-    prm = parse_params(SizingParams, cfg.case_study.params)
+def _checked(prm: SizingParams, w: Workload) -> Tuple[ChinchillaFit, float, List[int]]:
+    """The loss fit, the budget in GPU-hours and the GPU counts tried, each parameter checked (one-line errors)."""
     try:
         fit = ChinchillaFit(**prm.loss)
     except TypeError as exc:
@@ -121,11 +121,17 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     if any(g <= 0 or g > n_gpus for g in counts):
         raise ConfigError(f"case_study.params.gpu_counts={counts}: each must be in 1..{n_gpus} "
                           f"(cluster {w.cluster.name})")
+    return fit, budget_h, counts
+
+
+def _shape_results(prm: SizingParams, w: Workload, cost: CostModel, fit: ChinchillaFit, budget_h: float,
+                   counts: List[int]) -> List[ShapeResult]:
+    """Each shape: the tokens and loss a fixed MFU predicts, and vtrain's best plan over the GPU counts."""
+    n_gpus = w.cluster.num_gpus
     deadline_s = prm.deadline_days * DAY_S
     peak = w.cluster.gpu.peak_flops_per_s(w.plan.precision.value)
     space = GpuCountSpace.of(prm)
     tokens_per_iter = w.plan.global_batch_size * w.plan.seq_len
-
     results: List[ShapeResult] = []
     for sh in prm.shapes:
         model = dataclasses.replace(w.model, name=sh.name, num_layers=sh.num_layers, hidden_size=sh.hidden_size,
@@ -155,6 +161,45 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         results.append(ShapeResult(sh, n, d_fixed, fit.loss(n, d_fixed) if d_fixed > 0 else math.inf,
                                    best, best_time, best_tokens, loss))
 
+    return results
+
+
+def _row(r: ShapeResult, chin: ShapeResult, vt: ShapeResult, usd_per_gpu_hour: float) -> Dict[str, Any]:
+    """One shape's table row (its plan, tokens and loss under vtrain, and which method chose it)."""
+    b = r.best
+    return {
+        "shape": r.shape.name, "layers": r.shape.num_layers, "hidden": r.shape.hidden_size,
+        "heads": r.shape.num_heads, "params_b": r.params / 1e9,
+        "tokens_fixed_mfu": r.tokens_fixed, "loss_fixed_mfu": r.loss_fixed,
+        "feasible_vtrain": math.isfinite(r.loss),
+        "plan": plan_label(b.plan) if b else "none fits", "gpus": b.gpus_used if b else 0,
+        "mfu_vtrain_pct": 100 * b.mfu if b else 0.0, "iteration_time_s": b.iteration_time_s if b else math.nan,
+        "tokens_vtrain": r.tokens, "tokens_per_param": r.tokens / r.params,
+        "loss_vtrain": r.loss if math.isfinite(r.loss) else None,
+        "train_days": r.time_s / DAY_S if b else math.nan,
+        "gpu_hours": (b.gpus_used * r.time_s / 3600) if b else 0.0,
+        "cost_usd": (b.gpus_used * r.time_s / 3600 * usd_per_gpu_hour) if b else 0.0,
+        "chinchilla_choice": r is chin, "vtrain_choice": r is vt,
+    }
+
+
+def _describe(r: ShapeResult, tag: str) -> str:
+    lv = f"{r.loss:.4f}" if math.isfinite(r.loss) else "inf (no fitting plan)"
+    return (f"{tag}: {r.shape.name} ({r.params / 1e9:.1f}B params): fixed-MFU predicts "
+            f"{r.tokens_fixed / 1e9:,.0f}B "
+            f"tokens, loss {r.loss_fixed:.4f}; vtrain: {r.tokens / 1e9:,.0f}B tokens "
+            f"(MFU {r.best.mfu * 100 if r.best else 0:.1f}%, {plan_label(r.best.plan) if r.best else '-'} on "
+            f"{r.best.gpus_used if r.best else 0} GPUs), loss {lv}")
+
+
+def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
+    prm = parse_params(SizingParams, cfg.case_study.params)
+    fit, budget_h, counts = _checked(prm, w)
+    n_gpus = w.cluster.num_gpus
+    deadline_s = prm.deadline_days * DAY_S
+    peak = w.cluster.gpu.peak_flops_per_s(w.plan.precision.value)
+    results = _shape_results(prm, w, cost, fit, budget_h, counts)
+
     feasible = [r for r in results if math.isfinite(r.loss)]
     if not feasible:
         smallest = min(results, key=lambda r: r.params)
@@ -169,24 +214,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     c_eff = prm.assumed_mfu * peak * n_gpus * min(deadline_s, budget_h * 3600.0 / n_gpus)
     n_opt, d_opt = fit.optimum(c_eff)
 
-    def row(r: ShapeResult) -> Dict[str, Any]:
-        b = r.best
-        return {
-            "shape": r.shape.name, "layers": r.shape.num_layers, "hidden": r.shape.hidden_size,
-            "heads": r.shape.num_heads, "params_b": r.params / 1e9,
-            "tokens_fixed_mfu": r.tokens_fixed, "loss_fixed_mfu": r.loss_fixed,
-            "feasible_vtrain": math.isfinite(r.loss),
-            "plan": plan_label(b.plan) if b else "none fits", "gpus": b.gpus_used if b else 0,
-            "mfu_vtrain_pct": 100 * b.mfu if b else 0.0, "iteration_time_s": b.iteration_time_s if b else math.nan,
-            "tokens_vtrain": r.tokens, "tokens_per_param": r.tokens / r.params,
-            "loss_vtrain": r.loss if math.isfinite(r.loss) else None,
-            "train_days": r.time_s / DAY_S if b else math.nan,
-            "gpu_hours": (b.gpus_used * r.time_s / 3600) if b else 0.0,
-            "cost_usd": (b.gpus_used * r.time_s / 3600 * w.usd_per_gpu_hour) if b else 0.0,
-            "chinchilla_choice": r is chin, "vtrain_choice": r is vt,
-        }
-
-    rows = [row(r) for r in results]
+    rows = [_row(r, chin, vt, w.usd_per_gpu_hour) for r in results]
     summary: Dict[str, Any] = {
         "cluster": w.cluster.name, "gpus": n_gpus, "gpu": w.cluster.gpu.name, "gpu_counts": counts,
         "usd_per_gpu_hour": w.usd_per_gpu_hour, "budget_gpu_hours": budget_h,
@@ -195,7 +223,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         "seq_len": w.plan.seq_len, "loss_fit": dataclasses.asdict(fit),
         "chinchilla_closed_form": {"flops": c_eff, "params_b": n_opt / 1e9, "tokens": d_opt,
                                    "loss": fit.loss(n_opt, d_opt)},
-        "chinchilla_choice": row(chin), "vtrain_choice": row(vt),
+        "chinchilla_choice": _row(chin, chin, vt, w.usd_per_gpu_hour),
+        "vtrain_choice": _row(vt, chin, vt, w.usd_per_gpu_hour),
         "same_choice": chin is vt,
         "loss_gap_of_fixed_mfu_choice": (chin.loss - vt.loss) if math.isfinite(chin.loss) else None,
     }
@@ -215,14 +244,6 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
                          if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}}
             for r in rows]
 
-    def describe(r: ShapeResult, tag: str) -> str:
-        lv = f"{r.loss:.4f}" if math.isfinite(r.loss) else "inf (no fitting plan)"
-        return (f"{tag}: {r.shape.name} ({r.params / 1e9:.1f}B params): fixed-MFU predicts "
-                f"{r.tokens_fixed / 1e9:,.0f}B "
-                f"tokens, loss {r.loss_fixed:.4f}; vtrain: {r.tokens / 1e9:,.0f}B tokens "
-                f"(MFU {r.best.mfu * 100 if r.best else 0:.1f}%, {plan_label(r.best.plan) if r.best else '-'} on "
-                f"{r.best.gpus_used if r.best else 0} GPUs), loss {lv}")
-
     lines = [
         f"case study 3: budget {budget_h:,.0f} GPU-hours (${budget_h * w.usd_per_gpu_hour:,.0f}), deadline "
         f"{prm.deadline_days:g} days, {w.cluster.name} ({n_gpus} x {w.cluster.gpu.name}), GPU counts {counts}",
@@ -230,8 +251,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         f"N = {n_opt / 1e9:.1f}B, D = {d_opt / 1e9:,.0f}B tokens, loss {fit.loss(n_opt, d_opt):.4f}",
         fmt_table(rows, ["shape", "params_b", "tokens_fixed_mfu", "loss_fixed_mfu", "plan", "gpus", "mfu_vtrain_pct",
                          "tokens_vtrain", "loss_vtrain", "train_days"]),
-        describe(chin, "fixed-MFU choice"),
-        describe(vt, "vtrain choice   "),
+        _describe(chin, "fixed-MFU choice"),
+        _describe(vt, "vtrain choice   "),
         ("the two methods choose the same shape" if chin is vt else
          f"they differ: the fixed-MFU choice reaches loss "
          f"{chin.loss:.4f} under vtrain's throughput, {chin.loss - vt.loss:+.4f} vs vtrain's choice"),
