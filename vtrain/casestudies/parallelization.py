@@ -10,12 +10,13 @@ and costs no more. Savings are percent of the baseline's value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig
 
 from vtrain.casestudies.common import DAY_S, GIB, StudyResult, fmt_table, parse_params, pct_saved
 from vtrain.casestudies.plans import divisors, pareto, simulate, with_plan
+from vtrain.config.validate import check_plan
 from vtrain.cost.base import CostModel
 from vtrain.errors import ConfigError
 from vtrain.report import Report
@@ -60,6 +61,85 @@ def _shape(r: Report) -> tuple[int, int, int]:
     return r.plan.tp, r.plan.pp, r.plan.dp
 
 
+def _baseline(base_w: Workload, cost: CostModel) -> Report:
+    """The baseline plan's report; a baseline that is no valid plan raises its one-line reason."""
+    base = simulate(base_w, cost)
+    if base is None:
+        check_plan(base_w.model, base_w.plan, base_w.cluster)  # raises the one-line reason
+        raise ConfigError("case_study.params.baseline: the baseline plan could not be simulated")
+    return base
+
+
+def _sweep(w: Workload, cost: CostModel, prm: ParallelizationParams, max_gpus: int, pps: Sequence[int],
+           dps: Sequence[int]
+           ) -> List[Report]:
+    """Every valid (tp, pp, dp) of the swept ranges within the GPU bounds, simulated."""
+    reports: List[Report] = []
+    for tp in prm.tp:
+        for pp in pps:
+            for dp in dps:
+                gpus = tp * pp * dp
+                if gpus > max_gpus or gpus < prm.min_gpus:
+                    continue
+                r = simulate(with_plan(w, tp=tp, pp=pp, dp=dp), cost)
+                if r is not None:
+                    reports.append(r)
+    return reports
+
+
+def _metrics(base: Report, reports: List[Report], fitting: List[Report], cheaper: List[Report],
+             faster: List[Report]) -> Dict[str, float]:
+    """The study's MLflow metrics: the baseline, the counts and the best plans' savings."""
+    metrics = {
+        "baseline_time_days": base.time_to_train_s / DAY_S, "baseline_cost_usd": base.cost_usd,
+        "baseline_mfu_pct": 100 * base.mfu, "plans_simulated": float(len(reports)),
+        "plans_fitting": float(len(fitting)),
+        "plans_cheaper": float(len(cheaper)), "plans_faster": float(len(faster)),
+    }
+    if cheaper:
+        metrics.update(best_cost_saved_pct=pct_saved(cheaper[0].cost_usd, base.cost_usd),
+                       best_cost_time_saved_pct=pct_saved(cheaper[0].time_to_train_s, base.time_to_train_s),
+                       best_cost_mfu_pct=100 * cheaper[0].mfu)
+    if faster:
+        metrics.update(best_time_saved_pct=pct_saved(faster[0].time_to_train_s, base.time_to_train_s),
+                       best_time_cost_saved_pct=pct_saved(faster[0].cost_usd, base.cost_usd))
+    return metrics
+
+
+def _runs(base: Report, cheaper: List[Report], faster: List[Report], front: List[Report]) -> List[Dict[str, Any]]:
+    """MLflow child runs: the baseline, the three cheapest and fastest plans beating it, the Pareto front."""
+    runs = []
+    for role, rs in (("baseline", [base]), ("cheaper", cheaper[:3]), ("faster", faster[:3]), ("pareto", front)):
+        for r in rs:
+            row = _row(r, base, role == "baseline")
+            runs.append({"name": f"{role} ({r.plan.tp},{r.plan.pp},{r.plan.dp})",
+                         "params": {"tp": r.plan.tp, "pp": r.plan.pp, "dp": r.plan.dp, "role": role},
+                         "metrics": {k: float(v) for k, v in row.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+    return runs
+
+
+def _summary(w: Workload, base: Report, reports: List[Report], fitting: List[Report], cheaper: List[Report],
+             faster: List[Report], front: List[Report], is_base: Callable[[Report], bool]) -> Dict[str, Any]:
+    """The study's summary.json: the setting, the baseline, the counts and the best plans."""
+    summary: Dict[str, Any] = {
+        "model": w.model.name, "cluster": w.cluster.name, "gpu": w.cluster.gpu.name,
+        "usd_per_gpu_hour": w.usd_per_gpu_hour, "tokens_to_train": w.tokens_to_train,
+        "global_batch_size": w.plan.global_batch_size, "seq_len": w.plan.seq_len,
+        "micro_batch_size": w.plan.micro_batch_size,
+        "recompute": w.plan.recompute.value, "schedule": w.plan.schedule.value, "cost_model": base.cost_model,
+        "plans_simulated": len(reports), "plans_fitting": len(fitting),
+        "baseline": _row(base, base, True),
+        "plans_cheaper_at_equal_or_lower_time": len(cheaper), "plans_faster_at_equal_or_lower_cost": len(faster),
+        "best_cost_at_equal_or_lower_time": _row(cheaper[0], base, False) if cheaper else None,
+        "best_time_at_equal_or_lower_cost": _row(faster[0], base, False) if faster else None,
+        "cheapest_fitting": _row(min(fitting, key=lambda r: r.cost_usd), base, False) if fitting else None,
+        "fastest_fitting": _row(min(fitting, key=lambda r: r.time_to_train_s), base, False) if fitting else None,
+        "pareto_front": [_row(r, base, is_base(r)) for r in front],
+    }
+    return summary
+
+
 def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
     prm = parse_params(ParallelizationParams, cfg.case_study.params)
     layers, gbs = w.model.num_layers, w.plan.global_batch_size
@@ -74,23 +154,9 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
 
     b = prm.baseline
     base_w = with_plan(w, tp=b.tp, pp=b.pp, dp=b.dp)
-    base = simulate(base_w, cost)
-    if base is None:
-        from vtrain.config.validate import check_plan
+    base = _baseline(base_w, cost)
 
-        check_plan(base_w.model, base_w.plan, base_w.cluster)  # raises the one-line reason
-    assert base is not None
-
-    reports: List[Report] = []
-    for tp in prm.tp:
-        for pp in pps:
-            for dp in dps:
-                gpus = tp * pp * dp
-                if gpus > max_gpus or gpus < prm.min_gpus:
-                    continue
-                r = simulate(with_plan(w, tp=tp, pp=pp, dp=dp), cost)
-                if r is not None:
-                    reports.append(r)
+    reports = _sweep(w, cost, prm, max_gpus, pps, dps)
     if not reports:
         raise ConfigError(f"no valid (tp,pp,dp) plan for {w.model.name} on ≤{max_gpus} GPUs with tp in {prm.tp}")
     key = (b.tp, b.pp, b.dp)
@@ -116,35 +182,8 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         row.update(pareto=k in front_keys, beats_baseline_cost=k in cheaper_keys, beats_baseline_time=k in faster_keys)
         rows.append(row)
 
-    def best(rs: List[Report]) -> Optional[Dict[str, Any]]:
-        return _row(rs[0], base, False) if rs else None
-
-    summary: Dict[str, Any] = {
-        "model": w.model.name, "cluster": w.cluster.name, "gpu": w.cluster.gpu.name,
-        "usd_per_gpu_hour": w.usd_per_gpu_hour, "tokens_to_train": w.tokens_to_train,
-        "global_batch_size": gbs, "seq_len": w.plan.seq_len, "micro_batch_size": w.plan.micro_batch_size,
-        "recompute": w.plan.recompute.value, "schedule": w.plan.schedule.value, "cost_model": base.cost_model,
-        "plans_simulated": len(reports), "plans_fitting": len(fitting),
-        "baseline": _row(base, base, True),
-        "plans_cheaper_at_equal_or_lower_time": len(cheaper), "plans_faster_at_equal_or_lower_cost": len(faster),
-        "best_cost_at_equal_or_lower_time": best(cheaper), "best_time_at_equal_or_lower_cost": best(faster),
-        "cheapest_fitting": _row(min(fitting, key=lambda r: r.cost_usd), base, False) if fitting else None,
-        "fastest_fitting": _row(min(fitting, key=lambda r: r.time_to_train_s), base, False) if fitting else None,
-        "pareto_front": [_row(r, base, is_base(r)) for r in front],
-    }
-    metrics = {
-        "baseline_time_days": base.time_to_train_s / DAY_S, "baseline_cost_usd": base.cost_usd,
-        "baseline_mfu_pct": 100 * base.mfu, "plans_simulated": float(len(reports)),
-        "plans_fitting": float(len(fitting)),
-        "plans_cheaper": float(len(cheaper)), "plans_faster": float(len(faster)),
-    }
-    if cheaper:
-        metrics.update(best_cost_saved_pct=pct_saved(cheaper[0].cost_usd, base.cost_usd),
-                       best_cost_time_saved_pct=pct_saved(cheaper[0].time_to_train_s, base.time_to_train_s),
-                       best_cost_mfu_pct=100 * cheaper[0].mfu)
-    if faster:
-        metrics.update(best_time_saved_pct=pct_saved(faster[0].time_to_train_s, base.time_to_train_s),
-                       best_time_cost_saved_pct=pct_saved(faster[0].cost_usd, base.cost_usd))
+    summary = _summary(w, base, reports, fitting, cheaper, faster, front, is_base)
+    metrics = _metrics(base, reports, fitting, cheaper, faster)
     params = {"model": w.model.name, "cluster": w.cluster.name, "tp": prm.tp, "max_gpus": max_gpus,
               "baseline": f"({b.tp},{b.pp},{b.dp})", "global_batch_size": gbs, "seq_len": w.plan.seq_len,
               "micro_batch_size": w.plan.micro_batch_size, "recompute": w.plan.recompute.value,
@@ -170,14 +209,7 @@ def run_study(cfg: DictConfig, w: Workload, cost: CostModel) -> StudyResult:
         fmt_table([_row(r, base, is_base(r)) for r in front[:prm.show]], cols),
     ]
     data = {"reports": reports, "base": base, "front": front, "cheaper": cheaper, "faster": faster}
-    runs = []
-    for role, rs in (("baseline", [base]), ("cheaper", cheaper[:3]), ("faster", faster[:3]), ("pareto", front)):
-        for r in rs:
-            row = _row(r, base, role == "baseline")
-            runs.append({"name": f"{role} ({r.plan.tp},{r.plan.pp},{r.plan.dp})",
-                         "params": {"tp": r.plan.tp, "pp": r.plan.pp, "dp": r.plan.dp, "role": role},
-                         "metrics": {k: float(v) for k, v in row.items()
-                                     if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+    runs = _runs(base, cheaper, faster, front)
     if cheaper:
         c = cheaper[0]
         headline = (f"cheapest at <= the baseline's time: (tp,pp,dp)=({c.plan.tp},{c.plan.pp},{c.plan.dp}), "
