@@ -149,6 +149,12 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     elif p.microbatch_group_size_per_vp_stage:
         raise ConfigError(f"parallelism.microbatch_group_size_per_vp_stage={p.microbatch_group_size_per_vp_stage}: "
                           f"applies to schedule=interleaved, not {p.schedule.value} (set it to 0)")
+    _check_sharding(p)
+    _check_precision_and_graphs(m, p, cluster)
+
+def _check_sharding(p: ParallelPlan) -> None:
+    """ZeRO / FSDP: a stage with something to shard over, hybrid shard groups dividing dp, the parameter
+    gather's overlap on the stages that gather."""
     stage = p.sharding_stage
     if not (stage < 3 or p.dp * p.cp > 1):
         raise ConfigError("zero_stage=3 needs dp*cp>1 (nothing to shard the parameters over)")
@@ -159,6 +165,10 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
             raise ConfigError(f"fsdp_shard_size={p.fsdp_shard_size} must divide dp={p.dp}: try {_divisors_hint(p.dp)}")
     if not (not p.overlap_param_gather or stage in (1, 2)):
         raise ConfigError("overlap_param_gather=true needs zero_stage 1 or 2 (Megatron's distributed optimizer)")
+
+
+def _check_precision_and_graphs(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
+    """The precision's peaks on this GPU, FP8 attention, recompute modules and CUDA graph scopes."""
     key = p.precision.peak_key
     if key not in cluster.gpu.peak_tflops:
         blackwell = "; mxfp8 and nvfp4 need a Blackwell GPU" if key in ("mxfp8", "nvfp4") else ""
