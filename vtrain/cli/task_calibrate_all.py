@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 from omegaconf import DictConfig
 
-from vtrain.calibration import intervals_fit
+from vtrain.calibration import block_scaled, intervals_fit
 from vtrain.calibration.loso import PARAMS, Fit, Param, SourceResult, loso, prior_value
 from vtrain.calibration.sources import Source, all_sources
 from vtrain.cli.logs import say
@@ -175,6 +175,11 @@ def run_all(cfg: DictConfig, out_dir: Path) -> int:
     table = source_table(sources, results, coverage)
     say("constants (fitted where >= 2 training sources inform them; else the config value is kept):")
     constants = constant_table(sources, full, results)
+    say("block-scaled GEMM ratio (pairs of one job in two precisions, two sources; vtrain.calibration.block_scaled):")
+    pairs = block_scaled.load_pairs()
+    ratio = block_scaled.fit(block_scaled.fitted_pairs(pairs))
+    for line in block_scaled.report(pairs, ratio, block_scaled.shipped_ratio()):
+        say(f"  {line}")
     out_dir.mkdir(parents=True, exist_ok=True)
     intervals = intervals_fit.table_json(rows, coverage, COMMAND)
     summary = {"command": COMMAND, "sources": table, "constants": constants, "max_evals": int(max_evals),
@@ -194,6 +199,7 @@ def run_all(cfg: DictConfig, out_dir: Path) -> int:
         from vtrain.validation.datasets import data_path
 
         written = write_configs(constants)
+        say(block_scaled.write(pairs, ratio)[0])
         data_path("intervals.json").write_text(json.dumps(intervals, indent=1) + "\n")
         say(f"updated {', '.join(written) or 'no config (no fit lowered its sources held-out error)'} and "
             f"{data_path('intervals.json')}")

@@ -15,6 +15,7 @@ from vtrain.cost.gemm import BLOCK_SCALED, borrowed_efficiency
 from vtrain.errors import ConfigError
 from vtrain.graph.options import graph_options
 from vtrain.graph.te_quant import te_switches, with_te_quantization
+from vtrain.graph.torchao_mx import uses_torchao_mx, with_torchao_mx_casts
 from vtrain.graph.weight_cache import weight_cast_share, with_cached_weights
 from vtrain.report import Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
@@ -256,6 +257,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     comm: CommPlan = comm_plan(w, part)
     graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, graph_options(stack), shape)
     graph = with_te_quantization(graph, *te_switches(stack, plan, gpu.architecture))  # TE's fused / untransposed casts
+    graph = with_torchao_mx_casts(graph, uses_torchao_mx(stack.torchao_mx_casts, plan.precision.value))
     graph = with_cached_weights(graph, weight_cast_share(stack, plan))  # TE's weight cast on a step's first micro-batch
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None

@@ -164,6 +164,9 @@ class StackSpec:
                                             "(vtrain.graph.te_quant): the norm before the QKV and FC1 GEMMs writes "
                                             "their quantized input (LayerNormLinear), and on Blackwell a per-tensor "
                                             "FP8 tensor serves both GEMM layouts (no transposed copy)")
+    torchao_mx_casts: bool = spec(False, doc="MXFP8 casts as torchao's mx_mm runs them (vtrain.graph.torchao_mx): "
+                                             "each GEMM casts its bf16 operands itself, two casts in forward and "
+                                             "four in backward per linear layer")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "

@@ -1,0 +1,75 @@
+"""How torchao quantizes an MXFP8 linear layer's operands (torchtitan's MXFP8 path), where it differs from the
+generic cast the graph prices (:func:`vtrain.graph.blocks.linear`: one kernel reads the bf16 tensor and writes it
+in both GEMM layouts, as Transformer Engine's MXFP8 quantizer does).
+
+torchao ``prototype/mx_formats/mx_linear.py`` (``mx_mm``, the autograd function behind torchtitan's
+``MXLinearConverter``) saves the bf16 input and weight and casts each operand separately for each GEMM:
+
+- forward: the input and the weight, each along dim 0 (``MXTensor.to_mx``: one Triton kernel each);
+- backward: the output gradient along dim 0 (for the input gradient) and along dim 1 (for the weight gradient),
+  the weight along dim 1 and the saved input along dim 1 (``_to_mxfp8_dim1_kernel_wrapper``: one CUDA kernel
+  each), four casts.
+
+Each cast reads the bf16 tensor (2 B per element) and writes the FP8 elements (1 B) and one E8M0 scale per 32
+elements (OCP MX v1.0: block size 32, 8-bit scale): 2 + 1 + 1/32 B. Every ``mx_mm`` casts its own input, so
+torchtitan's separate wq / wk / wv (w1 / w3) each cast the shared input (the generic graph casts it once).
+
+Applied as a rewrite of the built graph (``StackSpec.torchao_mx_casts``) for MXFP8, once per graph: each cast's
+element counts are read off the GEMMs it feeds (``X``: m = tokens, n, k; ``X.dgrad``: n and k swapped).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, Tuple
+
+from vtrain.graph.blocks import ModelGraph, PassOps, map_passes
+from vtrain.graph.ops import Gemm, MemoryOp, Op
+
+# one cast: read bf16 (2 B), write e4m3 (1 B) and an E8M0 scale per 32 elements (OCP MX v1.0 spec, section 5)
+CAST_BYTES_PER_ELEMENT = 2.0 + 1.0 + 1.0 / 32.0
+FORWARD_CASTS = 2  # mx_mm.forward: input dim 0, weight dim 0
+BACKWARD_CASTS = 4  # mx_mm.backward: grad_output dim 0 and dim 1, weight dim 1, input dim 1
+
+_MEMO: Dict[int, Tuple[ModelGraph, ModelGraph]] = {}
+_MAX_ENTRIES = 512  # emptied when it grows past this, as the structure memos (vtrain.sim.structure)
+
+
+def uses_torchao_mx(torchao_mx_casts: bool, precision: str) -> bool:
+    """Whether a stack with ``torchao_mx_casts`` casts this precision's operands as torchao's ``mx_mm`` does."""
+    return torchao_mx_casts and precision == "mxfp8"
+
+
+def _cast(op: MemoryOp, gemm: Gemm, backward: bool) -> MemoryOp:
+    b, e = gemm.batch, CAST_BYTES_PER_ELEMENT
+    if backward:  # X.dgrad: m = tokens, n = the layer's k, k = the layer's n
+        tokens, k, n = gemm.m, gemm.n, gemm.k
+        grad, weight, inputs = 2 * tokens * n, k * n, tokens * k  # grad_output twice (dim 0, dim 1)
+        return replace(op, bytes=e * b * (grad + weight + inputs), kernels=BACKWARD_CASTS, weight_bytes=0.0)
+    tokens, n, k = gemm.m, gemm.n, gemm.k
+    return replace(op, bytes=e * b * (tokens * k + k * n), kernels=FORWARD_CASTS, weight_bytes=e * b * k * n)
+
+
+def _rewritten(ops: Tuple[Op, ...]) -> Tuple[Op, ...]:
+    gemms = {op.name: op for op in ops if isinstance(op, Gemm)}
+    out = []
+    for op in ops:
+        if isinstance(op, MemoryOp) and op.name.endswith(".quant.bwd") and op.name[:-10] + ".dgrad" in gemms:
+            op = _cast(op, gemms[op.name[:-10] + ".dgrad"], backward=True)
+        elif isinstance(op, MemoryOp) and op.name.endswith(".quant") and op.name[:-6] in gemms:
+            op = _cast(op, gemms[op.name[:-6]], backward=False)
+        out.append(op)
+    return tuple(out)
+
+
+def with_torchao_mx_casts(graph: ModelGraph, on: bool) -> ModelGraph:
+    """``graph`` with torchao's per-GEMM MX casts where ``on`` (:func:`uses_torchao_mx`); else the same graph."""
+    if not on:
+        return graph
+    hit = _MEMO.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    if len(_MEMO) >= _MAX_ENTRIES:
+        _MEMO.clear()
+    out = map_passes(graph, lambda p: PassOps(_rewritten(p.ops)))
+    _MEMO[id(graph)] = (graph, out)
+    return out
