@@ -28,7 +28,7 @@ import datetime
 import sys
 from pathlib import Path
 from statistics import median
-from typing import Dict, List
+from typing import Any, Dict, List, Tuple
 
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.config.build import gpu_spec, stack_spec
@@ -51,6 +51,31 @@ def ops(r: Dict[str, str]) -> List[FlashAttention]:
             FlashAttention("flash_attn.bwd", bh, q, d, backward=True, causal=causal == "1", kv_len=kv)]
 
 
+def _inputs(args: Any) -> Tuple[List[Dict[str, str]], str, float, Path]:
+    """The table's rows of the chosen backend, their GPU config, and the sustained-clock ratio measured beside
+    them; a VtrainError names what is missing."""
+    stacks = group_options("stack")
+    if args.stack not in stacks:
+        raise VtrainError(f"--stack={args.stack} is not a stack/ config; one of: {', '.join(stacks)}")
+    table = read_table(args.table)
+    rows = [r for r in table if r["backend"] == args.backend]
+    if not rows:
+        raise VtrainError(f"{args.table}: no row of backend {args.backend}; it holds "
+                          f"{', '.join(sorted({r['backend'] for r in table}))}")
+    gpu_name = rows[0]["gpu"]
+    if gpu_name not in group_options("gpu"):
+        raise VtrainError(f"{args.table}: gpu={gpu_name} is not a gpu/ config")
+    if not rows[0]["device"].startswith("NVIDIA"):  # CUDA's device names; a CPU table checks code only
+        raise VtrainError(f"{args.table}: measured on {rows[0]['device']}, not an NVIDIA GPU")
+    clock_table = args.table.parent / "sustained_gemm.csv"
+    clock = sustained_fraction(clock_table, "bf16") if clock_table.is_file() else None
+    if clock is None:
+        raise VtrainError(f"{clock_table}: no bf16 steady/burst GEMM ratio beside the table (python -m "
+                          "vtrain.profiler.sustained_gemm): a burst-timed kernel cannot be compared with an "
+                          "in-step rate without it")
+    return rows, gpu_name, clock, clock_table
+
+
 def main(argv: List[str]) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, default=DEFAULT_TABLE)
@@ -59,25 +84,7 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--write", action="store_true", help="set the stack's factor for the GPU's architecture")
     args = ap.parse_args(argv)
     try:
-        stacks = group_options("stack")
-        if args.stack not in stacks:
-            raise VtrainError(f"--stack={args.stack} is not a stack/ config; one of: {', '.join(stacks)}")
-        table = read_table(args.table)
-        rows = [r for r in table if r["backend"] == args.backend]
-        if not rows:
-            raise VtrainError(f"{args.table}: no row of backend {args.backend}; it holds "
-                              f"{', '.join(sorted({r['backend'] for r in table}))}")
-        gpu_name = rows[0]["gpu"]
-        if gpu_name not in group_options("gpu"):
-            raise VtrainError(f"{args.table}: gpu={gpu_name} is not a gpu/ config")
-        if not rows[0]["device"].startswith("NVIDIA"):  # CUDA's device names; a CPU table checks code only
-            raise VtrainError(f"{args.table}: measured on {rows[0]['device']}, not an NVIDIA GPU")
-        clock_table = args.table.parent / "sustained_gemm.csv"
-        clock = sustained_fraction(clock_table, "bf16") if clock_table.is_file() else None
-        if clock is None:
-            raise VtrainError(f"{clock_table}: no bf16 steady/burst GEMM ratio beside the table (python -m "
-                              "vtrain.profiler.sustained_gemm): a burst-timed kernel cannot be compared with an "
-                              "in-step rate without it")
+        rows, gpu_name, clock, clock_table = _inputs(args)
     except (VtrainError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
