@@ -29,6 +29,7 @@ from vtrain.calibration.gemm_tables import (
     GemmParams,
     GemmTable,
     Hardware,
+    MamfRow,
     errors_pct,
     fit_eta_only,
     fit_joint,
@@ -112,20 +113,9 @@ def scaled_recipes(path: Path, table: ScaledTable, shape: GemmParams, xla_bf16: 
     return out
 
 
-def main(argv: List[str]) -> int:
-    ap = ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="write the constants into conf/gpu/*.yaml")
-    ap.add_argument("--scaled", type=Path, default=None,
-                    help=f"a Hopper FP8-recipe table (python -m vtrain.profiler.scaled_gemm; default {SCALED_DEFAULT} "
-                         "if it exists)")
-    args = ap.parse_args(argv)
-    scaled = args.scaled or (SCALED_DEFAULT if SCALED_DEFAULT.is_file() else None)
-    try:  # checked before the minutes of fitting
-        scaled_table = hopper_table(scaled) if scaled else None
-    except VtrainError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    mamf = read_mamf()
+def _fit_gpus() -> Tuple[Dict[str, Dict[str, GemmParams]], Dict[str, Dict[str, GemmTable]]]:
+    """Each GPU's curve fitted jointly over its precisions, printed with in-sample and leave-one-out errors and
+    the spread against earlier measurements of the same table."""
     fitted: Dict[str, Dict[str, GemmParams]] = {}
     tables: Dict[str, Dict[str, GemmTable]] = {}
     print("GEMM curve fit (kernel time; errors |predicted/measured - 1|)")
@@ -151,6 +141,39 @@ def main(argv: List[str]) -> int:
                 old = read_gemm_table(gpu, "bf16", 1e9, name="xla_gemm_perf_table_history.csv", commit=commit)
                 print(f"  bf16  spread vs the {date} measurement ({commit[:8]}): "
                       f"median {run_spread_pct(tabs[0], old):.1f}%")
+    return fitted, tables
+
+
+def _mamf_checks(mamf: Dict[Tuple[str, str], MamfRow]) -> None:
+    """The gpu/ configs as they are now against the best matmul of MAMF's brute-force shape search."""
+    print("\nMAMF cross-check (best matmul of a brute-force shape search; model: the gpu/ configs as they are now):")
+    for label, gpu_name, precision, key in [
+            ("h100_sxm bf16", "h100_sxm", "bf16", ("NVIDIA H100 SXM", "bf16")),
+            ("h100_sxm fp8", "h100_sxm", "fp8", ("NVIDIA H100 SXM", "fp8")),
+            ("h200 fp8", "h200", "fp8", ("NVIDIA H200 SXM", "fp8")),
+            ("b200 bf16", "b200", "bf16", ("NVIDIA B200 SXM", "bf16")),
+            ("b200 fp8", "b200", "fp8", ("NVIDIA B200 SXM", "fp8")),
+            ("b300 bf16", "b300", "bf16", ("NVIDIA B300 SXM", "bf16")),
+            ("gb200 bf16", "gb200", "bf16", ("NVIDIA GB200 SXM", "bf16")),
+            ("gb200 fp8", "gb200", "fp8", ("NVIDIA GB200 SXM", "fp8"))]:
+        print(mamf_check(label, gpu_name, precision, key, mamf))
+
+
+def main(argv: List[str]) -> int:
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="write the constants into conf/gpu/*.yaml")
+    ap.add_argument("--scaled", type=Path, default=None,
+                    help=f"a Hopper FP8-recipe table (python -m vtrain.profiler.scaled_gemm; default {SCALED_DEFAULT} "
+                         "if it exists)")
+    args = ap.parse_args(argv)
+    scaled = args.scaled or (SCALED_DEFAULT if SCALED_DEFAULT.is_file() else None)
+    try:  # checked before the minutes of fitting
+        scaled_table = hopper_table(scaled) if scaled else None
+    except VtrainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    mamf = read_mamf()
+    fitted, tables = _fit_gpus()
     # H100 fp8: what the table says, and the transfer we use instead (checked on B200 first)
     print("\nfp8 transfer check on B200 (bf16 curve, d_k scaled by the peak ratio, eta from ...):")
     b_hw = hardware("b200", "fp8")
@@ -204,17 +227,7 @@ def main(argv: List[str]) -> int:
         eff = values["gemm_efficiency_by_precision"]
         print(f"{'wrote' if args.write else 'would write'} gpu/{tr.gpu}: eta {eff}, "
               f"flash {values['flash_attention_efficiency']}")
-    print("\nMAMF cross-check (best matmul of a brute-force shape search; model: the gpu/ configs as they are now):")
-    for label, gpu_name, precision, key in [
-            ("h100_sxm bf16", "h100_sxm", "bf16", ("NVIDIA H100 SXM", "bf16")),
-            ("h100_sxm fp8", "h100_sxm", "fp8", ("NVIDIA H100 SXM", "fp8")),
-            ("h200 fp8", "h200", "fp8", ("NVIDIA H200 SXM", "fp8")),
-            ("b200 bf16", "b200", "bf16", ("NVIDIA B200 SXM", "bf16")),
-            ("b200 fp8", "b200", "fp8", ("NVIDIA B200 SXM", "fp8")),
-            ("b300 bf16", "b300", "bf16", ("NVIDIA B300 SXM", "bf16")),
-            ("gb200 bf16", "gb200", "bf16", ("NVIDIA GB200 SXM", "bf16")),
-            ("gb200 fp8", "gb200", "fp8", ("NVIDIA GB200 SXM", "fp8"))]:
-        print(mamf_check(label, gpu_name, precision, key, mamf))
+    _mamf_checks(mamf)
     return 0
 
 
