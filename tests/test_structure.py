@@ -25,7 +25,6 @@ ALLOWED: Dict[str, Tuple[int, str]] = {
     "vtrain/sim/schedule.py:compile_schedule": (100, _LATER),
     "vtrain/sim/stage_costs.py:priced_passes": (94, _LATER),
     "vtrain/cli/task_calibrate.py:run": (93, _LATER),
-    "vtrain/cli/task_profile.py:run": (99, _LATER),
 }
 
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from vtrain.cli.logs import say
 from vtrain.config.compose import require_group
 from vtrain.errors import ConfigError, ProfileError
+from vtrain.workload.model import ModelSpec
 
 
 def profile_dtype(cfg: DictConfig, device_type: str) -> str:
@@ -68,6 +69,48 @@ def import_only(cfg: DictConfig) -> int:
     return 0
 
 
+def _sweep(p: Any, model: ModelSpec, device_type: str) -> Any:
+    """The profile's sweep from ``profile.*``, each setting checked (one-line errors)."""
+    from vtrain.profiler.sweep import Sweep
+
+    for bad in (x for x in p.attention if x not in ("flash", "unfused")):
+        raise ConfigError(f"profile.attention: {bad} is not one of flash, unfused")
+    sweep = Sweep(micro_batch_sizes=list(p.micro_batch_sizes), seq_lens=list(p.seq_lens),
+                  hidden_sizes=list(p.hidden_sizes) or [model.hidden_size], tp_shards=list(p.tp_shards),
+                  attention=list(p.attention), adam_layers=list(p.adam_layers) or sorted({1, model.num_layers}),
+                  warmup=int(p.warmup), repeats=int(p.repeats),
+                  min_sample_s=float(p.min_sample_s) if device_type == "cpu" else 0.0,
+                  max_tensor_bytes=float(p.max_tensor_gib) * 2**30,
+                  clock=str(p.cpu_clock) if device_type == "cpu" else "wall",
+                  cold_ops=bool(p.cold_cache) and device_type == "cpu")
+    if sweep.clock not in ("cpu", "wall"):
+        raise ConfigError(f"profile.cpu_clock={sweep.clock} is not one of cpu, wall")
+    for s in sweep.seq_lens:
+        if s > model.max_seq_len and str(model.position_embedding.value) == "learned":
+            raise ConfigError(f"profile.seq_lens: {s} exceeds model.max_seq_len={model.max_seq_len}")
+    return sweep
+
+
+def _collectives(p: Any, device_type: str, notes: List[str]) -> List[Dict[str, Any]]:
+    """Collective rows: timed on CUDA (profile.collectives), imported from nccl-tests output (profile.import_nccl)."""
+    colls: List[Dict[str, Any]] = []
+    if p.collectives and device_type == "cuda":
+        from vtrain.profiler.collectives import profile_collectives
+
+        colls, msg = profile_collectives(int(p.collective_max_mib), int(p.warmup), int(p.repeats))
+        say(msg)
+        notes.append(msg)
+    elif device_type == "cpu":
+        notes.append("collectives: not timed on cpu (one device)")
+    if p.get("import_nccl"):
+        from vtrain.profiler.nccl import import_nccl
+
+        imported = import_nccl(str(p.import_nccl))
+        colls += imported
+        notes.append(f"imported {len(imported)} nccl-tests rows from {p.import_nccl}")
+    return colls
+
+
 def run(cfg: DictConfig, out_dir: Path) -> int:
     p = cfg.profile
     if str(p.device) == "none":
@@ -80,7 +123,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     import torch
 
     from vtrain.profiler.device import device_name, device_slug, torch_device, torch_dtype
-    from vtrain.profiler.sweep import Sweep, host_time_per_kernel, op_kernels, profile_adam, profile_ops
+    from vtrain.profiler.sweep import host_time_per_kernel, op_kernels, profile_adam, profile_ops
 
     dev = torch_device(str(p.device))
     dtype = profile_dtype(cfg, dev.type)
@@ -90,21 +133,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         torch.set_num_threads(int(p.threads))
     root = Path(str(cfg.cost.profile_dir)) if cfg.cost.get("profile_dir") else default_profiles_root()
     target = Path(str(p.out_dir)) if p.get("out_dir") else root / device_slug(dev)
-    for bad in (x for x in p.attention if x not in ("flash", "unfused")):
-        raise ConfigError(f"profile.attention: {bad} is not one of flash, unfused")
-    sweep = Sweep(micro_batch_sizes=list(p.micro_batch_sizes), seq_lens=list(p.seq_lens),
-                  hidden_sizes=list(p.hidden_sizes) or [model.hidden_size], tp_shards=list(p.tp_shards),
-                  attention=list(p.attention), adam_layers=list(p.adam_layers) or sorted({1, model.num_layers}),
-                  warmup=int(p.warmup), repeats=int(p.repeats),
-                  min_sample_s=float(p.min_sample_s) if dev.type == "cpu" else 0.0,
-                  max_tensor_bytes=float(p.max_tensor_gib) * 2**30,
-                  clock=str(p.cpu_clock) if dev.type == "cpu" else "wall",
-                  cold_ops=bool(p.cold_cache) and dev.type == "cpu")
-    if sweep.clock not in ("cpu", "wall"):
-        raise ConfigError(f"profile.cpu_clock={sweep.clock} is not one of cpu, wall")
-    for s in sweep.seq_lens:
-        if s > model.max_seq_len and str(model.position_embedding.value) == "learned":
-            raise ConfigError(f"profile.seq_lens: {s} exceeds model.max_seq_len={model.max_seq_len}")
+    sweep = _sweep(p, model, dev.type)
     name = device_name(dev)
     say(f"vtrain profile: {name} ({dev}), {dtype}, torch {torch.__version__}, {torch.get_num_threads()} threads "
         f"-> {target}")
@@ -112,21 +141,7 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
     ops, notes = profile_ops(model, sweep, dev, dtype)
     adam, adam_notes = profile_adam(model, sweep, dev, dtype)
     notes += adam_notes
-    colls: List[Dict[str, Any]] = []
-    if p.collectives and dev.type == "cuda":
-        from vtrain.profiler.collectives import profile_collectives
-
-        colls, msg = profile_collectives(int(p.collective_max_mib), int(p.warmup), int(p.repeats))
-        say(msg)
-        notes.append(msg)
-    elif dev.type == "cpu":
-        notes.append("collectives: not timed on cpu (one device)")
-    if p.get("import_nccl"):
-        from vtrain.profiler.nccl import import_nccl
-
-        imported = import_nccl(str(p.import_nccl))
-        colls += imported
-        notes.append(f"imported {len(imported)} nccl-tests rows from {p.import_nccl}")
+    colls = _collectives(p, dev.type, notes)
     kernels: Dict[str, int] = {}
     from vtrain.workload.enums import Precision
     from vtrain.workload.plan import ParallelPlan
