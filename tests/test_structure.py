@@ -24,7 +24,6 @@ ALLOWED: Dict[str, Tuple[int, str]] = {
     "vtrain/sim/tail.py:simulate_tail": (143, "prices the plan's entries: issue 41 item 2 replaces it"),
     "vtrain/sim/schedule.py:compile_schedule": (100, _LATER),
     "vtrain/sim/stage_costs.py:priced_passes": (94, _LATER),
-    "vtrain/cli/task_calibrate.py:run": (93, _LATER),
 }
 
 

@@ -136,15 +136,8 @@ def _plausible(single: List[Any], measured_s: np.ndarray, rows: List[Any], base:
 SCOPES = ("a100", "all")  # calibrate.scope
 
 
-def run(cfg: DictConfig, out_dir: Path) -> int:
-    scope = str(cfg.calibrate.get("scope", "a100"))
-    if scope not in SCOPES:
-        raise ConfigError(f"calibrate.scope={scope} is not one of {', '.join(SCOPES)}")
-    if scope == "all":  # every GPU and stack on every shipped source, leave-one-source-out
-        from vtrain.cli.task_calibrate_all import run_all
-
-        return run_all(cfg, out_dir)
-    require_group(cfg, "cluster")
+def _settings(cfg: DictConfig) -> Tuple[str, str]:
+    """``calibrate.folds`` and ``calibrate.fit_on``, checked with each other and with the data's GPU."""
     folds = str(cfg.calibrate.folds)
     if folds not in GROUPS and folds not in ("none", "weak_scaling"):
         raise ConfigError(f"calibrate.folds={folds} is not one of {', '.join([*GROUPS, 'weak_scaling', 'none'])}")
@@ -160,6 +153,19 @@ def run(cfg: DictConfig, out_dir: Path) -> int:
         raise ConfigError(f"calibrate.data is not set, and the shipped single-node runs ran on A100 80 GB: fitting "
                           f"gpu={cfg.cluster.gpu} to them would give it the A100's constants; give calibrate.data="
                           "<a CSV of runs on that GPU> or a cluster of A100 80 GB (+cluster=vtrain_a100)")
+    return folds, fit_on
+
+
+def run(cfg: DictConfig, out_dir: Path) -> int:
+    scope = str(cfg.calibrate.get("scope", "a100"))
+    if scope not in SCOPES:
+        raise ConfigError(f"calibrate.scope={scope} is not one of {', '.join(SCOPES)}")
+    if scope == "all":  # every GPU and stack on every shipped source, leave-one-source-out
+        from vtrain.cli.task_calibrate_all import run_all
+
+        return run_all(cfg, out_dir)
+    require_group(cfg, "cluster")
+    folds, fit_on = _settings(cfg)
     names = fitted_names(cfg)
     max_evals = cfg.extra.get("max_evals", 300)
     check_value("extra.max_evals", max_evals, MAX_EVALS)
