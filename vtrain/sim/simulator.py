@@ -6,13 +6,14 @@ exact."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from vtrain.comm.ep import DISPATCH_SMS
 from vtrain.comm.plan import CommPlan, Stream
 from vtrain.cost.base import CostModel
 from vtrain.cost.gemm import BLOCK_SCALED, borrowed_efficiency
 from vtrain.errors import ConfigError
+from vtrain.graph.blocks import ModelGraph
 from vtrain.graph.options import graph_options
 from vtrain.graph.te_quant import te_switches, with_te_quantization
 from vtrain.graph.torchao_mx import uses_torchao_mx, with_torchao_mx_casts
@@ -244,6 +245,15 @@ def hardware_flops(w: Workload, causal_flash: bool = False) -> float:
     return flops
 
 
+def _graph(w: Workload, comm: CommPlan, shape: Tuple[Any, ...]) -> ModelGraph:
+    """The op graph with the plan's collectives in place and the stack's cast rewrites."""
+    model, plan, stack = w.model, w.plan, w.stack
+    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, graph_options(stack), shape)
+    graph = with_te_quantization(graph, *te_switches(stack, plan, w.cluster.gpu.architecture))  # TE's fused casts
+    graph = with_torchao_mx_casts(graph, uses_torchao_mx(stack.torchao_mx_casts, plan.precision.value))
+    return with_cached_weights(graph, weight_cast_share(stack, plan))  # TE's weight cast on a step's first micro-batch
+
+
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                       ) -> Tuple[Report, Optional[SimulationTrace]]:
     model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
@@ -255,10 +265,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     shape = shape_key(model, plan)
     part = stage_partition(model, plan, shape)
     comm: CommPlan = comm_plan(w, part)
-    graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, graph_options(stack), shape)
-    graph = with_te_quantization(graph, *te_switches(stack, plan, gpu.architecture))  # TE's fused / untransposed casts
-    graph = with_torchao_mx_casts(graph, uses_torchao_mx(stack.torchao_mx_casts, plan.precision.value))
-    graph = with_cached_weights(graph, weight_cast_share(stack, plan))  # TE's weight cast on a step's first micro-batch
+    graph = _graph(w, comm, shape)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
