@@ -25,10 +25,10 @@ def test_a_huge_batch_costs_its_limit_not_its_size():
     assert divisors(10**18 + 3, 8) == (1,)  # no small divisor: 8 steps
 
 
-def test_a_search_with_a_batch_of_ten_million_sequences_builds_its_space():
-    """Near the batch bound (2^24 sequences, vtrain/workload/bounds.py) dp is still the divisors up to the GPUs."""
-    ctx = prepare(compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=10000000"]))
+def test_a_search_with_a_batch_of_five_million_sequences_builds_its_space():
+    """Near the tokens-per-batch bound (2^34, vtrain/config/validate.py) dp is still the divisors up to the GPUs."""
+    ctx = prepare(compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=5000000"]))
     assert ctx.space.dp == (1, 2, 4, 5, 8)
     assert ctx.space.pp == divisors(ctx.workload.model.num_layers, 8)
-    odd = prepare(compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=14348907"]))  # 3^15
+    odd = prepare(compose(["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=4782969"]))  # 3^14
     assert odd.space.dp == (1, 3)
