@@ -44,6 +44,20 @@ def test_deepep_sends_each_token_once_per_rank_inside_a_node():
     assert deepep_wire_fraction(128, 8, 32, 4) == remote_node_fraction(128, 8, 4)
 
 
+def test_deepep_across_nodes_moves_at_its_measured_rdma_rate():
+    from vtrain.comm.ep import DEEPEP_RDMA_EFFICIENCY
+
+    p = plan("deepep", ep=32, dp=32)
+    four_nodes = GroupPlacement(32, 8)
+    at_line_rate = plan_ep_comms(QWEN3, p, four_nodes, inter_a2a_efficiency=DEEPEP_RDMA_EFFICIENCY).enter[0]
+    nccl_priced = plan_ep_comms(QWEN3, p, four_nodes, inter_a2a_efficiency=0.9605).enter[0]
+    # the cluster prices the bytes at 0.9605 of the NIC: DeepEP's at 0.885 (DeepEP README, EP16/EP32 on CX7)
+    assert nccl_priced.bytes == pytest.approx(at_line_rate.bytes * 0.9605 / 0.885)
+    assert at_line_rate.bytes == pytest.approx(4096 * 8 * 4096 * 2.0 * remote_node_fraction(128, 8, 4))
+    one_node = plan_ep_comms(QWEN3, plan("deepep"), GroupPlacement(8, 8), inter_a2a_efficiency=0.5).enter[0]
+    assert one_node.bytes == pytest.approx(4096 * 8 * 4096 * 2.0 * distinct_rank_fraction(128, 8, 8))  # NVLink
+
+
 def test_dispatch_bytes_by_dispatcher():
     p = plan("deepep")
     rows_bytes = 4096 * 8 * 4096 * 2.0  # tokens x k x h x bf16
@@ -178,11 +192,11 @@ def test_blackwell_moe_table_not_worse_than_before():
 @pytest.mark.slow
 def test_qwen3_235b_h100_table():
     pairs = _validated("megatron_moe_qwen3_h100", "h100x1024")
-    assert _mape(pairs) <= 8.35  # docs/moe.md: 8.34%, the main table at forced balance
+    assert _mape(pairs) <= 8.13  # docs/moe.md: 8.12%, the main table at forced balance
     assert max(abs(p / m - 1.0) for m, p in pairs[5:]) < 0.06  # the long-context rows
     main = [p for _, p in pairs[:5]]
     assert min(main) == main[1]  # the measured fastest plan (row 2, 17.6 s) is predicted fastest
     assert max(main) == main[4]  # the measured slowest plan (row 5, 29.0 s) is predicted slowest
-    # docs/moe.md: each main row's signed error (%), +-0.5 point; open: rows 1, 2, 4, 5 read 10-27% fast
+    # docs/moe.md: each main row's signed error (%), +-0.5 point; open: rows 2, 4, 5 read 10-27% fast
     errors = [100.0 * (p / m - 1.0) for m, p in pairs[:5]]
-    assert errors == pytest.approx([-10.5, -22.5, +11.7, -26.7, -10.2], abs=0.5)
+    assert errors == pytest.approx([-8.1, -22.0, +11.7, -26.7, -10.2], abs=0.5)

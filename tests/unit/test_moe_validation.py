@@ -71,7 +71,7 @@ def test_rows_asking_for_what_is_not_modelled_are_skipped(changes, message):
 
 
 def test_shipped_megatron_moe_rows_error_within_the_documented_bound():
-    """docs/moe.md: on the 13 Megatron-Core Qwen3-235B rows on 256 H100, MAPE 8.34%, max APE 26.7%, 8 of 13
+    """docs/moe.md: on the 13 Megatron-Core Qwen3-235B rows on 256 H100, MAPE 8.12%, max APE 26.7%, 9 of 13
     within 10% (the main table at forced balance, as its plan's ModelZoo script runs it). Held out but for the 4
     dropless long-context rows, which set the routing imbalance (1.60, bench/fit_moe_imbalance.py): the bound is
     the documented figure, so a change that worsens it fails here."""
@@ -82,9 +82,9 @@ def test_shipped_megatron_moe_rows_error_within_the_documented_bound():
     s = summary_of(results)
     assert s.n == 13
     ape = [abs(r.predicted_ms / r.measured_ms - 1.0) * 100.0 for r in results]
-    assert sum(ape) / 13 <= 8.34 + 0.005
+    assert sum(ape) / 13 <= 8.12 + 0.005
     assert max(ape) <= 26.7 + 0.05
-    assert sum(e <= 10.0 for e in ape) >= 8
+    assert sum(e <= 10.0 for e in ape) >= 9
     assert all(float(r.row.values["moe_imbalance"]) == 1.0 for r in results[:5])  # the main table: forced balance
     long_context = ape[5:]  # rows 6-13: CP 1-8 at 4K-128K tokens, within 6% (docs/moe.md)
     assert max(long_context) <= 6.0

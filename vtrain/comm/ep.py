@@ -31,12 +31,17 @@ from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.moe_load import cp_of, distinct_rank_fraction, expert_load, miss_probability, moe_tokens
 from vtrain.workload.plan import ParallelPlan
+from vtrain.workload.system import ClusterSpec
 
 # SMs a dispatcher's kernels hold while they overlap compute. DeepEP: DeepSeek-V3 report, Sec. 3.2.2 ("only
 # 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink"); NCCL all-to-all: one CTA per
 # channel, NCCL's default of 32 channels on NVSwitch systems (NCCL_MAX_NCHANNELS; assumed, not measured).
 DISPATCH_SMS: Dict[MoeDispatcher, int] = {MoeDispatcher.DEEPEP: 20, MoeDispatcher.ALLTOALL: 32,
                                           MoeDispatcher.ALLGATHER: 32}
+# DeepEP's normal kernels across nodes, as a share of the NIC's line rate: DeepEP README, H800 with one CX7
+# InfiniBand 400 Gb/s NIC each (~50 GB/s), bottleneck RDMA bandwidth EP16 dispatch 43 / combine 43 GB/s, EP32
+# 44 / 47 GB/s: mean 44.25 / 50 = 0.885 (measured, not fitted to any vtrain row)
+DEEPEP_RDMA_EFFICIENCY = 0.885
 
 
 def expert_parallel_degrees(num_experts: int, tp: int, dp: int, cp: int = 1, etp: int = 0) -> List[int]:
@@ -119,13 +124,22 @@ def deepep_wire_fraction(num_experts: int, top_k: int, ep: int, nodes: int) -> f
     return remote_node_fraction(num_experts, top_k, nodes)
 
 
-def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = GroupPlacement(1, 1)
-                  ) -> TpOperator:
+def a2a_efficiency(cluster: ClusterSpec) -> float:
+    """The share of the NIC's line rate at which ``cluster`` prices an all-to-all across nodes
+    (:func:`vtrain.cost.collectives.tier_time_s`: the tier's all-to-all efficiency, else its own)."""
+    tier = cluster.inter_node
+    return tier.kind_efficiency.get(CollectiveKind.ALL_TO_ALL.value, tier.efficiency)
+
+
+def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = GroupPlacement(1, 1),
+                  inter_a2a_efficiency: float = DEEPEP_RDMA_EFFICIENCY) -> TpOperator:
     """The dispatch/combine collectives of one MoE layer and micro-batch on one GPU: ``enter`` before the
     experts (dispatch), ``exit`` after them (combine), and their backward counterparts. ``where``: the EP
     group's placement (DeepEP's network bytes depend on the nodes it spans, :func:`remote_node_fraction`;
     the all-to-all's NVLink share then scales alike, which understates DeepEP's NVLink forwarding, never
-    the bottleneck across nodes)."""
+    the bottleneck across nodes). ``inter_a2a_efficiency``: the share of the NIC's line rate the cluster
+    prices an all-to-all across nodes at; DeepEP's bytes across nodes scale by it over
+    :data:`DEEPEP_RDMA_EFFICIENCY`, so that they move at DeepEP's measured rate."""
     if not model.is_moe:
         return TpOperator()
     h, dt, k = model.hidden_size, plan.dtype_bytes, model.moe_top_k
@@ -144,6 +158,8 @@ def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = 
     nbytes = float(rows * k * h * dt) * expert_load(model)
     if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
         nbytes *= deepep_wire_fraction(model.num_experts, k, ep, where.nodes)
+        if where.nodes > 1:  # priced at the cluster's all-to-all rate: at DeepEP's measured one instead
+            nbytes *= inter_a2a_efficiency / DEEPEP_RDMA_EFFICIENCY
     enter: List[Collective] = []
     exit_: List[Collective] = []
     enter_b: List[Collective] = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.cp import cp_comms
-from vtrain.comm.ep import edp_placement, ep_placement, etp_placement, plan_ep_comms
+from vtrain.comm.ep import a2a_efficiency, edp_placement, ep_placement, etp_placement, plan_ep_comms
 from vtrain.comm.placement import (
     GroupPlacement,
     cp_placement,
@@ -371,7 +371,8 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
                     stage_layers=tuple(part.stage_layers(s) for s in range(p)),
                     microbatches=plan.num_microbatches,
                     layer_forwards=2 if plan.recompute.value == "full" else 1,
-                    ep=plan_ep_comms(model, plan, ep_placement(plan, domain)), ep_where=ep_placement(plan, domain),
+                    ep=plan_ep_comms(model, plan, ep_placement(plan, domain), a2a_efficiency(cluster)),
+                    ep_where=ep_placement(plan, domain),
                     etp_where=etp_placement(plan, domain), edp_where=edp_placement(plan, domain),
                     expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
                     last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts,
