@@ -276,17 +276,12 @@ def _tail_rows(part: StagePartition, per_layer: bool, moe: bool) -> Tuple[List[L
     return experts, [[part.position_params(part.position(s, c)) for c in range(v)] for s in range(p)]  # whole chunks
 
 
-def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
-    model, plan, cluster = w.model, w.plan, w.cluster
-    domain = cluster.domain_size
-    p, v, t = plan.pp, plan.chunks, plan.tp
-    tokens = plan.tokens_per_rank
-    act_bytes = float(tokens * model.hidden_size * plan.dtype_bytes)
-    gather = None
-    if t > 1 and not plan.sequence_parallel:
-        gather = Collective("p2p.gather", CollectiveKind.ALL_GATHER, act_bytes, Group.TP, t)
-    msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
-    boundary: list[Optional[Collective]] = [None]
+def _boundaries(plan: ParallelPlan, part: StagePartition, domain: int, msg: Collective
+                ) -> Tuple[List[Optional[Collective]], List[GroupPlacement], List[Tuple[int, int]]]:
+    """The pipeline p2p at each chunk position's input: the message (None: no transfer), where its two ends sit
+    and the (source, destination) stages."""
+    p = plan.pp
+    boundary: List[Optional[Collective]] = [None]
     boundary_where = [GroupPlacement(1, 1)]
     boundary_stages = [(0, 0)]
     default = not part.pos
@@ -301,6 +296,20 @@ def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
         boundary.append(None if local else msg)
         boundary_stages.append((src, dst))
         boundary_where.append(near if (src * stride) // domain == (dst * stride) // domain else far)
+    return boundary, boundary_where, boundary_stages
+
+
+def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
+    model, plan, cluster = w.model, w.plan, w.cluster
+    domain = cluster.domain_size
+    p, v, t = plan.pp, plan.chunks, plan.tp
+    tokens = plan.tokens_per_rank
+    act_bytes = float(tokens * model.hidden_size * plan.dtype_bytes)
+    gather = None
+    if t > 1 and not plan.sequence_parallel:
+        gather = Collective("p2p.gather", CollectiveKind.ALL_GATHER, act_bytes, Group.TP, t)
+    msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
+    boundary, boundary_where, boundary_stages = _boundaries(plan, part, domain, msg)
     gbytes = plan.grad_bytes
     stage = plan.sharding_stage
     reducers = plan.dp * plan.cp
