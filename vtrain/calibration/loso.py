@@ -264,6 +264,7 @@ class SourceResult:
     loso_s: np.ndarray  # held-out predictions (fit without this source)
     loso_ape: np.ndarray
     fold: Fit
+    in_sample_s: Optional[np.ndarray] = None  # in-sample predictions (fit on every source), for the ranking
 
 
 def loso(sources: Sequence[Source], params: Sequence[Param] = PARAMS, max_evals: int = 600,
@@ -283,7 +284,8 @@ def loso(sources: Sequence[Source], params: Sequence[Param] = PARAMS, max_evals:
         fp, fv = fold.fitted(params)
         held = predict_s(s.workloads, fp, fv)
         out.append(SourceResult(s.name, s.n, len(s.skipped), ape_pct(s.shipped_s, s.measured_s, s.rate),
-                                ape_pct(in_s, s.measured_s, s.rate), held, ape_pct(held, s.measured_s, s.rate), fold))
+                                ape_pct(in_s, s.measured_s, s.rate), held, ape_pct(held, s.measured_s, s.rate), fold,
+                                in_s))
         if progress is not None:
             progress(f"held out {s.name}: MAPE {out[-1].loso_ape.mean():.2f}% ({len(surrogate.cache)} simulations)")
     return full, out

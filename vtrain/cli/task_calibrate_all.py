@@ -6,22 +6,24 @@ held-out residuals.
     python -m vtrain task=calibrate calibrate.scope=all calibrate.write=true # ... and write configs and intervals
 
 Prints per source: rows, skipped, MAPE at the config values, in-sample MAPE (fitted on every source),
-leave-one-source-out MAPE (fitted without it) and its share within 10%, the interval's held-out coverage;
-then the pooled figures and the constants. Writes summary.json, sources.csv and predictions.csv into the run
-directory (and, with calibrate.write=true, the constants whose sources' held-out error the fit lowers into
-their gpu/ and stack/ configs, and the interval table into vtrain/data/intervals.json).
+leave-one-source-out MAPE (fitted without it) and its share within 10%, the interval's held-out coverage,
+the ranking of each job's plans (order agreement and Kendall's tau-b, held out and in-sample:
+vtrain.calibration.ranking_cv); then the pooled figures and the constants. Writes summary.json, sources.csv
+and predictions.csv into the run directory (and, with calibrate.write=true, the constants whose sources'
+held-out error the fit lowers into their gpu/ and stack/ configs, and the interval table into
+vtrain/data/intervals.json).
 """
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 from omegaconf import DictConfig
 
-from vtrain.calibration import block_scaled, intervals_fit
+from vtrain.calibration import block_scaled, intervals_fit, ranking_cv
 from vtrain.calibration.loso import PARAMS, Fit, Param, SourceResult, loso, prior_value
 from vtrain.calibration.sources import Source, all_sources
 from vtrain.cli.logs import say
@@ -36,23 +38,36 @@ def _figures(ape: np.ndarray) -> Dict[str, float]:
             "max_ape_pct": round(float(np.max(ape)), 2)} if ape.size else {}
 
 
+def _rankings(sources: Sequence[Source], results: Sequence[SourceResult]) -> Tuple[List[Any], List[Any]]:
+    """Each source's (held-out, in-sample) ranking summaries (vtrain.calibration.ranking_cv)."""
+    held, ins = [], []
+    for s, r in zip(sources, results):
+        in_s = r.in_sample_s if r.in_sample_s is not None else r.loso_s
+        held.append((s.name, ranking_cv.source_ranking(s.workloads, s.measured_s, r.loso_s)))
+        ins.append((s.name, ranking_cv.source_ranking(s.workloads, s.measured_s, in_s)))
+    return held, ins
+
+
 def source_table(sources: Sequence[Source], results: Sequence[SourceResult],
                  coverage: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Print and return one line per source, then the pooled lines."""
+    """Print and return one line per source, then the pooled lines (MAPE, then the ranking: order agreement
+    and Kendall's tau-b held out and in-sample, pairs measured > 5% apart / groups of one job)."""
     say(f"  {'source':<36} {'n':>5} {'skip':>4} {'config':>7} {'in-samp':>7} {'LOSO':>7} {'LOSO<=10%':>9} "
-        f"{'cover80':>7}")
+        f"{'cover80':>7} {ranking_cv.CONSOLE_HEADER}")
+    held, ins = _rankings(sources, results)
     rows: List[Dict[str, Any]] = []
-    for s, r in zip(sources, results):
+    for s, r, h, i in zip(sources, results, held, ins):
         cov = coverage.get(f"source:{s.name}", {}).get("coverage_pct", float("nan"))
         rec = {"source": s.name, "n": r.n, "skipped": r.skipped, "fit_rows": len(s.fit_index),
                "config_mape_pct": round(float(r.shipped_ape.mean()), 3),
                "in_sample": _figures(r.in_sample_ape), "loso": _figures(r.loso_ape), "coverage80_pct": cov,
                "skip_reasons": list(s.skipped),
-               "held_out_fit": {p.key: v for p, v in zip(PARAMS, r.fold.values) if v is not None}}
+               "held_out_fit": {p.key: v for p, v in zip(PARAMS, r.fold.values) if v is not None},
+               "ranking": ranking_cv.figures(h[1], i[1])}
         rows.append(rec)
         say(f"  {s.name:<36} {r.n:>5} {r.skipped:>4} {rec['config_mape_pct']:>6.2f}% "
             f"{rec['in_sample']['mape_pct']:>6.2f}% {rec['loso']['mape_pct']:>6.2f}% "
-            f"{rec['loso']['within_10_pct']:>8.1f}% {cov:>6.1f}%")
+            f"{rec['loso']['within_10_pct']:>8.1f}% {cov:>6.1f}% {ranking_cv.console(rec['ranking'])}")
     groups = {"pooled (every row)": [True] * len(results),
               "pooled published runs": [r.name.startswith("published:") for r in results]}
     for label, pick in groups.items():
@@ -64,12 +79,14 @@ def source_table(sources: Sequence[Source], results: Sequence[SourceResult],
         cfg_ape = np.concatenate([r.shipped_ape for r in chosen])
         rec = {"source": label, "n": int(loso_ape.size), "config_mape_pct": round(float(cfg_ape.mean()), 3),
                "in_sample": _figures(in_ape), "loso": _figures(loso_ape),
-               "source_mean_loso_mape_pct": round(float(np.mean([r.loso_ape.mean() for r in chosen])), 3)}
+               "source_mean_loso_mape_pct": round(float(np.mean([r.loso_ape.mean() for r in chosen])), 3),
+               "ranking": ranking_cv.figures(ranking_cv.pooled([h for h, p in zip(held, pick) if p]),
+                                             ranking_cv.pooled([i for i, p in zip(ins, pick) if p]))}
         rows.append(rec)
         say(f"  {label:<36} {rec['n']:>5} {'':>4} {rec['config_mape_pct']:>6.2f}% "
             f"{rec['in_sample']['mape_pct']:>6.2f}% {rec['loso']['mape_pct']:>6.2f}% "
-            f"{rec['loso']['within_10_pct']:>8.1f}%   (mean of sources' LOSO MAPE "
-            f"{rec['source_mean_loso_mape_pct']:.2f}%)")
+            f"{rec['loso']['within_10_pct']:>8.1f}% {'':>7} {ranking_cv.console(rec['ranking'])}  (mean of "
+            f"sources' LOSO MAPE {rec['source_mean_loso_mape_pct']:.2f}%)")
     say(f"  interval coverage over every held-out row: {coverage['all']['coverage_pct']:.1f}% "
         f"(n={coverage['all']['n']})")
     return rows
@@ -107,11 +124,14 @@ def write_predictions(path: Path, sources: Sequence[Source], results: Sequence[S
                       checked: Sequence[Any]) -> None:
     """Every row: measured, at the config values, held out, and its held-out 80% interval (lo, hi factors of
     the held-out prediction, from the interval table refitted without its source: bench/fit_intervals.py plots
-    them)."""
+    them); then its in-sample prediction and the job group it is ranked in (vtrain.calibration.ranking_cv)."""
+    from vtrain.validation.ranking import ranking_group
+
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["source", "row", "gpu", "stack", "measured_s", "measured_as_rate", "config_s", "held_out_s",
-                      "held_out_ape_pct", "interval_class", "interval_lo_factor", "interval_hi_factor"])
+                      "held_out_ape_pct", "interval_class", "interval_lo_factor", "interval_hi_factor",
+                      "in_sample_s", "job_group"])
         k = 0
         for s, r in zip(sources, results):
             for j, w in enumerate(s.workloads):
@@ -119,7 +139,8 @@ def write_predictions(path: Path, sources: Sequence[Source], results: Sequence[S
                 k += 1
                 out.writerow([s.name, s.labels[j] if s.labels else j + 1, w.cluster.gpu.name, w.stack.name,
                               f"{s.measured_s[j]:.6g}", int(s.rate[j]), f"{s.shipped_s[j]:.6g}",
-                              f"{r.loso_s[j]:.6g}", f"{r.loso_ape[j]:.3f}", s.leaves[j], f"{lo:.4f}", f"{hi:.4f}"])
+                              f"{r.loso_s[j]:.6g}", f"{r.loso_ape[j]:.3f}", s.leaves[j], f"{lo:.4f}", f"{hi:.4f}",
+                              "" if r.in_sample_s is None else f"{r.in_sample_s[j]:.6g}", ranking_group(w)])
 
 
 def write_configs(constants: Sequence[Dict[str, Any]]) -> List[str]:
@@ -189,11 +210,11 @@ def run_all(cfg: DictConfig, out_dir: Path) -> int:
     with (out_dir / "sources.csv").open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["source", "n", "skipped", "config_mape_pct", "in_sample_mape_pct", "loso_mape_pct",
-                      "loso_within_10_pct", "coverage80_pct"])
+                      "loso_within_10_pct", "coverage80_pct", *ranking_cv.CSV_COLUMNS])
         for rec in table:
             out.writerow([rec["source"], rec["n"], rec.get("skipped", ""), rec["config_mape_pct"],
                           rec["in_sample"]["mape_pct"], rec["loso"]["mape_pct"], rec["loso"]["within_10_pct"],
-                          rec.get("coverage80_pct", "")])
+                          rec.get("coverage80_pct", ""), *ranking_cv.csv_cells(rec.get("ranking"))])
     write_predictions(out_dir / "predictions.csv", sources, results, checked)
     if cfg.calibrate.write:
         from vtrain.validation.datasets import data_path

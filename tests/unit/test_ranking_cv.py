@@ -1,0 +1,74 @@
+"""The calibration's cross-validated ranking (vtrain.calibration.ranking_cv): a source's rows grouped by job, ranked
+with held-out and in-sample predictions, pooled without merging sources, and written as sources.csv's cells."""
+from types import SimpleNamespace
+
+import pytest
+
+from vtrain.calibration import ranking_cv
+
+
+def _run(hidden: int, gpus: int, batch: int, pp: int) -> SimpleNamespace:
+    """A workload as ranking_group reads it: model shape, GPUs, sequence and batch (the plan's pp differs)."""
+    model = SimpleNamespace(hidden_size=hidden, num_layers=32, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
+                            vocab_size=128256, is_moe=False, num_experts=0, moe_top_k=0)
+    plan = SimpleNamespace(num_gpus=gpus, seq_len=8192, global_batch_size=batch, pp=pp)
+    return SimpleNamespace(model=model, plan=plan, cluster=SimpleNamespace(gpu=SimpleNamespace(name="h100_sxm")))
+
+
+# one source: job A (4096 hidden, 8 GPUs, batch 16), three plans; job B (8192 hidden, 64 GPUs), two plans 3% apart;
+# job C, one run (no order)
+RUNS = [_run(4096, 8, 16, 1), _run(4096, 8, 16, 2), _run(4096, 8, 16, 4),
+        _run(8192, 64, 32, 1), _run(8192, 64, 32, 2), _run(4096, 16, 16, 1)]
+MEASURED = [10.0, 12.0, 20.0, 10.0, 10.3, 7.0]
+HELD = [11.0, 10.5, 21.0, 10.5, 10.0, 6.0]  # job A: the 10 / 12 pair swapped; job B: swapped, but 3% apart
+IN_SAMPLE = [10.0, 12.5, 19.0, 10.0, 10.4, 7.0]  # job A in order; job B in order
+
+
+def test_a_sources_rows_are_grouped_by_job_and_ranked():
+    held = ranking_cv.source_ranking(RUNS, MEASURED, HELD)
+    assert [g.n for g in held.groups] == [3, 2]  # job C's single run has no order
+    a, b = held.groups
+    assert (a.agree, a.pairs) == (2, 3) and a.tau_b == pytest.approx(1 / 3)  # C=2, D=1 of 3 pairs
+    assert (b.agree, b.pairs) == (0, 0) and b.tau_b == pytest.approx(-1.0)  # 3% apart: not counted, tau still -1
+    assert held.agreement_pct == pytest.approx(200 / 3)
+    assert held.tau_b == pytest.approx((3 * (1 / 3) + 1 * -1.0) / 4)  # pair-weighted over the groups
+    ins = ranking_cv.source_ranking(RUNS, MEASURED, IN_SAMPLE)
+    assert ins.agreement_pct == pytest.approx(100.0) and ins.tau_b == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="6 workloads, 5 measured"):
+        ranking_cv.source_ranking(RUNS, MEASURED[:5], HELD)
+
+
+def test_pooled_keeps_each_sources_groups_apart_and_sums_their_pairs():
+    one = ranking_cv.source_ranking(RUNS, MEASURED, HELD)
+    two = ranking_cv.source_ranking(RUNS[:3], [10.0, 12.0, 20.0], [9.0, 12.0, 30.0])  # the same job, in order
+    both = ranking_cv.pooled([("s1", one), ("s2", two)])
+    assert len(both.groups) == 3 and both.groups[2].label.startswith("s2: ")  # job A twice, not merged
+    assert both.groups[0].label == "s1: " + one.groups[0].label
+    assert (both.agree, both.pairs) == (2 + 3, 3 + 3)
+    assert both.tau_b == pytest.approx((3 * (1 / 3) + 1 * -1.0 + 3 * 1.0) / 7)
+    assert ranking_cv.pooled([]).pairs == 0 and ranking_cv.pooled([]).tau_b is None
+
+
+def test_figures_give_held_out_and_in_sample_side_by_side_and_the_csv_cells():
+    rec = ranking_cv.figures(ranking_cv.source_ranking(RUNS, MEASURED, HELD),
+                             ranking_cv.source_ranking(RUNS, MEASURED, IN_SAMPLE))
+    assert (rec["groups"], rec["pairs"], rec["differ_pct"]) == (2, 3, 5.0)
+    assert rec["loso"] == {"order_agreement_pct": 66.7, "agreeing_pairs": 2, "kendall_tau_b": 0.0}
+    assert rec["in_sample"] == {"order_agreement_pct": 100.0, "agreeing_pairs": 3, "kendall_tau_b": 1.0}
+    assert ranking_cv.csv_cells(rec) == [2, 3, 66.7, 0.0, 100.0, 1.0]
+    assert len(ranking_cv.csv_cells(rec)) == len(ranking_cv.CSV_COLUMNS)
+    assert ranking_cv.csv_cells(None) == [""] * 6  # a line without a ranking keeps the CSV rectangular
+    line = ranking_cv.console(rec)
+    assert "67%" in line and "+0.00" in line and "100%" in line and "+1.00" in line and "3/2" in line
+    with pytest.raises(ValueError, match="different groups"):
+        ranking_cv.figures(ranking_cv.source_ranking(RUNS, MEASURED, HELD),
+                           ranking_cv.source_ranking(RUNS[:3], MEASURED[:3], HELD[:3]))
+
+
+def test_a_source_without_two_runs_of_one_job_has_no_ranking():
+    alone = ranking_cv.source_ranking(RUNS[3:4] + RUNS[5:], [10.0, 7.0], [9.0, 8.0])
+    rec = ranking_cv.figures(alone, alone)
+    assert rec["groups"] == 0 and rec["pairs"] == 0
+    assert rec["loso"]["order_agreement_pct"] is None and rec["loso"]["kendall_tau_b"] is None
+    assert ranking_cv.csv_cells(rec) == [0, 0, "", "", "", ""]
+    assert ranking_cv.console(rec).split()[:4] == ["-", "-", "-", "-"]
