@@ -184,9 +184,11 @@ def _mape(pairs: Tuple[Tuple[float, float], ...]) -> float:
 
 
 @pytest.mark.slow
-def test_blackwell_moe_table_not_worse_than_before():
-    # 8.19% before the dispatcher, permutation and grouped-GEMM terms (6.3% with them at a 15 us host time per op)
-    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 8.19
+def test_blackwell_moe_table_in_sample():
+    # 16.46% at the constants calibrated across sources (Megatron-Core's host time per kernel 51 us from 8 sources,
+    # was 15 us assumed; Blackwell's sustained GEMM share from 6): 6.3% at the old ones. The three rows are one
+    # source; the calibration's table (docs/calibration.md) gives its held-out figure. Guards today's figure.
+    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 16.5
 
 
 @pytest.mark.slow
