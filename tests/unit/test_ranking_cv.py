@@ -38,15 +38,21 @@ def test_a_sources_rows_are_grouped_by_job_and_ranked():
         ranking_cv.source_ranking(RUNS, MEASURED[:5], HELD)
 
 
-def test_pooled_keeps_each_sources_groups_apart_and_sums_their_pairs():
-    one = ranking_cv.source_ranking(RUNS, MEASURED, HELD)
-    two = ranking_cv.source_ranking(RUNS[:3], [10.0, 12.0, 20.0], [9.0, 12.0, 30.0])  # the same job, in order
-    both = ranking_cv.pooled([("s1", one), ("s2", two)])
-    assert len(both.groups) == 3 and both.groups[2].label.startswith("s2: ")  # job A twice, not merged
-    assert both.groups[0].label == "s1: " + one.groups[0].label
-    assert (both.agree, both.pairs) == (2 + 3, 3 + 3)
-    assert both.tau_b == pytest.approx((3 * (1 / 3) + 1 * -1.0 + 3 * 1.0) / 7)
+def test_pooled_groups_the_sources_rows_by_job_across_sources():
+    one = (RUNS, MEASURED, HELD)
+    two = (RUNS[:1] + RUNS[5:], [15.0, 8.0], [16.0, 6.5])  # job A once more (another release), job C's second run
+    both = ranking_cv.pooled([one, two])
+    assert [g.n for g in both.groups] == [4, 2, 2]  # job A: 3 + 1 runs; job B; job C: 1 + 1
+    a, b, c = both.groups
+    # job A measured 10, 12, 20, 15 / predicted 11, 10.5, 21, 16: of 6 pairs (all > 5% apart) only 10/12 swapped
+    assert (a.agree, a.pairs) == (5, 6) and a.tau_b == pytest.approx(4 / 6)
+    assert (c.agree, c.pairs) == (1, 1) and c.tau_b == pytest.approx(1.0)  # 7 vs 8 s measured, 6 vs 6.5 predicted
+    assert (b.agree, b.pairs) == (0, 0) and b.tau_b == pytest.approx(-1.0)
+    assert (both.agree, both.pairs) == (5 + 0 + 1, 6 + 0 + 1)
+    assert both.tau_b == pytest.approx((6 * 4 / 6 + 1 * -1.0 + 1 * 1.0) / 8)
     assert ranking_cv.pooled([]).pairs == 0 and ranking_cv.pooled([]).tau_b is None
+    with pytest.raises(ValueError, match="2 workloads, 1 measured"):
+        ranking_cv.pooled([(RUNS[:2], [1.0], [1.0, 2.0])])
 
 
 def test_figures_give_held_out_and_in_sample_side_by_side_and_the_csv_cells():

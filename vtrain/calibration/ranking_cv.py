@@ -5,8 +5,9 @@ A source's rows are grouped by what a job fixes (model shape, GPU type and count
 :func:`vtrain.validation.ranking.ranking_group`); each group is ranked with the source's held-out predictions
 (leave-one-source-out) and, beside them, its in-sample ones (fitted on every source):
 :func:`vtrain.validation.ranking.ranking_summary` gives pairwise order agreement over pairs measured more than
-5% apart and Kendall's tau-b. A pooled figure keeps each source's groups apart (the same job measured by two
-sources is two groups: their releases differ), so its pairs are the sum of its sources' pairs.
+5% apart and Kendall's tau-b. A pooled figure groups the rows of several sources by job, as task=validate groups
+a file's rows: the same job measured by two sources (two releases of one framework) is one group, each run
+predicted by the constants fitted without its own source.
 
     python -m vtrain task=calibrate calibrate.scope=all   # prints them beside the MAPE; summary.json, sources.csv
 """
@@ -16,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from vtrain.validation.ranking import GroupRanking, RankingSummary, ranking_group, ranking_summary
+from vtrain.validation.ranking import RankingSummary, ranking_group, ranking_summary
 
 Seconds = Union[Sequence[float], np.ndarray]  # a source's times, one per row
 
@@ -36,15 +37,19 @@ def source_ranking(workloads: Sequence[Any], measured_s: Seconds, predicted_s: S
     return ranking_summary(groups)
 
 
-def pooled(named: Sequence[Tuple[str, RankingSummary]]) -> RankingSummary:
-    """The sources' groups side by side, each label prefixed by its source (never merged across sources)."""
-    groups: List[GroupRanking] = []
-    for name, summary in named:
-        groups.extend(GroupRanking(f"{name}: {g.label}", g.n, g.pairs, g.agree, g.tau_b) for g in summary.groups)
-    differ = {s.differ_pct for _, s in named}
-    if len(differ) > 1:
-        raise ValueError(f"pooled: sources ranked at different thresholds {sorted(differ)}")
-    return RankingSummary(tuple(groups), *differ)
+def pooled(parts: Sequence[Tuple[Sequence[Any], Seconds, Seconds]]) -> RankingSummary:
+    """The ranking of several sources' rows together ((workloads, measured, predicted) per source), grouped by job
+    across the sources."""
+    workloads: List[Any] = []
+    measured: List[float] = []
+    predicted: List[float] = []
+    for ws, m, p in parts:
+        if not len(ws) == len(m) == len(p):
+            raise ValueError(f"pooled: {len(ws)} workloads, {len(m)} measured, {len(p)} predicted")
+        workloads.extend(ws)
+        measured.extend(float(x) for x in m)
+        predicted.extend(float(x) for x in p)
+    return source_ranking(workloads, measured, predicted)
 
 
 def _round(x: Optional[float], digits: int) -> Optional[float]:

@@ -39,12 +39,10 @@ def _figures(ape: np.ndarray) -> Dict[str, float]:
 
 
 def _rankings(sources: Sequence[Source], results: Sequence[SourceResult]) -> Tuple[List[Any], List[Any]]:
-    """Each source's (held-out, in-sample) ranking summaries (vtrain.calibration.ranking_cv)."""
-    held, ins = [], []
-    for s, r in zip(sources, results):
-        in_s = r.in_sample_s if r.in_sample_s is not None else r.loso_s
-        held.append((s.name, ranking_cv.source_ranking(s.workloads, s.measured_s, r.loso_s)))
-        ins.append((s.name, ranking_cv.source_ranking(s.workloads, s.measured_s, in_s)))
+    """Each source's rows as ranked (workloads, measured, predicted): held out, in-sample."""
+    held = [(s.workloads, s.measured_s, r.loso_s) for s, r in zip(sources, results)]
+    ins = [(s.workloads, s.measured_s, r.in_sample_s if r.in_sample_s is not None else r.loso_s)
+           for s, r in zip(sources, results)]
     return held, ins
 
 
@@ -63,7 +61,7 @@ def source_table(sources: Sequence[Source], results: Sequence[SourceResult],
                "in_sample": _figures(r.in_sample_ape), "loso": _figures(r.loso_ape), "coverage80_pct": cov,
                "skip_reasons": list(s.skipped),
                "held_out_fit": {p.key: v for p, v in zip(PARAMS, r.fold.values) if v is not None},
-               "ranking": ranking_cv.figures(h[1], i[1])}
+               "ranking": ranking_cv.figures(ranking_cv.source_ranking(*h), ranking_cv.source_ranking(*i))}
         rows.append(rec)
         say(f"  {s.name:<36} {r.n:>5} {r.skipped:>4} {rec['config_mape_pct']:>6.2f}% "
             f"{rec['in_sample']['mape_pct']:>6.2f}% {rec['loso']['mape_pct']:>6.2f}% "
