@@ -8,6 +8,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import optuna
@@ -19,7 +20,7 @@ from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
 from vtrain.config.validate import check_plan
 from vtrain.errors import ConfigError, VtrainError
-from vtrain.search import ledger, outputs
+from vtrain.search import outputs
 from vtrain.search.pareto import dominates, hypervolume_2d, pareto_front
 from vtrain.search.plans import canonical, plan_fields, plan_from_fields, plan_key
 from vtrain.search.run import prepare, run_search
@@ -110,29 +111,39 @@ def _orphan_from_a_dead_process(storage: str, study_name: str) -> int:
     return int(out.stdout.strip())
 
 
-def test_resume_fails_a_dead_workers_trial_and_keeps_completed_ones(tmp_path):
+LIVE = ("import sys, optuna; from vtrain.search.ledger import WORKER, me\n"
+        "s = optuna.load_study(study_name=sys.argv[1], storage=sys.argv[2]); t = s.ask()\n"
+        "t.set_user_attr(WORKER, me()); print(t.number, flush=True); sys.stdin.readline()\n"
+        "s.tell(t, state=optuna.trial.TrialState.PRUNED)\n")
+
+
+def test_resume_takes_over_a_dead_workers_trial_and_keeps_completed_ones(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     first = run_search(small(tmp_path, "search.n_trials=4", "search.study_name=resume"), tmp_path)
     kept = {r.number: (r.state, r.values) for r in first.records}
     orphan = _orphan_from_a_dead_process(storage, "resume")
     study = optuna.load_study(study_name="resume", storage=storage)
     assert study.trials[orphan].state == optuna.trial.TrialState.RUNNING
-    live = study.ask()  # a live worker's trial (this process): must survive the resume
-    live.set_user_attr(ledger.WORKER, ledger.me())  # a worker's first line; without it, an orphan after 5 s
+    # a live worker's trial (another process, which tells it once its stdin closes): it holds a place in the
+    # budget and must not be taken over; the resume waits for it once the rest of the budget is spent
+    live = subprocess.Popen([sys.executable, "-c", LIVE, "resume", storage], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert live.stdout is not None and live.stdin is not None
+    number = int(live.stdout.readline())
+    threading.Timer(3.0, live.stdin.close).start()  # the live worker finishes its trial meanwhile
     second = run_search(small(tmp_path, "search.n_trials=7", "search.study_name=resume"), tmp_path)
+    assert live.wait(60) == 0, "the live worker could tell its own trial"
     assert second.resumed_trials == 4 and second.stale_failed == 1
     study = optuna.load_study(study_name="resume", storage=storage)
-    assert study.trials[orphan].state == optuna.trial.TrialState.FAIL
-    assert study.trials[live.number].state == optuna.trial.TrialState.RUNNING, "a live trial was failed"
+    # the dead worker's trial is finished by the resume (its plan drawn and evaluated), not failed
+    assert study.trials[orphan].state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    assert "vtrain.taken_over" in study.trials[orphan].user_attrs
+    assert "vtrain.taken_over" not in study.trials[number].user_attrs, "a live worker's trial was taken over"
     states = [t.state for t in study.trials]
-    # the live trial holds a place in the budget: 6 finished + 1 running = 7
-    assert sum(s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in states) == 6
+    assert states.count(optuna.trial.TrialState.FAIL) == 0
+    assert sum(s in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for s in states) == 7
     now = {r.number: (r.state, r.values) for r in second.records}
     assert all(now[n] == v for n, v in kept.items()), "a completed trial changed or disappeared"
-    study.tell(live, state=optuna.trial.TrialState.FAIL)
-    third = run_search(small(tmp_path, "search.n_trials=7", "search.study_name=resume"), tmp_path)
-    finished = [r for r in third.records if r.state in ("COMPLETE", "PRUNED")]
-    assert len(finished) == 7
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

@@ -113,3 +113,87 @@ def test_kill_and_resume_gives_the_uninterrupted_front(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "finished trials were already stored" in out.stdout, "the kills came too late to interrupt the study"
     assert _front(kill, "run") == _front(ref, "run")
+
+
+def _storage_of(tmp: Path, kind: str) -> str:
+    return str(tmp / "study.journal") if kind == "journal" else f"sqlite:///{tmp / 'study.db'}"
+
+
+def _load(storage: str) -> optuna.Study:
+    if "://" in storage:
+        return optuna.load_study(study_name="shared", storage=storage)
+    return optuna.load_study(study_name="shared", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(storage)))
+
+
+def _finished_in(storage: str) -> int:
+    try:
+        return sum(t.state.is_finished() for t in _load(storage).get_trials(deepcopy=False))
+    except Exception:  # not created yet (or a record being written)
+        return 0
+
+
+def _group_gone(pgid: int, deadline_s: float = 20.0) -> bool:
+    """No process of the group is left (the worker and what it forked, e.g. the MLflow logger)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def three_workers_one_killed(tmp: Path, kind: str, n: int = 60, kill_at: int = 8) -> dict:
+    """Three workers on one study; the first is killed with -9 once ``kill_at`` trials have finished, and
+    restarted. Returns what the checks need (also used by ``bench/shared_study_soak.py``)."""
+    storage = _storage_of(tmp, kind)
+    cmd = [sys.executable, "-m", "vtrain", *BASE, f"search.storage={storage}", "search.study_name=shared",
+           f"search.n_trials={n}", "search.population_size=8", f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}"]
+
+    def start(name: str) -> subprocess.Popen:
+        return subprocess.Popen([*cmd, f"hydra.run.dir={tmp / name}"], cwd=tmp, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    procs = [start(f"w{i}") for i in range(3)]
+    end = time.monotonic() + 300
+    while time.monotonic() < end and procs[0].poll() is None and _finished_in(storage) < kill_at:
+        time.sleep(0.05)
+    killed = procs[0].poll() is None
+    if killed:
+        os.kill(procs[0].pid, signal.SIGKILL)  # the worker only: what it forked must end by itself
+    procs[0].wait()
+    procs.append(start("restart"))
+    outs = [p.communicate(timeout=600)[0] for p in procs[1:]]
+    study = _load(storage)
+    states = Counter(t.state.name for t in study.trials)
+    finished = [t for t in study.trials if t.state.is_finished() and t.state.name != "FAIL"]
+    simulated = Counter(t.user_attrs["vtrain.plan"] for t in finished
+                        if "vtrain.plan" in t.user_attrs and "duplicate_of" not in t.user_attrs.get("result", {}))
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("vtrain-gpt_1_7b-h200x8")
+    runs = client.search_runs([exp.experiment_id], max_results=5000)
+    children = Counter(r.data.tags["vtrain.trial"] for r in runs if "mlflow.parentRunId" in r.data.tags)
+    return {"killed": killed, "codes": [p.returncode for p in procs[1:]], "outs": outs, "states": states,
+            "finished": len(finished), "simulated_twice": sum(c > 1 for c in simulated.values()),
+            "children": children, "finished_numbers": sorted(str(t.number) for t in finished),
+            "running_runs": sum(r.info.status == "RUNNING" for r in runs),
+            "left_behind": sum(not _group_gone(p.pid) for p in procs)}
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_three_workers_and_one_killed_and_restarted_finish_the_study(tmp_path, kind):
+    n = 60
+    got = three_workers_one_killed(tmp_path, kind, n)
+    for code, out in zip(got["codes"], got["outs"]):
+        assert code == 0, out[-2000:]
+        assert "Traceback" not in out, out[-2000:]
+    assert got["killed"], "the first worker had ended before the kill: no kill was tested"
+    assert got["finished"] == n, got["states"]
+    assert got["states"]["FAIL"] == got["states"]["RUNNING"] == got["states"]["WAITING"] == 0, got["states"]
+    assert got["simulated_twice"] == 0, "a plan was simulated and stored twice"
+    assert sorted(got["children"]) == got["finished_numbers"], "a finished trial without its child run"
+    assert set(got["children"].values()) == {1}, "exactly one child run per trial"
+    assert got["running_runs"] == 0, "an MLflow run left RUNNING"
+    assert got["left_behind"] == 0, "a process (the MLflow logger) outlived its worker"

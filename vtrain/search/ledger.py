@@ -9,8 +9,11 @@ study (local processes, SLURM jobs) sees the same record.
   same host can tell a trial of a killed process (its process is gone) from a live one at once. A trial
   killed before it stored the attr (an orphan) is failed once it is ``ORPHAN_GRACE_S`` old when a worker
   starts (a resume right after a kill), ``LIVE_ORPHAN_GRACE_S`` old between trials.
-- Budget: a trial is within ``search.n_trials`` iff fewer than ``n_trials`` non-FAIL trials have a smaller
-  number (trial numbers are assigned atomically by the storage), so N workers never overshoot.
+- Budget: a worker asks for a trial only while fewer than ``n_trials`` trials are finished or in flight,
+  under the study lock (:mod:`vtrain.search.loop`). Without a lock (a database server), a trial is within
+  ``search.n_trials`` iff fewer than ``n_trials`` counted trials have a smaller number (trial numbers are
+  assigned atomically by the storage); one past it ends PRUNED with ``vtrain.over_budget`` and its reason,
+  and is counted nowhere.
 """
 from __future__ import annotations
 
@@ -54,7 +57,8 @@ def key_text(fields: Dict[str, Any]) -> str:
 
 
 def me() -> Dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """The worker record of a trial: host, process id, and when this process took the trial (epoch s)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -90,6 +94,25 @@ def orphan(t: FrozenTrial, grace_s: float = ORPHAN_GRACE_S) -> bool:
     return t.state == TrialState.RUNNING and WORKER not in t.user_attrs and age_s(t) > grace_s
 
 
+def held_s(t: FrozenTrial) -> float:
+    """Seconds since the trial's present worker took it (a trial taken over from a dead worker counts from
+    the takeover, not from its start)."""
+    since = (t.user_attrs.get(WORKER) or {}).get("since")
+    return time.time() - float(since) if isinstance(since, (int, float)) else age_s(t)
+
+
+def abandoned(t: FrozenTrial, locked: bool, stale_s: float) -> bool:
+    """A RUNNING trial whose worker is gone: a process of this host that no longer exists; a trial without a
+    worker record, seen under the study lock (every worker asks for its trial and records itself in one hold
+    of that lock, so its creator died in between), or without the lock after ``LIVE_ORPHAN_GRACE_S``; or a
+    trial held longer than ``stale_s`` (another host's worker that stopped: trials take milliseconds)."""
+    if t.state != TrialState.RUNNING:
+        return False
+    if WORKER not in t.user_attrs:
+        return locked or age_s(t) > LIVE_ORPHAN_GRACE_S
+    return dead_here(t) or held_s(t) > stale_s
+
+
 def wait_out_fresh_orphans(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> None:
     """Before a worker decides whether it is alone: a RUNNING trial without a worker attr younger than
     ``grace_s`` may be a live worker's first instant or a process killed in it; wait until it has a worker
@@ -122,13 +145,21 @@ def others_running(study: optuna.Study, number: Optional[int] = None) -> bool:
                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
+OVER_BUDGET = "vtrain.over_budget"
+
+
+def counted(t: FrozenTrial) -> bool:
+    """A trial that takes a place in the budget: not FAIL, not PRUNED for being over it."""
+    return t.state != TrialState.FAIL and not t.user_attrs.get(OVER_BUDGET)
+
+
 def in_budget(study: optuna.Study, number: int, n_trials: int) -> bool:
-    ahead = sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and t.state != TrialState.FAIL)
+    ahead = sum(1 for t in study.get_trials(deepcopy=False) if t.number < number and counted(t))
     return ahead < n_trials
 
 
 def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if counted(t))
 
 
 class Ledger:

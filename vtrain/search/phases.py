@@ -10,7 +10,8 @@
    enqueued as ``vtrain.slot = round<r>:<i>``.
 
 :meth:`Phases.plan` is idempotent and runs under the study lock: it enqueues every slot of a due phase
-that no WAITING, RUNNING or finished trial holds. A killed process's slot (its trial FAILed) is enqueued
+that no WAITING, RUNNING or finished trial holds, within the budget no trial holds yet (so no trial is
+left WAITING when the study ends). A killed process's slot (its trial FAILed) is enqueued
 again, a half-enqueued round is completed, and two workers never enqueue one slot twice.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from vtrain.search.encoding import trial_params
-from vtrain.search.ledger import SLOT, finished_count
+from vtrain.search.ledger import SLOT, counted, finished_count
 from vtrain.search.space import enumerate_plans
 from vtrain.sim.memory_margin import usable_bytes
 from vtrain.sim.stage_memory import memory_lower_bound_bytes
@@ -107,10 +108,14 @@ class Phases:
                 if t.state != TrialState.FAIL and SLOT in t.user_attrs}
 
     @staticmethod
-    def _enqueue(study: optuna.Study, prefix: str, params: Sequence[Dict[str, Any]], held: Set[str]) -> int:
+    def _enqueue(study: optuna.Study, prefix: str, params: Sequence[Dict[str, Any]], held: Set[str],
+                 room: int) -> int:
+        """Enqueue the slots not held, at most ``room`` (the budget not yet taken by a trial)."""
         n = 0
         for i, p in enumerate(params):
             slot = f"{prefix}:{i}"
+            if n >= room:
+                break
             if slot not in held:
                 study.enqueue_trial(p, user_attrs={SLOT: slot}, skip_if_exists=False)
                 n += 1
@@ -119,10 +124,12 @@ class Phases:
     def plan(self, study: optuna.Study) -> int:
         """Enqueue what is due and not held by a trial; returns how many trials were enqueued."""
         held = self._held(study)
+        # a trial enqueued past the budget would be left WAITING when the study ends
+        room = self.n_trials - sum(1 for t in study.get_trials(deepcopy=False) if counted(t))
         n = 0
         want = self._seeds_wanted(study)
         if want and sum(s.startswith("seed:") for s in held) < want and finished_count(study) < self.n_trials:
-            n += self._enqueue(study, "seed", self.seeds()[:want], held)
+            n += self._enqueue(study, "seed", self.seeds()[:want], held, room)
         finished = finished_count(study)
         attrs = dict(study.user_attrs)
         for r, start, target in self.windows():
@@ -132,7 +139,7 @@ class Phases:
             if key not in attrs:
                 attrs[key] = self._candidates(max(0, target - finished))
                 study.set_user_attr(key, attrs[key])
-            n += self._enqueue(study, f"round{r}", attrs[key], held)
+            n += self._enqueue(study, f"round{r}", attrs[key], held, room - n)
         return n
 
     def _candidates(self, limit: int) -> List[Dict[str, Any]]:

@@ -49,7 +49,7 @@ class SearchResult:
     study_name: Optional[str] = None
     storage: Optional[str] = None
     resumed_trials: int = 0  # finished trials found in the storage at start-up
-    stale_failed: int = 0  # RUNNING trials of a killed process marked FAIL
+    stale_failed: int = 0  # RUNNING trials of a killed process this worker took over and finished
     constraints: Any = None  # vtrain.search.constraints.Constraints
     unconstrained_best: Dict[str, TrialRecord] = field(default_factory=dict)  # best plans ignoring constraints
     base_overrides: List[str] = field(default_factory=list)  # to reproduce a plan with task=simulate

@@ -193,17 +193,18 @@ def _what_it_searches(ctx: Context, search: Any) -> Tuple[str, str, Dict[str, st
 def run_optuna(ctx: Context, search: Any, out_dir: Path,
                on_trial: Optional[TrialSink] = None) -> Tuple[List[TrialRecord], str, str, int, int]:
     from vtrain.search import study as st
-    from vtrain.search.ledger import FINISHED
+    from vtrain.search.ledger import finished_count
+    from vtrain.search.loop import Loop
     from vtrain.search.storage import storage_spec
 
     spec = storage_spec(search, out_dir)
     name = study_name(ctx, search)
     study = st.open_study(name, spec, ctx.directions, ctx.objectives, _what_it_searches(ctx, search))
-    resumed = len(study.get_trials(deepcopy=False, states=FINISHED))
+    resumed = finished_count(study)
     hook = None if on_trial is None else (lambda t: on_trial(name, spec.display, _record(t)))
-    loop = st.Loop(ctx, search, spec, study, hook)
+    loop = Loop(ctx, search, spec, study, hook)
     loop.run(bool(search.progress_bar))
-    return [_record(t) for t in st.trials_of(study)], name, spec.display, resumed, loop.stale_failed
+    return [_record(t) for t in st.trials_of(study)], name, spec.display, resumed, loop.taken_over
 
 
 def _record(t: Any) -> TrialRecord:

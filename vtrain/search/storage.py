@@ -7,13 +7,12 @@ worker left RUNNING.
   not (SQLite's own documentation, "SQLite over a network"). An SQLAlchemy URL (``sqlite:///x.db``,
   ``postgresql://...``): ``RDBStorage`` with Optuna's heartbeat (``search.heartbeat_s``), SQLite in WAL
   mode; its schema is created once under a file lock (workers starting together raced on it).
-- Stale trials: RDB storages use Optuna's heartbeat (``optuna.storages.fail_stale_trials``, run by
-  ``study.optimize`` before each trial): only trials whose worker stopped beating are failed, never a
-  live worker's. Journal storages have no heartbeat in Optuna 5: a trial RUNNING for longer than
-  ``search.stale_trial_s`` (trials take milliseconds) is failed through ``study.tell``.
+- Trials of dead workers: a RUNNING trial whose process on this host is gone, or that has been held longer
+  than ``search.stale_trial_s`` (trials take milliseconds), is taken over and finished by the next worker
+  that asks for a trial (:mod:`vtrain.search.loop`), on every kind of storage.
 - :func:`study_lock`: a lock across the workers of one study (a symlink lock beside a journal file, as
-  Optuna's journal uses; ``flock`` beside an SQLite file; none for servers), held while a worker claims a
-  plan or enqueues a round, so two workers never claim one plan.
+  Optuna's journal uses; ``flock`` beside an SQLite file; none for servers), held while a worker asks for
+  a trial, claims a plan or enqueues a round, so two workers never claim one plan and never overshoot the budget.
 """
 from __future__ import annotations
 
@@ -25,13 +24,11 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import optuna
-from optuna.trial import TrialState
 
 from vtrain.errors import ConfigError
 from vtrain.io import sqlite_wal
 from vtrain.io.locks import file_lock
 from vtrain.search.journal_repair import is_journal, mend_torn_records
-from vtrain.search.ledger import age_s
 
 log = logging.getLogger(__name__)
 
@@ -123,26 +120,7 @@ def study_lock(spec: StorageSpec) -> Iterator[None]:
         yield
 
 
-def fail_stale_journal_trials(study: optuna.Study, stale_s: float) -> int:
-    """Fail RUNNING trials older than ``stale_s`` (journal storages, which have no heartbeat)."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.datetime_start is not None and age_s(t) > stale_s:
-            try:
-                study.tell(t.number, state=TrialState.FAIL)
-                n += 1
-            except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-                pass  # another worker failed or finished it first
-    return n
-
-
-def fail_stale_trials(study: optuna.Study, spec: StorageSpec, stale_s: float) -> int:
-    """Fail the trials of dead workers; returns how many this call failed."""
-    if spec.kind == "journal":
-        return fail_stale_journal_trials(study, stale_s)
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-    after = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    return len(before - after)
+def has_lock(spec: StorageSpec) -> bool:
+    """Whether :func:`study_lock` excludes the study's workers from each other (a journal file or an SQLite
+    file; a database server has no file to lock beside it)."""
+    return spec.kind == "journal" or sqlite_wal.sqlite_path(spec.target) is not None

@@ -1,22 +1,18 @@
-"""The Optuna side of a search: open the (possibly shared) study, evaluate trials, run the loop.
+"""The Optuna side of a search: open the (possibly shared) study and evaluate a trial.
 
-Optuna's public API only: ``optuna.create_study``/``study.optimize`` (which runs an RDB storage's
-heartbeat and ``fail_stale_trials``), ``enqueue_trial``, ``study.tell`` by trial number,
-``trial.set_constraint``, ``study.set_metric_names``, ``BaseGASampler.get_trial_generation`` and the
-``NSGAIISampler(child_generation_strategy=...)`` hook.
+Optuna's public API: ``optuna.create_study``/``load_study``, ``enqueue_trial``, ``trial.set_constraint``,
+``study.set_metric_names``, ``BaseGASampler.get_trial_generation`` and the
+``NSGAIISampler(child_generation_strategy=...)`` hook; the ask-and-tell loop is :mod:`vtrain.search.loop`.
 
-Per trial (:class:`Objective`): record the worker; stop if the study's budget is spent (another worker
-got there first: the trial FAILs with ``vtrain.over_budget`` and does not count); draw the plan;
-claim it in the shared :class:`~vtrain.search.ledger.Ledger` (or take the claiming trial's result);
-simulate; set the constraint values; store the outcome in the user attr ``result`` (one write). After
-each trial (:class:`Loop`): fail dead workers' trials, enqueue what the :class:`Phases` plan says is
-due, and build the next trial's sampler with its own seed (:mod:`vtrain.search.samplers`).
+Per trial (:class:`Objective`): draw the plan; claim it in the shared :class:`~vtrain.search.ledger.Ledger`
+(or take the claiming trial's stored result, Optuna FAQ's pattern for duplicate parameters: the plan is not
+simulated again); simulate; set the constraint values; store the outcome in the user attr ``result`` (one
+write).
 """
 from __future__ import annotations
 
-import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -25,22 +21,15 @@ from vtrain.errors import ConfigError
 from vtrain.search import ledger as lg
 from vtrain.search.encoding import decode, suggest_plan
 from vtrain.search.objective import Outcome
-from vtrain.search.phases import Phases
 from vtrain.search.plans import plan_fields, plan_from_fields, plan_key
-from vtrain.search.samplers import make_sampler, trial_seed, worker_salt
 from vtrain.search.space import Infeasible
-from vtrain.search.storage import StorageSpec, fail_stale_trials, make_storage, study_lock
+from vtrain.search.storage import StorageSpec, make_storage, study_lock
 from vtrain.sim.memory_margin import usable_bytes
 from vtrain.sim.stage_memory import memory_lower_bound_bytes
 
 RESULT = "result"
-OVER_BUDGET = "vtrain.over_budget"
+OVER_BUDGET = lg.OVER_BUDGET
 WAIT_FOR_OWNER_S = 60.0
-
-
-class OverBudget(Exception):
-    """This trial would exceed ``search.n_trials`` (other workers filled the budget)."""
-
 
 SPACE = "vtrain.space"  # study user attribute: what the study searches (fingerprint, description)
 
@@ -108,7 +97,6 @@ class Objective:
         self.spec = spec
         self.n_trials = n_trials
         self.ledger = lg.Ledger()
-        self.over_budget = False
         self.known: set = set()  # trial numbers whose outcome is in the evaluator's memo
         self.current: Optional[int] = None  # the trial being evaluated (or last evaluated)
 
@@ -179,12 +167,6 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> Sequence[float]:
         study = trial.study
         self.current = trial.number
-        trial.set_user_attr(lg.WORKER, lg.me())
-        if not lg.in_budget(study, trial.number, self.n_trials):
-            self.over_budget = True
-            trial.set_user_attr(OVER_BUDGET, True)
-            study.stop()
-            raise OverBudget(f"trial {trial.number}: search.n_trials={self.n_trials} reached by other workers")
         if str(trial.user_attrs.get(lg.SLOT, "")).startswith("seed:"):
             self._join_generation(study, trial)
         self.sync(study)
@@ -213,87 +195,6 @@ class Objective:
         trial.set_user_attr(RESULT, result)
         assert out.values is not None
         return out.values
-
-
-class Loop:
-    """``study.optimize`` until ``n_trials`` trials of the study have finished (all workers together)."""
-
-    def __init__(self, ctx: Any, search: Any, spec: StorageSpec, study: optuna.Study,
-                 on_trial: Optional[Callable[[FrozenTrial], None]] = None) -> None:
-        self.ctx, self.search, self.spec, self.study = ctx, search, spec, study
-        self.on_trial = on_trial  # each finished trial of this worker (e.g. to MLflow while the search runs)
-        self.n_trials = int(search.n_trials)
-        self.objective = Objective(ctx, spec, self.n_trials)
-        self.phases = Phases(ctx, search, self.n_trials)
-        self.salt = worker_salt(search)
-        self.stale_s = float(search.stale_trial_s)
-        self.stale_failed = 0
-        self.bar: Any = None
-
-    def _clean(self, orphan_grace_s: float = lg.LIVE_ORPHAN_GRACE_S) -> None:
-        self.stale_failed += lg.fail_dead_here(self.study, orphan_grace_s)
-        if self.spec.kind == "journal":
-            self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s)
-
-    def _next_sampler(self) -> None:
-        k = lg.finished_count(self.study)
-        salt = self.salt if lg.others_running(self.study) else 0
-        self.study.sampler = make_sampler(self.search, trial_seed(int(self.search.seed), k, salt),
-                                          self.objective.accept)
-
-    def _plan(self, force: bool = False) -> None:
-        if force or self.phases.due(self.study):
-            self.objective.sync(self.study)
-            with study_lock(self.spec):
-                self.phases.plan(self.study)
-
-    def _after(self, study: optuna.Study, t: FrozenTrial) -> None:
-        if self.on_trial is not None and not t.user_attrs.get(OVER_BUDGET):
-            self.on_trial(t)
-        if self.bar is not None:
-            self.bar.update(1)
-        if self.objective.over_budget or lg.finished_count(study) >= self.n_trials:
-            study.stop()
-            return
-        self._clean()
-        self._plan()
-        self._next_sampler()
-
-    def _ours_failed(self) -> bool:
-        """This worker's last trial was failed by another worker while it ran."""
-        n = self.objective.current
-        return n is not None and any(t.number == n for t in self.study.get_trials(deepcopy=False,
-                                                                                   states=(TrialState.FAIL,)))
-
-    def run(self, progress_bar: bool) -> None:
-        optuna.logging.set_verbosity(optuna.logging.ERROR)
-        self.stale_failed += fail_stale_trials(self.study, self.spec, self.stale_s) if self.spec.kind == "rdb" else 0
-        lg.wait_out_fresh_orphans(self.study)
-        self._clean(lg.ORPHAN_GRACE_S)
-        done = lg.finished_count(self.study)
-        if done >= self.n_trials:
-            return
-        self._plan(force=True)
-        self._next_sampler()
-        if progress_bar and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=self.n_trials, initial=done, unit="trial", desc="search", file=sys.stderr)
-        try:
-            while not self.objective.over_budget and lg.finished_count(self.study) < self.n_trials:
-                try:
-                    self.study.optimize(self.objective, n_trials=None, gc_after_trial=False,
-                                        catch=(OverBudget,), callbacks=[self._after])
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    continue  # our trial was failed as stale by another worker: go on with the next one
-                except (ValueError, AssertionError):  # Optuna's tell of it: "Cannot tell a FAIL trial." or,
-                    if not self._ours_failed():  # if the objective returned, its own assert on the state
-                        raise
-                    continue
-                break
-        finally:
-            if self.bar is not None:
-                self.bar.close()
 
 
 def trials_of(study: optuna.Study) -> List[FrozenTrial]:

@@ -42,7 +42,7 @@ def counts(result: SearchResult) -> str:
         line += f"\n  constraints {result.constraints.text()}: {len(result.satisfying):,} feasible plans within them"
     if result.resumed_trials or result.stale_failed:
         line += (f"\n  study '{result.study_name}': {result.resumed_trials} finished trials were already stored, "
-                 f"{result.stale_failed} trials of stopped workers marked FAIL")
+                 f"{result.stale_failed} trials of stopped workers taken over and finished")
     reasons = result.pruned_reasons()
     if reasons:
         top = "; ".join(f"{k} ({v} like it)" for k, v in list(reasons.items())[:4])

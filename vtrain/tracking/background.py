@@ -7,7 +7,8 @@ each trial's child run as the search reports it (:meth:`Logger.trial`, the searc
 at the end logs the parent run (:func:`vtrain.tracking.mlflow_logger.log_search`) and sends back what it
 logged or the one-line error. A thread of that process reads the pipe, so the search never waits on a full
 pipe. Without ``fork`` (or with one CPU) everything runs in this process at the end, as before. The
-search's files are on disk before the result is sent, so a failure here never costs results.
+search's files are on disk before the result is sent, so a failure here never costs results. The
+process ends with the search's, even one killed with -9 (:func:`_die_with_parent`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
+import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any, List, Optional
@@ -59,9 +62,30 @@ def _drain(inbox: "queue.Queue[Any]", first: Any) -> List[Any]:
             return out
 
 
-def _serve(conn: Any, cfg: Any) -> None:
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal this process gets when its parent dies
+
+
+def _die_with_parent(parent_end: Any, parent_pid: int) -> None:
+    """Make sure this logger never outlives the search: close its inherited copy of the parent's pipe end (a
+    fork copies it, and while any copy is open the parent's death is no end of file here), and on Linux ask
+    the kernel to send SIGTERM when the parent dies (prctl(2) PR_SET_PDEATHSIG), even by kill -9."""
+    parent_end.close()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc prctl: the end of file still ends this process
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the prctl took effect
+        os._exit(0)
+
+
+def _serve(conn: Any, cfg: Any, parent_end: Any = None, parent_pid: int = 0) -> None:
     from vtrain.tracking.mlflow_logger import ChildStream, TrackingError, log_search
 
+    if parent_end is not None:
+        _die_with_parent(parent_end, parent_pid)
     inbox: "queue.Queue[Any]" = queue.Queue()
     threading.Thread(target=_pump, args=(conn, inbox), daemon=True).start()
     _warm_up(cfg)
@@ -106,7 +130,7 @@ class Logger:
         if "fork" in mp.get_all_start_methods() and (os.cpu_count() or 1) > 1:
             ctx = mp.get_context("fork")
             self.conn, child = ctx.Pipe()
-            self.proc = ctx.Process(target=_serve, args=(child, cfg), daemon=True)
+            self.proc = ctx.Process(target=_serve, args=(child, cfg, self.conn, os.getpid()), daemon=True)
             self.proc.start()
             child.close()
 

@@ -1,0 +1,149 @@
+"""The worker loop of an Optuna search: ask for a trial, evaluate it, tell its outcome (Optuna's ask-and-tell
+interface), until ``search.n_trials`` trials of the study have finished, over all its workers.
+
+Each turn, under the study lock (:func:`vtrain.search.storage.study_lock`, a kernel ``flock`` that a killed
+holder drops at once):
+
+1. a trial whose worker is gone (:func:`vtrain.search.ledger.abandoned`: its process on this host no longer
+   exists, it has no worker record, or it has been held longer than ``search.stale_trial_s``) is taken over:
+   this worker records itself in it and runs the objective on it (``optuna.trial.Trial(study, trial_id)``);
+   the plan the dead worker drew is read back from the trial, so a killed worker's trial ends COMPLETE or
+   PRUNED like any other, never FAIL, and no plan is drawn twice for one trial;
+2. else, while fewer than ``n_trials`` trials are finished or in flight, ``study.ask()`` (which pops an
+   enqueued trial first) and the worker records itself, in the same hold of the lock, so a trial is never
+   started over the budget;
+3. else the rest of the budget is held by other workers' trials in flight: wait for them (or their death).
+
+The outcome is told with ``skip_if_finished=True``: a slow worker whose trial another worker took over as
+stale drops its own outcome (the other worker's is stored). With a database server (no file lock) the
+budget test follows the trial number (:func:`vtrain.search.ledger.in_budget`); a trial past it ends PRUNED
+with its reason and is counted nowhere.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from vtrain.search import ledger as lg
+from vtrain.search.phases import Phases
+from vtrain.search.samplers import make_sampler, trial_seed, worker_salt
+from vtrain.search.storage import StorageSpec, has_lock, study_lock
+from vtrain.search.study import RESULT, Objective
+
+WAIT_S = 0.02  # between looks at a study whose budget is held by other workers' trials in flight
+TAKEN_OVER = "vtrain.taken_over"  # user attr: the worker record of the dead worker a trial was taken from
+
+
+class Loop:
+    """Ask, evaluate and tell until ``n_trials`` trials of the study have finished (all workers together)."""
+
+    def __init__(self, ctx: Any, search: Any, spec: StorageSpec, study: optuna.Study,
+                 on_trial: Optional[Callable[[FrozenTrial], None]] = None) -> None:
+        self.ctx, self.search, self.spec, self.study = ctx, search, spec, study
+        self.on_trial = on_trial  # each finished trial of this worker (e.g. to MLflow while the search runs)
+        self.n_trials = int(search.n_trials)
+        self.objective = Objective(ctx, spec, self.n_trials)
+        self.phases = Phases(ctx, search, self.n_trials)
+        self.salt = worker_salt(search)
+        self.stale_s = float(search.stale_trial_s)
+        self.locked = has_lock(spec)
+        self.taken_over = 0  # trials of dead workers this worker finished
+        self.bar: Any = None
+
+    def _next_sampler(self) -> None:
+        k = lg.finished_count(self.study)
+        salt = self.salt if lg.others_running(self.study) else 0
+        self.study.sampler = make_sampler(self.search, trial_seed(int(self.search.seed), k, salt),
+                                          self.objective.accept)
+
+    def _plan(self, force: bool = False) -> None:
+        if force or self.phases.due(self.study):
+            self.objective.sync(self.study)
+            with study_lock(self.spec):
+                self.phases.plan(self.study)
+
+    def _take(self, trials: Sequence[FrozenTrial]) -> Optional[optuna.Trial]:
+        """Take over the first abandoned trial, if any (under the study lock)."""
+        here = lg.me()
+        for t in trials:
+            w = t.user_attrs.get(lg.WORKER) or {}
+            ours = t.state == TrialState.RUNNING and (w.get("host"), w.get("pid")) == (here["host"], here["pid"])
+            if ours or lg.abandoned(t, self.locked, self.stale_s):  # ours: this process evaluates none now
+                trial = optuna.trial.Trial(self.study, t._trial_id)
+                trial.set_user_attr(lg.WORKER, lg.me())
+                trial.set_user_attr(TAKEN_OVER, t.user_attrs.get(lg.WORKER) or "no worker record")
+                self.taken_over += 1
+                return trial
+        return None
+
+    def _ask(self) -> Optional[optuna.Trial]:
+        """The next trial to evaluate; None once the study has ``n_trials`` finished trials."""
+        while True:
+            with study_lock(self.spec):
+                trials = self.study.get_trials(deepcopy=False)
+                taken = self._take(trials)
+                if taken is not None:
+                    return taken
+                finished = sum(1 for t in trials if t.state in lg.FINISHED and lg.counted(t))
+                running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+                if finished >= self.n_trials:
+                    return None
+                if finished + running < self.n_trials:
+                    trial = self.study.ask()
+                    trial.set_user_attr(lg.WORKER, lg.me())
+                    return trial
+            time.sleep(WAIT_S)  # the rest of the budget is in flight in other workers
+
+    def _evaluate(self, trial: optuna.Trial) -> FrozenTrial:
+        """Run the objective on ``trial`` and tell its outcome; returns the stored trial."""
+        if not self.locked and not lg.in_budget(self.study, trial.number, self.n_trials):
+            reason = f"over budget: search.n_trials={self.n_trials} reached by other workers"
+            trial.set_user_attr(lg.OVER_BUDGET, True)
+            trial.set_user_attr(RESULT, {"reason": reason})
+            return self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+        try:
+            values = self.objective(trial)
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker ended it under us (stale): go on
+            return self.study.get_trials(deepcopy=False)[trial.number]
+        except optuna.TrialPruned:
+            return self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+        except BaseException:
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            raise
+        return self.study.tell(trial, list(values), skip_if_finished=True)
+
+    def _after(self, t: FrozenTrial) -> None:
+        w, here = t.user_attrs.get(lg.WORKER) or {}, lg.me()
+        mine = (w.get("host"), w.get("pid")) == (here["host"], here["pid"])
+        if self.on_trial is not None and mine and lg.counted(t):  # not a trial another worker took from us
+            self.on_trial(t)
+        if self.bar is not None:
+            self.bar.update(1)
+        if lg.finished_count(self.study) < self.n_trials:
+            self._plan()
+            self._next_sampler()
+
+    def run(self, progress_bar: bool) -> None:
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        done = lg.finished_count(self.study)
+        if done >= self.n_trials:
+            return
+        self._plan(force=True)
+        self._next_sampler()
+        if progress_bar and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.n_trials, initial=done, unit="trial", desc="search", file=sys.stderr)
+        try:
+            while True:
+                trial = self._ask()
+                if trial is None:
+                    return
+                self._after(self._evaluate(trial))
+        finally:
+            if self.bar is not None:
+                self.bar.close()
