@@ -10,7 +10,7 @@ import random
 import optuna
 import pytest
 from optuna.storages.journal import JournalFileBackend, JournalStorage
-from optuna.trial import TrialState, create_trial
+from optuna.trial import create_trial
 
 from vtrain.search import ledger as lg
 from vtrain.search.journal_repair import mend_torn_records
@@ -76,24 +76,28 @@ def test_make_storage_mends_before_optuna_reads(tmp_path):
     assert [t.values for t in study.trials] == [[0.0, 3.0], [1.0, 2.0], [2.0, 1.0]]
 
 
-def test_an_orphaned_trial_is_failed_once_past_its_grace(tmp_path):
+def test_a_trial_without_a_worker_record_is_abandoned_under_the_lock_only(tmp_path):
     study = optuna.create_study(storage=JournalStorage(JournalFileBackend(str(tmp_path / "j"))))
     study.ask()  # a process killed right after Optuna created its trial: no worker attr
-    assert not lg.orphan(study.trials[0]), "a trial this young may be a live worker's first instant"
+    t = study.trials[0]
+    assert not lg.orphan(t), "a trial this young may be a live worker's first instant"
     assert lg.others_running(study)
-    assert lg.fail_dead_here(study) == 0
-    lg.wait_out_fresh_orphans(study, grace_s=0.05)  # returns once the trial is older than its grace
-    assert lg.orphan(study.trials[0], grace_s=0.05)
-    assert lg.fail_dead_here(study, grace_s=0.05) == 1
-    assert study.trials[0].state == TrialState.FAIL
+    # under the study lock a worker asks and records itself in one hold: no record there means its creator died
+    assert lg.abandoned(t, locked=True, stale_s=600.0)
+    assert not lg.abandoned(t, locked=False, stale_s=600.0), "without the lock: within its grace"
 
 
-def test_a_trial_with_a_worker_attr_is_no_orphan(tmp_path):
+def test_a_trial_with_a_live_worker_is_not_abandoned_until_stale(tmp_path):
     study = optuna.create_study(storage=JournalStorage(JournalFileBackend(str(tmp_path / "j"))))
     trial = study.ask()
     trial.set_user_attr(lg.WORKER, lg.me())
-    assert not lg.orphan(study.trials[0], grace_s=-1.0)
-    assert lg.fail_dead_here(study) == 0  # our own live process
+    t = study.trials[0]
+    assert not lg.orphan(t, grace_s=-1.0)
+    assert not lg.abandoned(t, locked=True, stale_s=600.0)  # our own live process
+    assert 0.0 <= lg.held_s(t) < 600.0
+    assert lg.abandoned(t, locked=True, stale_s=-1.0), "held past search.stale_trial_s: another host's dead worker"
+    trial.set_user_attr(lg.WORKER, {**lg.me(), "pid": 2**22 + 1})  # above Linux's pid_max: no such process
+    assert lg.abandoned(study.trials[0], locked=True, stale_s=600.0), "a process of this host that is gone"
 
 
 def _frozen(number, plan, values):

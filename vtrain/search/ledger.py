@@ -5,10 +5,9 @@ study (local processes, SLURM jobs) sees the same record.
 - Claim: before simulating, a trial stores its canonical plan key in the user attr ``vtrain.plan``
   (under :func:`vtrain.search.storage.study_lock`); a plan already claimed by another non-FAIL trial is
   not simulated again: the trial takes that trial's result (``duplicate_of``).
-- Worker: each trial stores ``vtrain.worker`` = host and process id first thing, so that a worker on the
-  same host can tell a trial of a killed process (its process is gone) from a live one at once. A trial
-  killed before it stored the attr (an orphan) is failed once it is ``ORPHAN_GRACE_S`` old when a worker
-  starts (a resume right after a kill), ``LIVE_ORPHAN_GRACE_S`` old between trials.
+- Worker: each trial stores ``vtrain.worker`` = host, process id and since when, in the same hold of the
+  study lock that created it, so that a worker on the same host can tell a trial of a killed process (its
+  process is gone) from a live one at once (:func:`abandoned`); such a trial is taken over, not failed.
 - Budget: a worker asks for a trial only while fewer than ``n_trials`` trials are finished or in flight,
   under the study lock (:mod:`vtrain.search.loop`). Without a lock (a database server), a trial is within
   ``search.n_trials`` iff fewer than ``n_trials`` counted trials have a smaller number (trial numbers are
@@ -34,7 +33,7 @@ CLAIM = "vtrain.plan"
 WORKER = "vtrain.worker"
 SLOT = "vtrain.slot"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# A worker sets its attr first thing in the objective; before that, Optuna's ask runs the sampler (NSGA-II
+# A worker sets its attr right after Optuna's ask, which runs the sampler first (NSGA-II
 # children: at most 200 draws with a ~0.1 ms memory bound each, so well under 0.1 s). 5 s is 50x that.
 ORPHAN_GRACE_S = 5.0
 # Between trials a worker waits longer: three workers on one journal file back off on its lock up to 1 s a
@@ -111,32 +110,6 @@ def abandoned(t: FrozenTrial, locked: bool, stale_s: float) -> bool:
     if WORKER not in t.user_attrs:
         return locked or age_s(t) > LIVE_ORPHAN_GRACE_S
     return dead_here(t) or held_s(t) > stale_s
-
-
-def wait_out_fresh_orphans(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> None:
-    """Before a worker decides whether it is alone: a RUNNING trial without a worker attr younger than
-    ``grace_s`` may be a live worker's first instant or a process killed in it; wait until it has a worker
-    attr, has finished, or is older than ``grace_s`` (then :func:`fail_dead_here` fails it)."""
-    while True:
-        young = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                 if WORKER not in t.user_attrs and age_s(t) <= grace_s]
-        if not young:
-            return
-        time.sleep(min(0.2, max(0.01, grace_s - min(age_s(t) for t in young))))
-
-
-def fail_dead_here(study: optuna.Study, grace_s: float = ORPHAN_GRACE_S) -> int:
-    """Fail the RUNNING trials of killed processes on this host (a resume right after a kill), and orphans
-    (:func:`orphan`) of any host."""
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if dead_here(t) or orphan(t, grace_s):
-            try:
-                study.tell(t.number, state=TrialState.FAIL)
-                n += 1
-            except (ValueError, RuntimeError, optuna.exceptions.UpdateFinishedTrialError):
-                pass
-    return n
 
 
 def others_running(study: optuna.Study, number: Optional[int] = None) -> bool:
