@@ -115,8 +115,8 @@ class SearchConfig:
     local_search_fraction: float = 0.3  # NSGA-II/TPE: share of n_trials spent on neighbours of the front
     local_search_rounds: int = 3  # ... in this many rounds (0: pure evolutionary search)
     filter_offspring: bool = True  # NSGA-II: re-draw children that are invalid, cannot fit or were seen
-    heartbeat_s: int = 10  # RDB storages: Optuna heartbeat interval (a trial silent for 6x this is stale)
-    stale_trial_s: float = 600.0  # journal storages: a RUNNING trial older than this is stale (trials take ms)
+    heartbeat_s: int = 10  # RDB storages: the heartbeat interval the RDBStorage is opened with (Optuna's own tools)
+    stale_trial_s: float = 600.0  # a trial held longer than this is a dead worker's: taken over (trials take ms)
     worker_index: int = -1  # several workers on one study: -1 derives one (SLURM, Hydra job, process)
     workers: int = 0  # grid: simulation processes (0: one per CPU)
     progress_bar: bool = True

@@ -5,8 +5,8 @@ worker left RUNNING.
   or ``journal:<path>``: Optuna's journal file storage (``JournalStorage(JournalFileBackend(path))``),
   append-only, safe for several processes and on network file systems (SLURM clusters), where SQLite is
   not (SQLite's own documentation, "SQLite over a network"). An SQLAlchemy URL (``sqlite:///x.db``,
-  ``postgresql://...``): ``RDBStorage`` with Optuna's heartbeat (``search.heartbeat_s``), SQLite in WAL
-  mode; its schema is created once under a file lock (workers starting together raced on it).
+  ``postgresql://...``): ``RDBStorage`` (heartbeat interval ``search.heartbeat_s``, for Optuna's own
+  tools), SQLite in WAL mode; its schema is created once under a file lock (workers starting together raced on it).
 - Trials of dead workers: a RUNNING trial whose process on this host is gone, or that has been held longer
   than ``search.stale_trial_s`` (trials take milliseconds), is taken over and finished by the next worker
   that asks for a trial (:mod:`vtrain.search.loop`), on every kind of storage.
