@@ -6,8 +6,9 @@ slow test runs it once per storage).
     python bench/shared_study_soak.py 10 120     # rounds, n_trials
 
 One line per round: exit codes of the live and restarted workers, finished trials, FAIL/RUNNING/WAITING
-trials, plans simulated twice, trials without exactly one MLflow child run, MLflow runs left RUNNING and
-process groups left behind. Exits 1 if any round breaks a rule.
+trials, plans simulated twice, child runs, trials taken over from the killed worker; a round breaks a rule
+if a trial lacks exactly one MLflow child run, a run is left RUNNING or a process group is left behind.
+Exits 1 if any round breaks a rule.
 """
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def main(rounds: int, n: int) -> int:
             failures += bool(bad)
             print(f"{kind} round {i + 1}: {time.perf_counter() - t0:.0f} s, codes {got['codes']}, "
                   f"{got['finished']} finished, states {dict(got['states'])}, twice {got['simulated_twice']}, "
-                  f"child runs {sum(got['children'].values())}, left behind {got['left_behind']}: "
+                  f"child runs {sum(got['children'].values())}, taken over {got['taken_over']}, "
+                  f"left behind {got['left_behind']}: "
                   f"{'ok' if not bad else 'BROKEN: ' + '; '.join(bad)}", flush=True)
             shutil.rmtree(work, ignore_errors=True)
     print(f"{2 * rounds - failures} of {2 * rounds} rounds kept every rule")

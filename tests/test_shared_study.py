@@ -179,6 +179,7 @@ def three_workers_one_killed(tmp: Path, kind: str, n: int = 60, kill_at: int = 8
             "finished": len(finished), "simulated_twice": sum(c > 1 for c in simulated.values()),
             "children": children, "finished_numbers": sorted(str(t.number) for t in finished),
             "running_runs": sum(r.info.status == "RUNNING" for r in runs),
+            "taken_over": sum("vtrain.taken_over" in t.user_attrs for t in study.trials),
             "left_behind": sum(not _group_gone(p.pid) for p in procs)}
 
 
