@@ -127,9 +127,8 @@ def test_interval_table_nested_coverage_holds_each_source_out():
 
 
 @pytest.fixture(scope="module")
-def calibration_run(tmp_path_factory):
-    """The whole calibration, as its command runs it (minutes: every source, every fold)."""
-    import json
+def calibration_dir(tmp_path_factory):
+    """The whole calibration, as its command runs it (minutes: every source, every fold): its run directory."""
     import subprocess
     import sys
     from pathlib import Path
@@ -139,6 +138,15 @@ def calibration_run(tmp_path_factory):
                         f"hydra.run.dir={run}"], cwd=Path(__file__).resolve().parents[2], capture_output=True,
                        text=True, timeout=3000)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def calibration_run(calibration_dir):
+    """The calibration's summary by source, the summary, and its interval table."""
+    import json
+
+    run = calibration_dir
     summary = json.loads((run / "summary.json").read_text())
     return {r["source"]: r for r in summary["sources"]}, summary, json.loads((run / "intervals.json").read_text())
 
@@ -194,6 +202,64 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
     written = ("gpu:hopper.sustained_gemm_fraction", "stack:megatron_core_te.host_time_per_kernel_s")
     for c in (c for c in summary["constants"] if c["constant"] in written):
         assert c["fold_min"] * 0.97 <= c["config"] <= c["fold_max"] * 1.03, c
+
+
+# each source's cross-validated ranking as `python -m vtrain task=calibrate calibrate.scope=all` printed it
+# (docs/search.md, "Ranking accuracy"): (pairs measured > 5% apart, of them ordered as measured, Kendall's tau-b),
+# held out; a regression loses more than max(1, 1%) of the pairs or 0.05 of tau-b
+LOSO_RANKING = {
+    "a100_single_node": (9108, 8636, 0.850), "torchtitan": (58, 49, 0.631), "megatron_moe_qwen3_h100": (13, 10, 0.512),
+    "published:megatron_bridge_26.02.01": (11, 11, 1.0), "published:megatron_bridge_26.02": (11, 11, 1.0),
+    "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (3, 3, 0.556),
+    "pooled (every row)": (9290, 8793, 0.841), "pooled published runs": (111, 98, 0.481),
+}
+
+
+def _ranking_from_predictions(path, source, column):
+    """A source's (pairs, agreeing, pair-weighted tau-b) recomputed from predictions.csv: its rows grouped by
+    job_group (a pooled line's across its sources), tau-b by scipy (independent of vtrain.validation.ranking),
+    pairs measured > 5% apart counted here."""
+    import csv
+
+    from scipy.stats import kendalltau
+
+    groups = {}
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            if source in (r["source"], "pooled (every row)") or (
+                    source == "pooled published runs" and r["source"].startswith("published:")):
+                groups.setdefault(r["job_group"], []).append(
+                    (float(r["measured_s"]), float(r[column])))
+    pairs = agree = 0
+    weighted = []
+    for runs in (g for g in groups.values() if len(g) >= 2):
+        for i, (mi, pi) in enumerate(runs):
+            for mj, pj in runs[i + 1:]:
+                if (max(mi, mj) / min(mi, mj) - 1.0) * 100.0 > 5.0:  # the 5% rule, as written in ranking.py
+                    pairs += 1
+                    agree += (mi - mj) * (pi - pj) > 0
+        tau = kendalltau([m for m, _ in runs], [p for _, p in runs]).statistic
+        if tau == tau:  # NaN: undefined (all ties)
+            weighted.append((len(runs) * (len(runs) - 1) / 2, tau))
+    total = sum(w for w, _ in weighted)
+    return pairs, agree, (sum(w * t for w, t in weighted) / total if total else None)
+
+
+@pytest.mark.slow
+def test_cross_validated_ranking_recomputed_from_held_out_predictions(calibration_dir, calibration_run):
+    """Issue 43 item 1, guarded out of sample (issue 44): each set's order agreement and tau-b from the predictions
+    of the constants fitted without it, recomputed from predictions.csv, equal the printed figures and hold them."""
+    by, _, _ = calibration_run
+    for name, (pairs, agreeing, tau) in LOSO_RANKING.items():
+        rank = by[name]["ranking"]
+        got = _ranking_from_predictions(calibration_dir / "predictions.csv", name, "held_out_s")
+        assert (got[0], got[1]) == (rank["pairs"], rank["loso"]["agreeing_pairs"]), (name, got, rank)
+        assert got[2] == pytest.approx(rank["loso"]["kendall_tau_b"], abs=2e-3), (name, got, rank)
+        in_sample = _ranking_from_predictions(calibration_dir / "predictions.csv", name, "in_sample_s")
+        assert in_sample[1] == rank["in_sample"]["agreeing_pairs"], (name, in_sample, rank)
+        assert rank["pairs"] == pairs, (name, rank)  # the measured pairs: the data, not the model
+        assert rank["loso"]["agreeing_pairs"] >= agreeing - max(1, pairs // 100), (name, rank)
+        assert rank["loso"]["kendall_tau_b"] >= tau - 0.05, (name, rank)
 
 
 def test_an_unknown_scope_is_a_one_line_error(capfd, tmp_path):
