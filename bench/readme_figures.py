@@ -47,18 +47,36 @@ def _pct(cell: str) -> str:
     return f"{float(cell):.1f}%" if cell else ""
 
 
+def _held_in(r: Dict[str, str], held: str, in_sample: str, fmt: str) -> str:
+    """A ranking figure held out, its in-sample one in brackets (empty where the source ranks no pair)."""
+    if not r.get(held):
+        return ""
+    return f"{fmt.format(float(r[held]))} ({fmt.format(float(r[in_sample]))})" if r.get(in_sample) else \
+        fmt.format(float(r[held]))
+
+
+def _ranking(r: Dict[str, str]) -> str:
+    """The ranking cells: order agreement, Kendall's tau-b (held out, in-sample in brackets), pairs / groups."""
+    groups = int(r.get("ranking_groups") or 0)  # 0: no two runs of one job in the source
+    pairs = f"{int(r['ranking_pairs']):,} / {groups:,}" if groups else ""
+    return (f" {_held_in(r, 'loso_order_agreement_pct', 'in_sample_order_agreement_pct', '{:.1f}%')} |"
+            f" {_held_in(r, 'loso_kendall_tau_b', 'in_sample_kendall_tau_b', '{:.2f}')} | {pairs} |")
+
+
 def render(rows: List[Dict[str, str]]) -> str:
-    """The markdown table: leave-one-source-out first (the honest figure), in-sample beside it."""
+    """The markdown table: leave-one-source-out first (the honest figure), in-sample beside it; then the ranking
+    of each job's plans (pairs measured > 5% apart), held out with the in-sample figure in brackets."""
     out = ["| source | runs | **leave-one-source-out MAPE** | within 10% (held out) | in-sample MAPE |"
-           " 80% interval coverage (held out) |",
-           "|---|---:|---:|---:|---:|---:|"]
+           " 80% interval coverage (held out) | plan order agreement, held out (in-sample) |"
+           " Kendall's tau-b, held out (in-sample) | pairs / job groups |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         name = r["source"]
         pooled = name.removeprefix("pooled ").strip("()")
         label = LABELS.get(name, f"**pooled: {pooled}**" if name.startswith("pooled") else name)
         bold = f"**{_pct(r['loso_mape_pct'])}**"
         out.append(f"| {label} | {int(r['n']):,} | {bold} | {_pct(r['loso_within_10_pct'])} |"
-                   f" {_pct(r['in_sample_mape_pct'])} | {_pct(r['coverage80_pct'])} |")
+                   f" {_pct(r['in_sample_mape_pct'])} | {_pct(r['coverage80_pct'])} |{_ranking(r)}")
     return "\n".join(out) + "\n"
 
 

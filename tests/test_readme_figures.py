@@ -30,3 +30,77 @@ def test_the_table_puts_the_held_out_figure_first_and_names_every_source() -> No
     assert len(table.splitlines()) == len(rows) + 2
     for r in rows:  # each row's held-out MAPE, bold, as the CSV has it
         assert f"**{float(r['loso_mape_pct']):.1f}%**" in table
+
+
+# --- the README's example outputs are what the commands print ------------------------------------------------
+
+def readme_examples() -> list[tuple[str, list[str]]]:
+    """(command, expected lines) of each README code block that starts with ``$ python -m vtrain`` and shows
+    output; ``...`` in an expected line stands for text left out."""
+    text = (ROOT / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```\n(\$ python -m vtrain[^\n]*)\n(.*?)```", text, re.S):
+        command, body = block
+        lines = [ln for ln in body.splitlines() if ln.strip() and ln.strip() != "..."]
+        if lines:
+            out.append((command.removeprefix("$ python -m vtrain "), lines))
+    return out
+
+
+def shows(expected: str, printed: list[str]) -> bool:
+    """Whether one printed line holds every fragment of ``expected`` (split at ``...``) in order."""
+    parts = [p.strip() for p in expected.split("...") if p.strip()]
+    for line in printed:
+        at = 0
+        for part in parts:
+            at = line.find(part, at)
+            if at < 0:
+                break
+            at += len(part)
+        else:
+            return True
+    return False
+
+
+def test_the_readme_shows_examples_with_output() -> None:
+    assert len(readme_examples()) >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command,expected", readme_examples(), ids=lambda x: str(x)[:40])
+def test_a_readme_example_prints_what_the_readme_shows(command: str, expected: list[str], tmp_path: Path,
+                                                       capfd) -> None:
+    from tests.clirun import run_inprocess
+
+    res = run_inprocess([*command.split(), "tracking=off", f"hydra.run.dir={tmp_path}"], capfd)
+    assert res.code == 0, res.err[-2000:]
+    printed = (res.out + res.err).splitlines()
+    missing = [ln for ln in expected if not shows(ln, printed)]
+    assert not missing, "README lines the command no longer prints (regenerate them):\n" + "\n".join(missing)
+
+
+def test_the_table_shows_the_cross_validated_ranking_beside_the_error() -> None:
+    base = {"n": "45", "loso_mape_pct": "21.06", "loso_within_10_pct": "62.2", "in_sample_mape_pct": "20.72",
+            "coverage80_pct": "88.9"}
+    ranked = {**base, "source": "torchtitan", "ranking_groups": "9", "ranking_pairs": "58",
+              "loso_order_agreement_pct": "84.5", "loso_kendall_tau_b": "0.631",
+              "in_sample_order_agreement_pct": "86.2", "in_sample_kendall_tau_b": "0.65"}
+    alone = {**base, "source": "megatron_2021_weak_scaling", "ranking_groups": "0", "ranking_pairs": "0",
+             "loso_order_agreement_pct": "", "loso_kendall_tau_b": "", "in_sample_order_agreement_pct": "",
+             "in_sample_kendall_tau_b": ""}
+    older = {**base, "source": "torchtitan"}  # a sources.csv written before the ranking columns
+    lines = figures.render([ranked, alone, older]).splitlines()
+    assert lines[0].index("leave-one-source-out MAPE") < lines[0].index("plan order agreement, held out")
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|") == lines[3].count("|")
+    assert lines[2].endswith("| 88.9% | 84.5% (86.2%) | 0.63 (0.65) | 58 / 9 |")
+    assert lines[3].endswith("| 88.9% |  |  |  |") and lines[4].endswith("| 88.9% |  |  |  |")
+
+
+def test_the_shipped_table_gives_each_ranked_sources_held_out_agreement() -> None:
+    rows = figures.read_sources(figures.SHIPPED)
+    table = figures.render(rows).splitlines()
+    ranked = [(r, line) for r, line in zip(rows, table[2:]) if int(r.get("ranking_groups") or 0)]
+    assert ranked, "the shipped sources.csv has no ranking columns: regenerate it (bench/readme_figures.py)"
+    for r, line in ranked:
+        if r["loso_order_agreement_pct"]:
+            assert f"| {float(r['loso_order_agreement_pct']):.1f}% (" in line, (r["source"], line)
