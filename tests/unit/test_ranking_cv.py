@@ -1,5 +1,5 @@
 """The calibration's cross-validated ranking (vtrain.calibration.ranking_cv): a source's rows grouped by job, ranked
-with held-out and in-sample predictions, pooled without merging sources, and written as sources.csv's cells."""
+with held-out and in-sample predictions, pooled by job across sources, and written as sources.csv's cells."""
 from types import SimpleNamespace
 
 import pytest
