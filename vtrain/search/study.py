@@ -149,7 +149,7 @@ class Objective:
 
     def _owner_outcome(self, study: optuna.Study, trial: optuna.Trial, owner: int, plan: Any) -> Optional[Outcome]:
         """The result of the plan's owner (another worker's trial: wait for it); None: the owner failed and
-        this trial has claimed the plan itself."""
+        this trial has claimed the plan itself, or the owner's process on this host is gone."""
         end = time.monotonic() + WAIT_FOR_OWNER_S
         key = lg.key_text(plan_fields(plan))
         while True:
@@ -160,6 +160,9 @@ class Objective:
                 return hit
             if self.ledger.owner(key) in (None, trial.number) and self._claim(study, trial, key) == trial.number:
                 return None
+            held = self.ledger.trials.get(owner)
+            if held is not None and lg.dead_here(held):  # its worker was killed: evaluate here; the dead trial,
+                return None  # once taken over, finds this trial's outcome stored and simulates nothing
             if time.monotonic() > end:
                 raise optuna.TrialPruned(f"duplicate of trial {owner}, still running after {WAIT_FOR_OWNER_S:.0f} s")
             time.sleep(0.02)
