@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -100,7 +101,9 @@ def test_search_against_mlflow_server_and_screenshot_runs(tmp_path, mlflow_serve
     front = (tmp_path / "run" / "pareto.csv").read_text().strip().splitlines()[1:]
     assert len(children) == len(front) >= 1, "a child run per Pareto plan"
     names = sorted(r.info.run_name for r in children)
-    assert all(n.startswith("front (") and " trial " in n for n in names), names
+    # named by the plan label and trial (vtrain/io/labels.py), e.g. "(2, 2, 2) mb=1 interleaved x4 rc=none | trial 0"
+    assert all(re.match(r"^\(\d+, \d+, \d+\) mb=\d+ .* \| trial \d+$", n) for n in names), names
+    assert len(set(names)) == len(names), "child names tell plans apart"
     parent = client.get_run(children[0].data.tags["mlflow.parentRunId"])
     parent_name = parent.info.run_name
     assert parent_name.startswith("gpt_1_7b h200x8 nsgaii ")
