@@ -36,10 +36,11 @@ def test_the_sensors_are_read_as_each_window_completes():
         calls.append(len(calls) + 1)
         return (float(calls[-1]), 1.0, 1.0)
 
-    windows = sg.sustained(lambda: torch.mm(torch.ones(32, 32), torch.ones(32, 32)), torch.device("cpu"), 0.3, 0.05,
+    # a 1 s run of 0.01 s windows: on a loaded VM one window once took 0.7 s, so ask for two windows, not three
+    windows = sg.sustained(lambda: torch.mm(torch.ones(32, 32), torch.ones(32, 32)), torch.device("cpu"), 1.0, 0.01,
                            1e-4, sg.Sensors(read))
     stamps = [float(str(w[3]["sm_clock_mhz"])) for w in windows]
-    assert len(windows) >= 3 and stamps == [float(i) for i in range(1, len(windows) + 1)] and len(calls) == len(windows)
+    assert len(windows) >= 2 and stamps == [float(i) for i in range(1, len(windows) + 1)] and len(calls) == len(windows)
     assert all(w[3]["sm_clock_mhz"] == "" for w in sg.sustained(lambda: None, torch.device("cpu"), 0.01, 0.005, 1e-4))
 
 
