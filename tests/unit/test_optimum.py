@@ -134,6 +134,16 @@ def test_the_recipe_baseline_fits_the_margin_and_keeps_tp_in_the_node():
     assert small is not None and (small.plan.tp, small.plan.pp) == (1, 1) and small.plan.num_gpus <= 4
 
 
+def test_the_recipe_baseline_uses_every_gpu_when_a_plan_that_does_fits():
+    # Llama 3 405B (126 layers) on 1,024 H100: PP6 (a divisor of 126) fits first but leaves 256 GPUs idle
+    # (8 x 6 x 16 = 768); Megatron's world size is tp x pp x dp, so the rule goes on to a power-of-two pipeline
+    w = build_workload(compose(["+model=llama3_1_405b", "+cluster=h100x1024", "parallelism.tp=1",
+                                "parallelism.pp=1", "parallelism.dp=1"]))
+    got = baseline_plan(w)
+    assert got is not None and got.plan.num_gpus == 1024
+    assert (got.plan.tp, got.plan.pp) in {(8, 8), (8, 16)} and got.plan.dp == 1024 // (8 * got.plan.pp)
+
+
 def test_a_moe_baseline_puts_the_experts_inside_the_nvlink_domain():
     w = build_workload(compose(["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
                                 "parallelism.dp=1", "parallelism.ep=1"]))

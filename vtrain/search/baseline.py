@@ -16,7 +16,9 @@ to scale up to larger models across servers"):
    and stays inside the NVLink domain (the all-to-all on NVLink), experts unsplit by TP (etp = 1, as every
    MoE recipe of Megatron-Bridge's scripts/performance sets);
 4. micro-batch 1, sequence parallelism with TP, the distributed optimizer (ZeRO-1), data parallelism over the
-   remaining GPUs (the largest degree that divides the global batch), the base plan's precision;
+   remaining GPUs (the largest degree that divides the global batch), the base plan's precision; a (tp, pp)
+   whose data parallelism uses every GPU is tried before one that leaves GPUs idle (Megatron's world size is
+   tp x pp x cp x dp: Llama 3 405B's 126 layers on 1,024 GPUs get PP8 or PP16 uneven, not PP6 on 768);
 5. at each (tp, pp) of steps 1-2 in turn, the lightest recompute mode that fits (none, selective, full): the
    first (tp, pp) where one fits is the plan.
 
@@ -81,16 +83,23 @@ def _expert_degree(w: Workload, tp: int, dp: int) -> int:
     return max(fit, default=1)
 
 
+def _tp_pp_dp(w: Workload, gpus: int) -> List[Tuple[int, int, int]]:
+    """(tp, pp, dp) in the rule's order, the ones that use every GPU (tp x pp x dp = ``gpus``, as Megatron's world
+    size is the product of the degrees) before the ones that leave GPUs idle (a batch no divisor of which fits)."""
+    found = []
+    for tp, pp in _tp_pp_order(w):
+        dps = divisors(w.plan.global_batch_size, gpus // (tp * pp))
+        if dps:
+            found.append((tp, pp, dps[-1]))
+    return sorted(found, key=lambda t: t[0] * t[1] * t[2] != gpus)  # stable: the rule's order within each
+
+
 def _candidates(w: Workload, gpus: int) -> Iterator[ParallelPlan]:
-    """The rule's plans on at most ``gpus`` GPUs, in order: (tp, pp) as :func:`_tp_pp_order`, then the recompute
+    """The rule's plans on at most ``gpus`` GPUs, in order: (tp, pp, dp) as :func:`_tp_pp_dp`, then the recompute
     modes lightest first, then interleaved before 1F1B (pp > 1)."""
     base = w.plan
     moe = w.model.is_moe
-    for tp, pp in _tp_pp_order(w):
-        dps = divisors(base.global_batch_size, gpus // (tp * pp))
-        if not dps:
-            continue
-        dp = dps[-1]
+    for tp, pp, dp in _tp_pp_dp(w, gpus):
         schedules = [(Schedule.INTERLEAVED, RECIPE_VP), (Schedule.ONE_F_ONE_B, 1)] if pp > 1 else \
             [(Schedule.ONE_F_ONE_B, 1)]
         for recompute in RECOMPUTE_ORDER:
