@@ -36,6 +36,44 @@ _ALL_GRAPHS = {"cuda_graph_scope": "attn,moe_router,moe_preprocess"}
 _NORM_ACT = {"recompute_modules": "layernorm,moe_act"}  # Megatron-Bridge sets granularity selective with them
 
 
+# DeepSeek-V3 in Megatron-Bridge's scripts/performance (NVIDIA-NeMo/Megatron-Bridge): every release's
+# set_deepseek_v3_common_configs sets recompute_granularity "selective", moe_router_force_load_balancing and bf16
+# gradient reduction; the recipe (src/megatron/bridge/recipes/deepseek/deepseek_v3.py, _deepseek_v3_common) keeps
+# Adam's moments in bf16 (exp_avg_dtype, exp_avg_sq_dtype) and, for a script that passes layout=None, takes the
+# pipeline layout from its layout_map by (pp, vp): 16 positions ((16,1), (8,2), (4,4), (2,8) on later versions)
+# are [embedding + 4 layers], 14 x [4 layers], [1 layer + MTP + loss]. Blackwell presets recompute mla_up_proj
+# (deepseek_llm_pretrain.py of 25.09, workload_base_configs.py of 25.11, deepseek_workload_base_configs.py V1/V2 of
+# the 26.02 releases); the 26.02 presets run the flex dispatcher with HybridEP (moe_flex_dispatcher_backend,
+# moe_a2a_overlap=False), the GB200 one with TE CUDA graphs of attention, router and dispatch preprocessing;
+# 25.09 and 25.11 build the Blackwell recipes with enable_deepep=False (NCCL all-to-all, vtrain's default).
+# H100 (1,024 GPUs, TP2 PP8 VP4 EP64): layout "Et|(tt|)*30mL", DeepEP, recompute mla_up_proj and mlp,
+# set_moe_a2a_overlap_overrides (overlap_moe_expert_parallel_comm, delay_wgrad_compute), overlap_grad_reduce off.
+_DSV3 = "deepseek_v3"
+_DSV3_COMMON = {"optimizer_moments": "bf16"}
+_DSV3_LAYOUT_16 = "Et*4|(t*4|)*14tmL"
+_DSV3_16_POSITIONS = ({"pp": 16}, {"pp": 8, "virtual_stages": 2}, {"pp": 4, "virtual_stages": 4},
+                      {"pp": 2, "virtual_stages": 8})
+_BLACKWELL = ("b200", "b300", "gb200", "gb300")
+_DSV3_BLACKWELL_PRESETS = ({"num_gpus": 256, "pp": 16, "ep": 8}, {"num_gpus": 256, "pp": 4, "virtual_stages": 4,
+                           "ep": 64}, {"num_gpus": 256, "pp": 2, "virtual_stages": 8, "ep": 32, "micro_batch": 2})
+_DSV3_H100 = {"num_gpus": 1024, "tp": 2, "pp": 8, "virtual_stages": 4, "ep": 64}
+_DEEPSEEK_V3: Tuple[Recipe, ...] = (
+    tuple(Recipe("megatron_bridge", _DSV3, {**_DSV3_COMMON, "pipeline_layout": _DSV3_LAYOUT_16}, positions)
+          for positions in _DSV3_16_POSITIONS)
+    # a row without the MTP module ("w/o MTP"): the same positions, the loss alone after the last layer
+    + tuple(Recipe("megatron_bridge", _DSV3, {"pipeline_layout": _DSV3_LAYOUT_16.replace("m", "")},
+                   {**positions, "mtp_layers": 0}) for positions in _DSV3_16_POSITIONS)
+    + tuple(Recipe("megatron_bridge", _DSV3, {"recompute_modules": "mla_up_proj"}, preset, gpu)
+            for preset in _DSV3_BLACKWELL_PRESETS for gpu in _BLACKWELL)
+    + tuple(Recipe("megatron_bridge", _DSV3, {"moe_dispatcher": "hybridep"}, preset, gpu, releases=_BRIDGE_26)
+            for preset in _DSV3_BLACKWELL_PRESETS for gpu in _BLACKWELL)
+    + (Recipe("megatron_bridge", _DSV3, {"cuda_graph_scope": "attn,moe_router,moe_preprocess"},
+              _DSV3_BLACKWELL_PRESETS[1], "gb200", releases=_BRIDGE_26),
+       Recipe("megatron_bridge", _DSV3, {**_DSV3_COMMON, "pipeline_layout": "Et|(tt|)*30mL", "moe_dispatcher": "deepep",
+              "recompute_modules": "mla_up_proj,mlp", "overlap_moe_comm": "true", "overlap_grad_reduce": "false"},
+              _DSV3_H100, "h100_sxm"))
+)
+
 RECIPES: Tuple[Recipe, ...] = (
     # Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py, llama31_405b_pretrain_config:
     # account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True (the embedding and
@@ -80,7 +118,7 @@ RECIPES: Tuple[Recipe, ...] = (
            ("bf16",), _BRIDGE_26),
     Recipe("megatron_bridge", "gpt_oss_120b", _NORM_ACT, {**_GPT_OSS, "pp": 4, "ep": 8, "micro_batch": 1},
            "h100_sxm", ("bf16",), _BRIDGE_26),
-)
+) + _DEEPSEEK_V3
 
 
 def _framework(raw: str) -> str:
