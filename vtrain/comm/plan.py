@@ -10,9 +10,9 @@ Entries, per GPU of a stage:
 - Pipeline p2p: one activation per micro-batch and boundary each way. Each TP rank sends its 1/t slice
   and the receiver all-gathers it over NVLink (Megatron's scatter/gather, Narayanan et al. SC'21,
   Sec. 4.1); with sequence parallelism the activation is already sharded and needs no gather.
-- DP gradient sync: per model chunk, all-reduce (or reduce-scatter with the distributed optimizer) of
-  its gradients, in buckets (:func:`grad_bucket_bytes`) on the DP stream, overlapped with the backward pass
-  of the last micro-batch when ``overlap_grad_reduce`` (Megatron's DistributedDataParallel).
+- DP gradient sync (:mod:`vtrain.comm.dp`): per model chunk, all-reduce (or reduce-scatter with the distributed
+  optimizer) of its gradients, in buckets (:func:`grad_bucket_bytes`) on the DP stream, overlapped with the
+  backward pass of the last micro-batch when ``overlap_grad_reduce`` (Megatron's DistributedDataParallel).
 - Tied embeddings with pp > 1: all-reduce of the word-embedding gradient between first and last stage.
 - Distributed optimizer: all-gather of the updated parameters after the optimizer step.
 - Mixture of experts (:mod:`vtrain.comm.ep`): per MoE layer and micro-batch the dispatch and combine
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from vtrain.comm.cp import cp_comms
+from vtrain.comm.dp import dp_syncs, embedding_sync, expert_syncs, sync_rows
 from vtrain.comm.ep import a2a_efficiency, edp_placement, ep_placement, etp_placement, plan_ep_comms
 from vtrain.comm.placement import (
     GroupPlacement,
@@ -33,10 +34,9 @@ from vtrain.comm.placement import (
     dp_placement,
     replica_placement,
     shard_placement,
-    stages_share_domain,
     tp_placement,
 )
-from vtrain.comm.sharding import FsdpComms, deferred_sync, expert_fsdp_comms, fsdp_comms
+from vtrain.comm.sharding import FsdpComms, sharding_of
 from vtrain.comm.tp import plan_tp_comms
 from vtrain.graph.collectives import CpComms, TpComms, TpOperator
 from vtrain.graph.ops import Collective, CollectiveKind, Group
@@ -151,68 +151,94 @@ class CommPlan:
         return tuple(out)
 
     def entries(self) -> Tuple[Comm, ...]:
-        """Every communication of the iteration, with its stream, cadence and count per GPU."""
-        p, m = len(self.stage_layers), self.microbatches
-        out = []
+        """Every communication of the iteration, with its stream, cadence and count per GPU: in-pass (TP, CP,
+        ZeRO-3's side stream, the embedding's and head's TP, EP), pipeline p2p, then once per iteration."""
+        return (*self._tp_entries(), *self._cp_entries(), *self._fsdp_entries(), *self._edge_entries(),
+                *self._ep_entries(), *self._boundary_entries(), *self._iteration_entries())
+
+    def _tp_entries(self) -> List[Comm]:
+        """TP/SP around each layer's blocks, run again by a full recompute's second forward; an MoE layer without
+        shared experts skips the MLP's."""
+        m = self.microbatches
+        out: List[Comm] = []
         fwd_ops = self.tp.attention.enter + self.tp.attention.exit + self.tp.mlp.enter + self.tp.mlp.exit
         moe_only = () if self.moe_mlp_tp else self.stage_moe_layers  # layers without the MLP's TP collectives
         for op in self.tp.per_layer():
             passes = self.layer_forwards if op in fwd_ops else 1
-            for s in range(p):
+            for s, layers in enumerate(self.stage_layers):
                 skip = moe_only[s] if moe_only and op in self.tp.mlp.all() else 0
                 out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER,
-                                stages=(s,), count=(self.stage_layers[s] - skip) * m * passes,
+                                stages=(s,), count=(layers - skip) * m * passes,
                                 overlaps="nothing: the next GEMM waits for it"))
-        for op in self.cp.forward + self.cp.forward_after:
-            for s in range(p):
-                out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
-                                count=self.stage_layers[s] * m * self.layer_forwards,
-                                overlaps=_CP_OVERLAPS.get(op.overlap, "nothing")))
-        for op in self.cp.backward + self.cp.backward_after:
-            for s in range(p):
-                out.append(Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
-                                count=self.stage_layers[s] * m,
-                                overlaps=_CP_OVERLAPS_BWD.get(op.overlap, "nothing")))
-        if self.fsdp is not None:
-            for s in range(p):
-                n_moe = self.stage_moe_layers[s] if self.stage_moe_layers else 0
-                per_kind = [(self.fsdp, self.fsdp_where, self.stage_layers[s] - n_moe)]
-                if self.fsdp_moe is not None and self.fsdp_experts is not None:
-                    per_kind += [(self.fsdp_moe, self.fsdp_where, n_moe), (self.fsdp_experts, self.edp_where, n_moe)]
-                for fs, where, layers in per_kind:
-                    n = layers * m
-                    if n == 0:
-                        continue
-                    out.append(Comm(op=fs.gather, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER,
-                                    stages=(s,), count=n * (1 + int(fs.regather)),
-                                    overlaps="the previous layer's compute (prefetch)"))
-                    if not fs.reduce_per_layer:
-                        continue
-                    out.append(Comm(op=fs.reduce, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER,
-                                    stages=(s,), count=n, overlaps="the next layers' backward"))
-                    if fs.replica_reduce is not None:
-                        out.append(Comm(op=fs.replica_reduce, where=self.replica_where, stream=Stream.FSDP,
-                                        cadence=Cadence.LAYER, stages=(s,), count=n,
-                                        overlaps="the next layers' backward"))
-        positions = len(self.boundary)
-        last = self.last_stage if self.last_stage >= 0 else (positions - 1) % p
-        for op in self.tp.embedding.all():
-            out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.EMBEDDING,
-                            stages=(0,), count=m, overlaps="nothing"))
-        for op in self.tp.head():
-            out.append(Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.HEAD, stages=(last,),
-                            count=m, overlaps="nothing"))
-        if self.stage_moe_layers:
-            fwd_ep = self.ep.enter + self.ep.exit
-            for op in self.ep.all():
-                passes = self.layer_forwards if op in fwd_ep else 1
-                for s in range(p):
-                    if self.stage_moe_layers[s]:
-                        out.append(Comm(op=op, where=self.where(op.group), stream=Stream.EXPERT, cadence=Cadence.LAYER,
-                                        stages=(s,), count=self.stage_moe_layers[s] * m * passes,
-                                        overlaps="the other micro-batch's compute when fused (overlap_moe_comm, "
-                                                 "dualpipe); else nothing: the experts wait for it"))
-        for q in range(1, positions):
+        return out
+
+    def _cp_entries(self) -> List[Comm]:
+        """The context-parallel exchanges of each layer's attention, forward (again under full recompute), then
+        backward."""
+        m = self.microbatches
+        out: List[Comm] = []
+        for ops, passes, overlaps in ((self.cp.forward + self.cp.forward_after, self.layer_forwards, _CP_OVERLAPS),
+                                      (self.cp.backward + self.cp.backward_after, 1, _CP_OVERLAPS_BWD)):
+            for op in ops:
+                out += [Comm(op=op, where=self.cp_where, stream=Stream.COMPUTE, cadence=Cadence.LAYER, stages=(s,),
+                             count=layers * m * passes, overlaps=overlaps.get(op.overlap, "nothing"))
+                        for s, layers in enumerate(self.stage_layers)]
+        return out
+
+    def _fsdp_entries(self) -> List[Comm]:
+        """ZeRO-3's per-layer gathers (again in backward unless kept) and reductions on their side stream: dense
+        layers', and an MoE layer's non-expert part over dp·cp, its routed experts over edp."""
+        m = self.microbatches
+        out: List[Comm] = []
+        if self.fsdp is None:
+            return out
+        for s, layers in enumerate(self.stage_layers):
+            n_moe = self.stage_moe_layers[s] if self.stage_moe_layers else 0
+            per_kind = [(self.fsdp, self.fsdp_where, layers - n_moe)]
+            if self.fsdp_moe is not None and self.fsdp_experts is not None:
+                per_kind += [(self.fsdp_moe, self.fsdp_where, n_moe), (self.fsdp_experts, self.edp_where, n_moe)]
+            for fs, where, n in ((fs, where, k * m) for fs, where, k in per_kind if k):
+                out.append(Comm(op=fs.gather, where=where, stream=Stream.FSDP, cadence=Cadence.LAYER, stages=(s,),
+                                count=n * (1 + int(fs.regather)), overlaps="the previous layer's compute (prefetch)"))
+                if not fs.reduce_per_layer:
+                    continue
+                reduces = [(fs.reduce, where)] + ([(fs.replica_reduce, self.replica_where)] if fs.replica_reduce
+                                                  is not None else [])
+                out += [Comm(op=op, where=w, stream=Stream.FSDP, cadence=Cadence.LAYER, stages=(s,), count=n,
+                             overlaps="the next layers' backward") for op, w in reduces]
+        return out
+
+    def _last_position_stage(self) -> int:
+        return self.last_stage if self.last_stage >= 0 else (len(self.boundary) - 1) % len(self.stage_layers)
+
+    def _edge_entries(self) -> List[Comm]:
+        """The TP collectives of the embedding (first stage) and of the output layer (the last position's stage)."""
+        m, last = self.microbatches, self._last_position_stage()
+        return ([Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.EMBEDDING, stages=(0,),
+                      count=m, overlaps="nothing") for op in self.tp.embedding.all()]
+                + [Comm(op=op, where=self.tp_where, stream=Stream.COMPUTE, cadence=Cadence.HEAD, stages=(last,),
+                        count=m, overlaps="nothing") for op in self.tp.head()])
+
+    def _ep_entries(self) -> List[Comm]:
+        """Dispatch and combine of each MoE layer (forward again under full recompute)."""
+        m = self.microbatches
+        out: List[Comm] = []
+        if not self.stage_moe_layers:
+            return out
+        fwd_ep = self.ep.enter + self.ep.exit
+        for op in self.ep.all():
+            passes = self.layer_forwards if op in fwd_ep else 1
+            out += [Comm(op=op, where=self.where(op.group), stream=Stream.EXPERT, cadence=Cadence.LAYER, stages=(s,),
+                         count=n * m * passes, overlaps="the other micro-batch's compute when fused (overlap_moe_comm, "
+                                                        "dualpipe); else nothing: the experts wait for it")
+                    for s, n in enumerate(self.stage_moe_layers) if n]
+        return out
+
+    def _boundary_entries(self) -> List[Comm]:
+        """The activation (and its gradient) across each pipeline boundary, and the receiver's TP all-gather."""
+        m = self.microbatches
+        out: List[Comm] = []
+        for q in range(1, len(self.boundary)):
             msg = self.boundary[q]
             if msg is None:  # a chain's first position, or both positions on one stage
                 continue
@@ -224,56 +250,32 @@ class CommPlan:
                 out.append(Comm(op=self.p2p_gather, where=self.tp_where, stream=Stream.PIPELINE,
                                 cadence=Cadence.BOUNDARY, stages=(src, dst), count=2 * m,
                                 overlaps="nothing: the receiver waits for it"))
-        for s in range(p):
-            for c in range(len(self.grad_reduce[s])):
-                for op, where in self.grad_reductions(s, c):
-                    out.append(Comm(op=op, where=where, stream=Stream.DATA_PARALLEL,
-                                    cadence=Cadence.ITERATION, stages=(s,), count=1,
-                                    overlaps="the last micro-batch's backward" if self.overlap_grad_reduce
-                                    else "nothing: after the last backward"))
+        return out
+
+    def _iteration_entries(self) -> List[Comm]:
+        """Once per iteration, per stage: its chunks' gradient reductions, the routed experts' and the dense
+        parameter gathers; then the tied-embedding gradient sync of the first and the last stage."""
+        out: List[Comm] = []
+        reduce_overlaps = "the last micro-batch's backward" if self.overlap_grad_reduce else \
+            "nothing: after the last backward"
+        gather_overlaps = "the next forward, but its first bucket" if self.overlap_param_gather else \
+            "nothing: after the optimizer step"
+        for s in range(len(self.stage_layers)):
+            per_stage = [(op, where, reduce_overlaps) for c in range(len(self.grad_reduce[s]))
+                         for op, where in self.grad_reductions(s, c)]
             eg = self.expert_param_gather[s] if self.expert_param_gather else None
             if eg is not None:
-                out.append(Comm(op=eg, where=self.edp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
-                                stages=(s,), count=1, overlaps="nothing: after the optimizer step"))
+                per_stage.append((eg, self.edp_where, "nothing: after the optimizer step"))
             ag = self.param_gather[s]
             if ag is not None:
-                out.append(Comm(op=ag, where=self.dp_where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION,
-                                stages=(s,), count=1,
-                                overlaps="the next forward, but its first bucket" if self.overlap_param_gather
-                                else "nothing: after the optimizer step"))
+                per_stage.append((ag, self.dp_where, gather_overlaps))
+            out += [Comm(op=op, where=where, stream=Stream.DATA_PARALLEL, cadence=Cadence.ITERATION, stages=(s,),
+                         count=1, overlaps=overlaps) for op, where, overlaps in per_stage]
         if self.embedding_sync is not None:
             out.append(Comm(op=self.embedding_sync, where=self.embedding_where, stream=Stream.DATA_PARALLEL,
-                            cadence=Cadence.ITERATION, stages=(0, p - 1), count=1,
+                            cadence=Cadence.ITERATION, stages=(0, len(self.stage_layers) - 1), count=1,
                             overlaps="nothing: before the optimizer step"))
-        return tuple(out)
-
-
-def _tail_params(part: StagePartition, stage: int, chunk: int, per_layer: bool) -> float:
-    """Parameters whose gradients are reduced (or parameters gathered) after the last backward: all of the
-    chunk's, or with ZeRO-3 only those outside the transformer layers (embedding, head, MTP)."""
-    q = part.position(stage, chunk)
-    total = part.position_params(q)
-    if per_layer:
-        n_moe = part.moe_at(q)
-        total -= (part.layers[q] - n_moe) * part.layer_params + n_moe * part.moe_layer_params
-    return total
-
-
-def _tail_expert_params(part: StagePartition, stage: int, chunk: int, per_layer: bool) -> float:
-    """Routed-expert parameters reduced after the last backward (with ZeRO-3 only the MTP modules')."""
-    if not per_layer:
-        return part.chunk_expert_params(stage, chunk)
-    q = part.position(stage, chunk)
-    return part.mtp_expert_params if part.is_last(q) else 0.0
-
-
-def _tail_rows(part: StagePartition, per_layer: bool, moe: bool) -> Tuple[List[List[float]], List[List[float]]]:
-    """[stage][chunk] (routed-expert, dense) parameters reduced or gathered once per iteration."""
-    p, v = part.p, part.v
-    experts = [[_tail_expert_params(part, s, c, per_layer) if moe else 0.0 for c in range(v)] for s in range(p)]
-    if moe or per_layer:
-        return experts, [[_tail_params(part, s, c, per_layer) - experts[s][c] for c in range(v)] for s in range(p)]
-    return experts, [[part.position_params(part.position(s, c)) for c in range(v)] for s in range(p)]  # whole chunks
+        return out
 
 
 def _boundaries(plan: ParallelPlan, part: StagePartition, domain: int, msg: Collective
@@ -299,91 +301,48 @@ def _boundaries(plan: ParallelPlan, part: StagePartition, domain: int, msg: Coll
     return boundary, boundary_where, boundary_stages
 
 
-def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
-    model, plan, cluster = w.model, w.plan, w.cluster
-    domain = cluster.domain_size
-    p, v, t = plan.pp, plan.chunks, plan.tp
-    tokens = plan.tokens_per_rank
-    act_bytes = float(tokens * model.hidden_size * plan.dtype_bytes)
+def _p2p(w: Workload, part: StagePartition) -> Tuple[Optional[Collective], Collective]:
+    """(the receiver's TP all-gather of the scattered activation or None, one boundary's p2p message)."""
+    plan, t = w.plan, w.plan.tp
+    act_bytes = float(plan.tokens_per_rank * w.model.hidden_size * plan.dtype_bytes)
     gather = None
     if t > 1 and not plan.sequence_parallel:
         gather = Collective("p2p.gather", CollectiveKind.ALL_GATHER, act_bytes, Group.TP, t)
-    msg = Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
+    return gather, Collective("p2p", CollectiveKind.P2P, act_bytes / t, Group.PP, 2)
+
+
+def build_comm_plan(w: Workload, part: StagePartition) -> CommPlan:
+    """Every communication of one iteration of the workload ``w`` on the partition ``part``."""
+    model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
+    domain, p, v, moe = cluster.domain_size, plan.pp, plan.chunks, model.is_moe
+    gather, msg = _p2p(w, part)
     boundary, boundary_where, boundary_stages = _boundaries(plan, part, domain, msg)
-    gbytes = plan.grad_bytes
-    stage = plan.sharding_stage
-    reducers = plan.dp * plan.cp
-    kind = CollectiveKind.REDUCE_SCATTER if stage >= 1 else CollectiveKind.ALL_REDUCE
-    deferred = deferred_sync(plan, w.stack)  # a pipeline on FSDP2: gradients once, kept parameters gathered once
-    gather_per_layer = stage == 3 and not (deferred and not plan.reshard_after_forward)
-    reduce_per_layer = stage == 3 and not deferred
-    copy = w.stack.fsdp_copy_out
-    fsdp = fsdp_comms(part.layer_params, plan, gbytes, reduce_per_layer, copy) if gather_per_layer else None
-    moe = model.is_moe
+    sh = sharding_of(w, part)
     # dense gradients over DP (x CP); ZeRO-3 reduces each layer's in its backward, what is left at the end is
     # the embedding's and the head's; routed experts' over the expert-data-parallel group
-    experts, dense = _tail_rows(part, reduce_per_layer, moe)
-    g_experts, g_dense = (experts, dense) if gather_per_layer == reduce_per_layer else \
-        _tail_rows(part, gather_per_layer, moe)
-    fsdp_moe = fsdp_experts = None
-    if fsdp is not None and moe:
-        fsdp_moe = fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes, reduce_per_layer, copy)
-        fsdp_experts = expert_fsdp_comms(part.expert_layer_params, plan, gbytes, reduce_per_layer, copy)
-    names = [f"dp.grad.chunk{c}" for c in range(v)]
-    gather_all = stage >= 1 and reducers > 1  # overlapped or not: the tail prices what is exposed
-    dtype_bytes = plan.dtype_bytes
-    # stages of equal sizes (the middle of a pipeline) share one row of collectives
-    rows: Dict[Tuple[float, ...], Tuple[Tuple[Collective, ...], Optional[Collective]]] = {}  # (grads, -1, gathers)
-    grads_l: list[Tuple[Collective, ...]] = []
-    gathers_l: list[Optional[Collective]] = []
-    for row, g_row in zip(dense, g_dense):
-        key = (*row, -1.0, *g_row)
-        hit = rows.get(key)
-        if hit is None:
-            hit = rows[key] = (
-                tuple(Collective(names[c], kind, x * gbytes, Group.DP, reducers) for c, x in enumerate(row)),
-                Collective("dp.param_gather", CollectiveKind.ALL_GATHER, sum(g_row) * dtype_bytes, Group.DP,
-                           reducers)
-                if gather_all else None)
-        grads_l.append(hit[0])
-        gathers_l.append(hit[1])
-    grads, gathers = tuple(grads_l), tuple(gathers_l)
-    edp = plan.expert_dp if moe else 1
-    e_grads: Tuple[Tuple[Optional[Collective], ...], ...] = ()
-    e_gathers: Tuple[Optional[Collective], ...] = ()
-    if moe:
-        e_grads = tuple(tuple(Collective(f"edp.grad.chunk{c}", kind, experts[s][c] * gbytes,
-                                         Group.EDP, edp) if experts[s][c] > 0 else None
-                              for c in range(v)) for s in range(p))
-        e_gathers = tuple(Collective("edp.param_gather", CollectiveKind.ALL_GATHER,
-                                     sum(g_experts[s]) * plan.dtype_bytes, Group.EDP, edp)
-                          if stage >= 1 and edp > 1 and sum(g_experts[s]) > 0 else None
-                          for s in range(p))
-    emb = None
-    emb_where = GroupPlacement(1, 1)
+    experts, dense = sync_rows(part, sh.reduce_per_layer, moe)
+    g_experts, g_dense = (experts, dense) if sh.gather_per_layer == sh.reduce_per_layer else \
+        sync_rows(part, sh.gather_per_layer, moe)
+    grads, gathers = dp_syncs(plan, dense, g_dense)
+    e_grads, e_gathers = expert_syncs(plan, experts, g_experts) if moe else ((), ())
     last_stage = part.stage_of(part.chain_len - 1)
-    if part.tied_sync_params > 0:
-        emb = Collective("embedding.grad_sync", CollectiveKind.ALL_REDUCE, part.tied_sync_params * gbytes,
-                         Group.EMBEDDING, 2)
-        emb_where = GroupPlacement(2, 2 if stages_share_domain(plan, domain, 0, last_stage) else 1)
+    emb, emb_where = embedding_sync(plan, part, domain, last_stage)
     moe_layers = tuple(sum(part.moe_at(part.position(s, c)) for c in range(v)) for s in range(p)) if moe else ()
-    cp = cp_comms(model, plan, w.stack.attention_expands_kv, w.stack.cp_grads_fp32, w.stack.cp_ring_merge)
-    return CommPlan(tp=plan_tp_comms(model, plan, w.stack), tp_where=tp_placement(plan, domain),
-                    cp=cp, cp_where=cp_placement(plan, domain), fsdp=fsdp,
+    ep_where = ep_placement(plan, domain)
+    return CommPlan(tp=plan_tp_comms(model, plan, stack), tp_where=tp_placement(plan, domain),
+                    cp=cp_comms(model, plan, stack.attention_expands_kv, stack.cp_grads_fp32, stack.cp_ring_merge),
+                    cp_where=cp_placement(plan, domain), fsdp=sh.fsdp,
                     fsdp_where=shard_placement(plan, domain), replica_where=replica_placement(plan, domain),
-                    boundary=tuple(boundary),
-                    boundary_where=tuple(boundary_where), p2p_gather=gather, grad_reduce=grads,
-                    dp_where=dp_placement(plan, domain), bucket_bytes=grad_bucket_bytes(plan),
-                    overlap_grad_reduce=plan.overlap_grad_reduce and not deferred, embedding_sync=emb,
-                    embedding_where=emb_where,
-                    param_gather=gathers, boundary_stages=tuple(boundary_stages),
-                    stage_layers=tuple(part.stage_layers(s) for s in range(p)),
-                    microbatches=plan.num_microbatches,
+                    boundary=tuple(boundary), boundary_where=tuple(boundary_where), p2p_gather=gather,
+                    grad_reduce=grads, dp_where=dp_placement(plan, domain), bucket_bytes=grad_bucket_bytes(plan),
+                    overlap_grad_reduce=plan.overlap_grad_reduce and not sh.deferred, embedding_sync=emb,
+                    embedding_where=emb_where, param_gather=gathers, boundary_stages=tuple(boundary_stages),
+                    stage_layers=tuple(part.stage_layers(s) for s in range(p)), microbatches=plan.num_microbatches,
                     layer_forwards=2 if plan.recompute.value == "full" else 1,
-                    ep=plan_ep_comms(model, plan, ep_placement(plan, domain), a2a_efficiency(cluster)),
-                    ep_where=ep_placement(plan, domain),
+                    ep=plan_ep_comms(model, plan, ep_where, a2a_efficiency(cluster)), ep_where=ep_where,
                     etp_where=etp_placement(plan, domain), edp_where=edp_placement(plan, domain),
                     expert_grad_reduce=e_grads, expert_param_gather=e_gathers, stage_moe_layers=moe_layers,
-                    last_stage=last_stage, fsdp_moe=fsdp_moe, fsdp_experts=fsdp_experts,
-                    prefetch_gather_bytes=part.layer_params * dtype_bytes if stage == 3 and fsdp is None else 0.0,
+                    last_stage=last_stage, fsdp_moe=sh.fsdp_moe, fsdp_experts=sh.fsdp_experts,
+                    prefetch_gather_bytes=part.layer_params * plan.dtype_bytes
+                    if plan.sharding_stage == 3 and sh.fsdp is None else 0.0,
                     overlap_param_gather=plan.overlap_param_gather, moe_mlp_tp=not moe or model.shared_ffn > 0)

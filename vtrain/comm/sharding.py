@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from vtrain.graph.ops import Collective, CollectiveKind, Group
+from vtrain.workload.partition import StagePartition
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.stack import StackSpec
+from vtrain.workload.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +69,34 @@ def expert_fsdp_comms(expert_params: float, plan: ParallelPlan, grad_bytes: floa
                         Group.EDP, edp)
     return FsdpComms(gather, reduce, None, plan.reshard_after_forward, reduce_per_layer,
                      2.0 * gather.bytes if copy_out else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Sharding:
+    """How ZeRO-3 / FSDP syncs: parameters gathered and gradients reduced per layer (in the passes) or once per
+    iteration (:func:`deferred_sync`), with the per-layer collectives."""
+
+    deferred: bool
+    gather_per_layer: bool
+    reduce_per_layer: bool
+    fsdp: Optional[FsdpComms] = None
+    fsdp_moe: Optional[FsdpComms] = None  # an MoE layer's non-expert parameters, over dp·cp
+    fsdp_experts: Optional[FsdpComms] = None  # its routed experts, over edp
+
+
+def sharding_of(w: Workload, part: StagePartition) -> Sharding:
+    """How the workload's ZeRO stage and stack sync the sharded parameters and gradients, with ``part``'s
+    per-layer collectives."""
+    plan, stage = w.plan, w.plan.sharding_stage
+    deferred = deferred_sync(plan, w.stack)  # a pipeline on FSDP2: gradients once, kept parameters gathered once
+    gather_per_layer = stage == 3 and not (deferred and not plan.reshard_after_forward)
+    reduce_per_layer = stage == 3 and not deferred
+    if not gather_per_layer:
+        return Sharding(deferred, gather_per_layer, reduce_per_layer)
+    gbytes, copy = plan.grad_bytes, w.stack.fsdp_copy_out
+    fsdp = fsdp_comms(part.layer_params, plan, gbytes, reduce_per_layer, copy)
+    if not w.model.is_moe:
+        return Sharding(deferred, gather_per_layer, reduce_per_layer, fsdp)
+    return Sharding(deferred, gather_per_layer, reduce_per_layer, fsdp,
+                    fsdp_comms(part.moe_layer_params - part.expert_layer_params, plan, gbytes, reduce_per_layer, copy),
+                    expert_fsdp_comms(part.expert_layer_params, plan, gbytes, reduce_per_layer, copy))

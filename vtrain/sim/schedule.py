@@ -225,106 +225,129 @@ def _deps(kind: int, c: int, i: int, s: int, pos: Tuple[Tuple[int, ...], ...], c
     return (W, q, i), None, -1
 
 
+class _Topo:
+    """The topological task list, built by letting each stage place the tasks of its order whose producers
+    are placed (:meth:`advance`); arrays as :class:`CompiledSchedule`'s."""
+
+    def __init__(self, orders: List[StageOrder], pos: Tuple[Tuple[int, ...], ...], chain: int, chunks: int,
+                 kinds: int) -> None:
+        p, self.pos, self.chain, self.chunks, self.kinds = len(orders), pos, chain, chunks, kinds
+        self.wait_key = fused_key(p, self.chunks, kinds, p, 0, 0)
+        self.seqs = [o.tasks() for o in orders]
+        # a task from here on is "tainted" like the cool-down: the shorter last group's units do not repeat
+        self.cool_start = [len(o.warmup) + sum(len(u) for u in (o.steady if o.regular < 0 else o.steady[:o.regular]))
+                           for o in orders]
+        self.done: Dict[Task, int] = {}  # (kind, q, mb) -> topological index
+        self.ptr = [0] * p
+        self.stage: List[int] = []
+        self.dur_key: List[int] = []
+        self.dep: List[int] = []
+        self.lag_key: List[int] = []
+        self.mbs: List[int] = []
+        self.kind_of: List[int] = []
+        self.tainted: List[bool] = []
+        self.pos_of: List[List[int]] = [[0] * len(seq) for seq in self.seqs]  # stage-order position -> index
+        self.waited = [False] * p  # the wait before the fused pair at ptr[s] is already placed
+        self.wait_at: List[Dict[int, int]] = [{} for _ in range(p)]  # stage-order position -> its wait's index
+        self.last_idx = [-1] * p  # topological index of the stage's last placed task
+
+    def place(self, s: int, key: int, d: int, lag: int, mb: int, k: int, slot: bool) -> int:
+        idx = len(self.stage)
+        last, tainted = self.last_idx[s], self.tainted
+        tainted.append(self.ptr[s] >= self.cool_start[s] or (last >= 0 and tainted[last]) or (d >= 0 and tainted[d]))
+        self.last_idx[s] = idx
+        if slot:
+            self.pos_of[s][self.ptr[s]] = idx
+        self.stage.append(s)
+        self.dur_key.append(key)
+        self.dep.append(d)
+        self.lag_key.append(lag)
+        self.mbs.append(mb)
+        self.kind_of.append(k)
+        return idx
+
+    def _place_fused(self, s: int, task: Task) -> bool:
+        """A fused pair: first a zero-length wait for the backward's input, then the pair once the forward's
+        input is there (False: blocked)."""
+        _, cf, mf, cb, mb = task
+        done = self.done
+        kf, need_f, lag_f = _deps(F, cf, mf, s, self.pos, self.chain)
+        kb, need_b, lag_b = _deps(B, cb, mb, s, self.pos, self.chain)
+        if not self.waited[s]:
+            if need_b is not None and need_b not in done:
+                return False
+            wd = done[need_b] if need_b is not None else -1  # the wait holds the stage until the backward's input
+            self.wait_at[s][self.ptr[s]] = self.place(s, self.wait_key, wd, lag_b, mb, -1, False)
+            self.waited[s] = True
+        if need_f is not None and need_f not in done:
+            return False
+        idx = self.place(s, fused_key(len(self.ptr), self.chunks, self.kinds, s, cf, cb),
+                         done[need_f] if need_f else -1, lag_f, mf, FUSED, True)
+        done[kf] = done[kb] = idx
+        done[(W, kb[1], mb)] = idx
+        self.waited[s] = False
+        return True
+
+    def advance(self, s: int) -> int:
+        """Place stage ``s``'s next tasks until one waits for a producer not yet placed; how many it placed."""
+        order, ptr, done = self.seqs[s], self.ptr, self.done
+        start = ptr[s]
+        while ptr[s] < len(order):
+            task = order[ptr[s]]
+            if task[0] == FUSED:
+                if not self._place_fused(s, task):
+                    break
+            else:
+                k, c, i = task
+                key, need, lag = _deps(k, c, i, s, self.pos, self.chain)
+                if need is not None and need not in done:
+                    break
+                d = done[need] if need is not None else -1
+                done[key] = self.place(s, s * self.kinds * self.chunks + k * self.chunks + c, d, lag, i, k, True)
+            ptr[s] += 1
+        return ptr[s] - start
+
+    def units(self, orders: List[StageOrder]) -> Tuple[Tuple[Tuple[int, ...], ...], ...]:
+        """pairs[s][k]: the topological indices of stage s's steady unit k (a fused pair's wait with it)."""
+        pairs_l: List[Tuple[Tuple[int, ...], ...]] = []
+        for s, order in enumerate(orders):
+            at, units, wait_at, pos_of = len(order.warmup), [], self.wait_at[s], self.pos_of[s]
+            for unit in order.steady:
+                units.append(tuple(i for j in range(len(unit)) for i in (
+                    (wait_at[at + j], pos_of[at + j]) if at + j in wait_at else (pos_of[at + j],))))
+                at += len(unit)
+            pairs_l.append(tuple(units))
+        return tuple(pairs_l)
+
+
 @lru_cache(maxsize=512)
 def compile_schedule(schedule: Schedule, p: int, v: int, m: int, fused: bool = False,
                      costs: Tuple[int, int, int] = (1, 1, 1), group: int = 0) -> CompiledSchedule:
     chunks = chunks_of(schedule, v)
     pos, chain = layout(schedule, p, v)
     split = splits_backward(schedule)
-    kinds = 3 if split else 2
-    wait_key = fused_key(p, chunks, kinds, p, 0, 0)
     group = group if schedule == Schedule.INTERLEAVED and chunks > 1 and group != p else 0  # the default: 0
     orders = [stage_order(schedule, p, chunks, m, s, fused, costs, group) for s in range(p)]
-    seqs = [o.tasks() for o in orders]
-    # a task from here on is "tainted" like the cool-down: the shorter last group's units do not repeat
-    cool_start = [len(o.warmup) + sum(len(u) for u in (o.steady if o.regular < 0 else o.steady[:o.regular]))
-                  for o in orders]
-    done: Dict[Task, int] = {}  # (kind, q, mb) -> topological index
-    ptr = [0] * p
-    stage: List[int] = []
-    dur_key: List[int] = []
-    dep: List[int] = []
-    lag_key: List[int] = []
-    mbs: List[int] = []
-    kind_of: List[int] = []
-    tainted: List[bool] = []
-    pos_of: List[List[int]] = [[0] * len(seq) for seq in seqs]  # stage-order position -> topological index
-    waited = [False] * p  # the wait before the fused pair at ptr[s] is already placed
-    wait_at: List[Dict[int, int]] = [{} for _ in range(p)]  # stage-order position -> its wait's index
-    last_idx = [-1] * p  # topological index of the stage's last placed task
-
-    def place(s: int, key: int, d: int, lag: int, mb: int, k: int, slot: bool) -> int:
-        idx = len(stage)
-        prev_tainted = last_idx[s] >= 0 and tainted[last_idx[s]]
-        tainted.append(ptr[s] >= cool_start[s] or prev_tainted or (d >= 0 and tainted[d]))
-        last_idx[s] = idx
-        if slot:
-            pos_of[s][ptr[s]] = idx
-        stage.append(s)
-        dur_key.append(key)
-        dep.append(d)
-        lag_key.append(lag)
-        mbs.append(mb)
-        kind_of.append(k)
-        return idx
-
-    remaining = sum(len(o) for o in seqs)
+    topo = _Topo(orders, pos, chain, chunks, 3 if split else 2)
+    remaining = sum(len(o) for o in topo.seqs)
     while remaining:
-        progressed = False
-        for s in range(p):
-            order = seqs[s]
-            while ptr[s] < len(order):
-                task = order[ptr[s]]
-                if task[0] == FUSED:
-                    _, cf, mf, cb, mb = task
-                    kf, need_f, lag_f = _deps(F, cf, mf, s, pos, chain)
-                    kb, need_b, lag_b = _deps(B, cb, mb, s, pos, chain)
-                    if not waited[s]:
-                        if need_b is not None and need_b not in done:
-                            break
-                        # the wait holds the stage until the backward's input is there
-                        wd = done[need_b] if need_b is not None else -1
-                        wait_at[s][ptr[s]] = place(s, wait_key, wd, lag_b, mb, -1, False)
-                        waited[s] = True
-                    if need_f is not None and need_f not in done:
-                        break
-                    idx = place(s, fused_key(p, chunks, kinds, s, cf, cb), done[need_f] if need_f else -1, lag_f,
-                                mf, FUSED, True)
-                    done[kf] = done[kb] = idx
-                    done[(W, kb[1], mb)] = idx
-                    waited[s] = False
-                else:
-                    k, c, i = task
-                    key, need, lag = _deps(k, c, i, s, pos, chain)
-                    if need is not None and need not in done:
-                        break
-                    d = done[need] if need is not None else -1
-                    done[key] = place(s, s * kinds * chunks + k * chunks + c, d, lag, i, k, True)
-                ptr[s] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:  # pragma: no cover - would be a bug in stage_order
+        placed = sum(topo.advance(s) for s in range(p))
+        if not placed:  # pragma: no cover - would be a bug in stage_order
             raise RuntimeError(f"schedule {schedule} deadlocks for p={p} v={v} m={m}")
+        remaining -= placed
     last_kind = W if split else B
     per_chain = m // 2 if schedule == Schedule.DUALPIPE else m
-    last_bwd = tuple(tuple(done[(last_kind, pos[s][c], per_chain - 1)] for c in range(chunks)) for s in range(p))
-    pairs_l: List[Tuple[Tuple[int, ...], ...]] = []
-    for s in range(p):
-        at, units = len(orders[s].warmup), []
-        for unit in orders[s].steady:  # a fused pair's wait belongs to its unit
-            units.append(tuple(i for j in range(len(unit)) for i in (
-                (wait_at[s][at + j], pos_of[s][at + j]) if at + j in wait_at[s] else (pos_of[s][at + j],))))
-            at += len(unit)
-        pairs_l.append(tuple(units))
-    pairs = tuple(pairs_l)
+    last_bwd = tuple(tuple(topo.done[(last_kind, pos[s][c], per_chain - 1)] for c in range(chunks)) for s in range(p))
+    pairs = topo.units(orders)
     per = period(schedule, p, chunks, group)
+    tainted = topo.tainted
     clean = min((next((k for k, unit in enumerate(units) if any(tainted[i] for i in unit)), len(units))
                  for units in pairs), default=0)
     q = 1 if per is None else per[1]
     window = _window(pairs, clean, q) if per else None
-    return CompiledSchedule(p, chunks, m, tuple(stage), tuple(dur_key), tuple(dep), tuple(lag_key),
-                            last_bwd, tuple(mbs), pairs, tuple(tainted), None if per is None else per[0],
-                            kinds, q, tuple(kind_of), clean, window,
+    return CompiledSchedule(p, chunks, m, tuple(topo.stage), tuple(topo.dur_key), tuple(topo.dep),
+                            tuple(topo.lag_key), last_bwd, tuple(topo.mbs), pairs, tuple(tainted),
+                            None if per is None else per[0], topo.kinds, q, tuple(topo.kind_of), clean, window,
                             min(window[0]) if window and window[0] else 0)
 
 

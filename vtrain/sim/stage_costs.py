@@ -3,7 +3,7 @@ pass priced by the launch queue of :mod:`vtrain.sim.launch`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
@@ -11,6 +11,7 @@ from vtrain.graph.blocks import ModelGraph, PassOps
 from vtrain.graph.cuda_graphs import captured_ops
 from vtrain.graph.ops import Op, is_weight_grad
 from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
+from vtrain.sim.overlap import fused_pass
 from vtrain.workload.partition import StagePartition
 
 __all__ = ["PassCost", "StageCosts", "build_stage_costs", "price_chunk"]
@@ -181,84 +182,97 @@ def with_p2p(passes: StageCosts, part: StagePartition, comm: CommPlan, cost: Cos
     return StageCosts(passes.forward, passes.backward, tuple(p2p_f), tuple(p2p_b), passes.weight, passes.fused)
 
 
-def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
-                  microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float]],
-                  overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = (),
-                  recompute_layers: int = 0) -> StageCosts:
-    """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
-    placement of the in-pass collectives' groups (``comm.where``), the side streams ``sides``
-    (:func:`side_streams`), the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) and the
-    layers that run their recompute (``recompute_layers``: :func:`recomputed_layers`) only."""
-    p, v = part.p, part.v
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """The timed ops of each component's passes (a whole backward: recompute + backward; ``kept``: the backward
+    of a layer that kept its activations) and, for a B/W-split schedule, ``bw``: per component (B, W)."""
 
-    def _timed(ops: PassOps | Sequence[Op], component: str) -> List[Timed]:
+    layer_f: List[Timed]
+    layer_b: List[Timed]
+    layer_b_kept: List[Timed]
+    emb_f: List[Timed]
+    emb_b: List[Timed]
+    head_f: List[Timed]
+    head_b: List[Timed]
+    moe_f: List[Timed]
+    moe_b: List[Timed]
+    moe_b_kept: List[Timed]
+    mtp_f: List[Timed]
+    mtp_b: List[Timed]
+    bw: Dict[str, Tuple[List[Timed], List[Timed]]]
+
+
+def _timed_passes(graph: ModelGraph, cost: CostModel, comm: CommPlan, overlap_slowdown: float,
+                  graph_scopes: Tuple[str, ...], split: bool) -> _Timed:
+    """Price the ops of every component's passes once (:func:`vtrain.sim.launch.timed_ops`)."""
+    def timed(ops: PassOps | Sequence[Op], component: str) -> List[Timed]:
         return timed_ops(ops, cost, comm, overlap_slowdown, captured_ops(graph_scopes, component))
 
-    def _split(ops: PassOps, component: str) -> Tuple[List[Timed], List[Timed]]:
-        """(B, W) of a backward pass: the input-gradient ops and the weight-gradient ops."""
-        return (_timed([op for op in ops.ops if not is_weight_grad(op)], component),
-                _timed([op for op in ops.ops if is_weight_grad(op)], component))
-
-    layer_f = _timed(graph.layer.forward, "layer")
-    layer_b_kept = _timed(graph.layer.backward, "layer")
-    layer_b = _timed(graph.layer.recompute, "layer") + layer_b_kept
-    emb_f, emb_b = _timed(graph.embedding.forward, "emb"), _timed(graph.embedding.backward, "emb")
-    head_f, head_b = _timed(graph.head.forward, "head"), _timed(graph.head.backward, "head")
-    side_f, side_b, moe_side_f, moe_side_b = sides
-    if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
-        return _dense_stage_costs(part, microbatch_overhead_s, layer_f, layer_b, emb_f, emb_b, head_f,
-                                  head_b, side_f, side_b, layer_b_kept, recompute_layers)
+    layer_b_kept = timed(graph.layer.backward, "layer")
+    layer = (timed(graph.layer.forward, "layer"), timed(graph.layer.recompute, "layer") + layer_b_kept, layer_b_kept)
+    edges = (timed(graph.embedding.forward, "emb"), timed(graph.embedding.backward, "emb"),
+             timed(graph.head.forward, "head"), timed(graph.head.backward, "head"))
+    bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
     comps = {"layer": graph.layer, "emb": graph.embedding, "head": graph.head, "moe": graph.moe_layer,
              "mtp": graph.mtp}
-    bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
     for name, g in comps.items():
-        if g is not None and split:
-            b_ops, w_ops = _split(g.backward, name)
-            bw[name] = (_timed(g.recompute, name) + b_ops, w_ops)
+        if g is not None and split:  # (B, W): the input-gradient ops and the weight-gradient ops
+            b_ops = timed([op for op in g.backward.ops if not is_weight_grad(op)], name)
+            w_ops = timed([op for op in g.backward.ops if is_weight_grad(op)], name)
+            bw[name] = (timed(g.recompute, name) + b_ops, w_ops)
             if name in ("layer", "moe"):  # a layer that kept its activations (block recompute)
                 bw[name + "_kept"] = (b_ops, w_ops)
-    moe_f = _timed(graph.moe_layer.forward, "moe") if graph.moe_layer else []
-    moe_b_kept = _timed(graph.moe_layer.backward, "moe") if graph.moe_layer else []
-    moe_b = _timed(graph.moe_layer.recompute, "moe") + moe_b_kept if graph.moe_layer else []
-    mtp_f = _timed(graph.mtp.forward, "mtp") if graph.mtp else []
-    mtp_b = _timed(graph.mtp.backward, "mtp") if graph.mtp else []
-    mtp_moe = graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0
-    priced: Dict[Tuple[bool, bool, int, int], Tuple[PassCost, PassCost, Optional[PassCost]]] = {}
-    memo: PrefixMemo = {}
+    moe, mtp = graph.moe_layer, graph.mtp
+    moe_f = timed(moe.forward, "moe") if moe else []
+    moe_b_kept = timed(moe.backward, "moe") if moe else []
+    moe_b = timed(moe.recompute, "moe") + moe_b_kept if moe else []
+    return _Timed(*layer, *edges, moe_f, moe_b, moe_b_kept, timed(mtp.forward, "mtp") if mtp else [],
+                  timed(mtp.backward, "mtp") if mtp else [], bw)
+
+
+ChunkKey = Tuple[bool, bool, int, int]  # (first position, last position, layers, MoE layers)
+
+
+def _chunk_parts(t: _Timed, sides: Tuple[SideStream, ...], key: ChunkKey, mtp_layers: int, mtp_moe: bool,
+                 recompute_layers: int, which: int) -> Tuple[List[Part], List[Part]]:
+    """(forward, backward) parts of a chunk: embedding, dense layers, MoE layers, MTP modules, head;
+    ``which``: 0 the whole backward, 1 its B, 2 its W (no side stream: the reduce-scatters go with B)."""
+    first, is_last, n, nm = key
+    k = mtp_layers if is_last else 0
+    r = recomputed_layers(recompute_layers, n)  # the first r: dense layers first, then MoE ones
+    r_dense, r_moe = min(r, n - nm), max(0, r - (n - nm))
+    mtp_layer = (t.moe_f, t.moe_b, "moe") if mtp_moe else (t.layer_f, t.layer_b, "layer")
+    side_f, side_b, moe_side_f, moe_side_b = sides
+
+    def b_of(name: str, whole: List[Timed]) -> List[Timed]:
+        return whole if which == 0 or name not in t.bw else t.bw[name][which - 1]
+    sb = side_b if which != 2 else NO_SIDE
+    msb = moe_side_b if which != 2 else NO_SIDE
+    fp = [(t.emb_f, int(first), NO_SIDE), (t.layer_f, n - nm, side_f), (t.moe_f, nm, moe_side_f),
+          (t.mtp_f, k, NO_SIDE), (mtp_layer[0], k, NO_SIDE), (t.head_f, int(is_last) * (1 + k), NO_SIDE)]
+    bp = [(b_of("head", t.head_b), int(is_last) * (1 + k), NO_SIDE),
+          (b_of(mtp_layer[2], mtp_layer[1]), k, NO_SIDE), (b_of("mtp", t.mtp_b), k, NO_SIDE),
+          (b_of("moe_kept", t.moe_b_kept), nm - r_moe, msb), (b_of("moe", t.moe_b), r_moe, msb),
+          (b_of("layer_kept", t.layer_b_kept), n - nm - r_dense, sb),
+          (b_of("layer", t.layer_b), r_dense, sb), (b_of("emb", t.emb_b), int(first), NO_SIDE)]
+    return [x for x in fp if x[1] > 0], [x for x in bp if x[1] > 0]
+
+
+Priced = Tuple[PassCost, PassCost, Optional[PassCost]]  # forward, backward (B when split), W when split
+
+
+def _priced_rows(part: StagePartition, price: Callable[[ChunkKey], Priced]
+                 ) -> Tuple[List[Tuple[PassCost, ...]], List[Tuple[PassCost, ...]], List[Tuple[PassCost, ...]]]:
+    """[stage][chunk] forward, backward and W passes, each distinct chunk priced once."""
+    priced: Dict[ChunkKey, Priced] = {}
     forward, backward, weight = [], [], []
-    for s in range(p):
+    for s in range(part.p):
         f_row, b_row, w_row = [], [], []
-        for c in range(v):
+        for c in range(part.v):
             q = part.position(s, c)
             key = (part.is_first(q), part.is_last(q), part.layers[q], part.moe_at(q))
             if key not in priced:
-                first, is_last, n, nm = key
-                k = part.mtp_layers if is_last else 0
-                r = recomputed_layers(recompute_layers, n)  # the first r: dense layers first, then MoE ones
-                r_dense, r_moe = min(r, n - nm), max(0, r - (n - nm))
-                mtp_layer = (moe_f, moe_b, "moe") if mtp_moe else (layer_f, layer_b, "layer")
-
-                def parts(which: int) -> Tuple[List[Part], List[Part]]:
-                    """(forward, backward) parts; which: 0 whole backward, 1 its B, 2 its W."""
-                    def b_of(name: str, whole: List[Timed]) -> List[Timed]:
-                        return whole if which == 0 or name not in bw else bw[name][which - 1]
-                    sb = side_b if which != 2 else NO_SIDE
-                    msb = moe_side_b if which != 2 else NO_SIDE
-                    fp = [(emb_f, int(first), NO_SIDE), (layer_f, n - nm, side_f), (moe_f, nm, moe_side_f),
-                          (mtp_f, k, NO_SIDE), (mtp_layer[0], k, NO_SIDE), (head_f, int(is_last) * (1 + k), NO_SIDE)]
-                    bp = [(b_of("head", head_b), int(is_last) * (1 + k), NO_SIDE),
-                          (b_of(mtp_layer[2], mtp_layer[1]), k, NO_SIDE), (b_of("mtp", mtp_b), k, NO_SIDE),
-                          (b_of("moe_kept", moe_b_kept), nm - r_moe, msb), (b_of("moe", moe_b), r_moe, msb),
-                          (b_of("layer_kept", layer_b_kept), n - nm - r_dense, sb),
-                          (b_of("layer", layer_b), r_dense, sb), (b_of("emb", emb_b), int(first), NO_SIDE)]
-                    return [x for x in fp if x[1] > 0], [x for x in bp if x[1] > 0]
-                fparts, bparts = parts(0)
-                if split:
-                    priced[key] = (price_chunk(fparts, microbatch_overhead_s, memo),
-                                   price_chunk(parts(1)[1], 0.0, memo), price_chunk(parts(2)[1], 0.0, memo))
-                else:
-                    priced[key] = (price_chunk(fparts, microbatch_overhead_s, memo), price_chunk(bparts, 0.0, memo),
-                                   None)
+                priced[key] = price(key)
             f, b, w = priced[key]
             f_row.append(f)
             b_row.append(b)
@@ -267,11 +281,38 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
         weight.append(tuple(w_row))
+    return forward, backward, weight
+
+
+def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
+                  microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float]],
+                  overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = (),
+                  recompute_layers: int = 0) -> StageCosts:
+    """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
+    placement of the in-pass collectives' groups (``comm.where``), the side streams ``sides``
+    (:func:`side_streams`), the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) and the
+    layers that run their recompute (``recompute_layers``: :func:`recomputed_layers`) only."""
+    t = _timed_passes(graph, cost, comm, overlap_slowdown, graph_scopes, split)
+    if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
+        return _dense_stage_costs(part, microbatch_overhead_s, t.layer_f, t.layer_b, t.emb_f, t.emb_b, t.head_f,
+                                  t.head_b, sides[0], sides[1], t.layer_b_kept, recompute_layers)
+    mtp_moe = bool(graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0)
+    memo: PrefixMemo = {}
+
+    def price(key: ChunkKey) -> Priced:
+        def parts(which: int) -> Tuple[List[Part], List[Part]]:
+            return _chunk_parts(t, sides, key, part.mtp_layers, mtp_moe, recompute_layers, which)
+        fparts, bparts = parts(0)
+        f = price_chunk(fparts, microbatch_overhead_s, memo)
+        if split:
+            return f, price_chunk(parts(1)[1], 0.0, memo), price_chunk(parts(2)[1], 0.0, memo)
+        return f, price_chunk(bparts, 0.0, memo), None
+
+    forward, backward, weight = _priced_rows(part, price)
     fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()
     if fuse is not None:
-        from vtrain.sim.overlap import fused_pass
-
-        whole = [[b + w for b, w in zip(backward[s], weight[s])] if split else list(backward[s]) for s in range(p)]
-        fused = tuple(tuple(tuple(fused_pass(forward[s][cf], whole[s][cb], fuse[0]) for cb in range(v))
-                            for cf in range(v)) for s in range(p))
+        whole = [[b + w for b, w in zip(backward[s], weight[s])] if split else list(backward[s])
+                 for s in range(part.p)]
+        fused = tuple(tuple(tuple(fused_pass(forward[s][cf], whole[s][cb], fuse[0]) for cb in range(part.v))
+                            for cf in range(part.v)) for s in range(part.p))
     return StageCosts(tuple(forward), tuple(backward), (), (), tuple(weight) if split else (), fused)
