@@ -8,21 +8,19 @@ at the end logs the parent run (:func:`vtrain.tracking.mlflow_logger.log_search`
 logged or the one-line error. A thread of that process reads the pipe, so the search never waits on a full
 pipe. Without ``fork`` (or with one CPU) everything runs in this process at the end, as before. The
 search's files are on disk before the result is sent, so a failure here never costs results. The
-process ends with the search's, even one killed with -9 (:func:`_die_with_parent`).
+process ends with the search's, even one killed with -9
+(:func:`vtrain.tracking.logger_process.die_with_parent`).
 """
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
-import os
 import queue
-import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any, List, Optional
 
 from vtrain.errors import VtrainError
+from vtrain.tracking.logger_process import LoggerProcess, die_with_parent
 
 
 def _warm_up(cfg: Any) -> None:
@@ -62,30 +60,10 @@ def _drain(inbox: "queue.Queue[Any]", first: Any) -> List[Any]:
             return out
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal this process gets when its parent dies
-
-
-def _die_with_parent(parent_end: Any, parent_pid: int) -> None:
-    """Make sure this logger never outlives the search: close its inherited copy of the parent's pipe end (a
-    fork copies it, and while any copy is open the parent's death is no end of file here), and on Linux ask
-    the kernel to send SIGTERM when the parent dies (prctl(2) PR_SET_PDEATHSIG), even by kill -9."""
-    parent_end.close()
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        except (OSError, AttributeError):  # no libc prctl: the end of file still ends this process
-            pass
-    if os.getppid() != parent_pid:  # the parent died before the prctl took effect
-        os._exit(0)
-
-
-def _serve(conn: Any, cfg: Any, parent_end: Any = None, parent_pid: int = 0) -> None:
+def _serve(conn: Any, cfg: Any, parent_end: Any, parent_pid: int) -> None:
     from vtrain.tracking.mlflow_logger import ChildStream, TrackingError, log_search
 
-    if parent_end is not None:
-        _die_with_parent(parent_end, parent_pid)
+    die_with_parent(parent_end, parent_pid)
     inbox: "queue.Queue[Any]" = queue.Queue()
     threading.Thread(target=_pump, args=(conn, inbox), daemon=True).start()
     _warm_up(cfg)
@@ -116,7 +94,7 @@ def _serve(conn: Any, cfg: Any, parent_end: Any = None, parent_pid: int = 0) -> 
                 return
 
 
-class Logger:
+class Logger(LoggerProcess):
     """``Logger(cfg)`` at the start of a search; ``trial(...)`` as each trial ends (when child runs are
     streamed); ``log(result, out_dir, paths)`` at its end."""
 
@@ -124,15 +102,8 @@ class Logger:
         from vtrain.tracking.mlflow_logger import streams
 
         self.cfg = cfg
-        self.proc: Any = None
-        self.conn: Any = None
         self.stream = streams(cfg.tracking, int(cfg.search.n_trials)) and str(cfg.search.sampler) != "grid"
-        if "fork" in mp.get_all_start_methods() and (os.cpu_count() or 1) > 1:
-            ctx = mp.get_context("fork")
-            self.conn, child = ctx.Pipe()
-            self.proc = ctx.Process(target=_serve, args=(child, cfg, self.conn, os.getpid()), daemon=True)
-            self.proc.start()
-            child.close()
+        super().__init__(_serve, cfg)
 
     def trial(self, study_name: str, storage: str, rec: Any) -> None:
         """The search's ``on_trial`` hook: the trial's child run is written by the other process now."""
@@ -163,11 +134,3 @@ class Logger:
         if status != "ok":
             raise TrackingError(str(value)) if not isinstance(value, VtrainError) else value
         return value
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            try:
-                self.conn.send(None)
-            except (OSError, ValueError):
-                pass
-            self.proc.join(timeout=10)

@@ -10,8 +10,6 @@ the run.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -19,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from vtrain.io.labels import plan_label
 from vtrain.search.outputs import human_metrics
 from vtrain.tracking import mlflow_writer as mw
+from vtrain.tracking.logger_process import LoggerProcess, die_with_parent
 from vtrain.tracking.naming import chosen_params, experiment_for, job_label
 
 REPORT_TAGS = ("model", "cluster", "gpu", "stack", "cost_model", "interval_regime")
@@ -67,7 +66,8 @@ def log_simulation(cfg: Any, report: Dict[str, Any], artifacts: List[Path]) -> T
     return uri, str(exp_id), str(rid)
 
 
-def _serve(conn: Any, cfg: Any) -> None:
+def _serve(conn: Any, cfg: Any, parent_end: Any, parent_pid: int) -> None:
+    die_with_parent(parent_end, parent_pid)
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (imports: the slow part, and no side effect;
     from mlflow.tracking import MlflowClient  # noqa: F401  the store is opened once the simulation has written its
 
@@ -89,19 +89,12 @@ def start(cfg: Any) -> "Optional[SimulationLogger]":
     return SimulationLogger(cfg) if bool(cfg.tracking.enabled) else None
 
 
-class SimulationLogger:
+class SimulationLogger(LoggerProcess):
     """``SimulationLogger(cfg)`` before the simulation; ``log(report, paths)`` once its files are written."""
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
-        self.proc: Any = None
-        self.conn: Any = None
-        if "fork" in mp.get_all_start_methods() and (os.cpu_count() or 1) > 1:
-            ctx = mp.get_context("fork")
-            self.conn, child = ctx.Pipe()
-            self.proc = ctx.Process(target=_serve, args=(child, cfg), daemon=True)
-            self.proc.start()
-            child.close()
+        super().__init__(_serve, cfg)
 
     def log(self, report: Dict[str, Any], out_dir: Path, paths: List[Path]) -> Tuple[str, str, str]:
         """(URI, experiment id, run id); a one-line :class:`~vtrain.tracking.mlflow_logger.TrackingError`."""
@@ -130,11 +123,3 @@ class SimulationLogger:
         uri, exp_id, rid = self.log(report, out_dir, paths)
         ui = "" if uri.startswith("http") else f"; mlflow ui --backend-store-uri {shlex.quote(uri)}"
         return f"MLflow: run {rid} in experiment {exp_id}{ui}"
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            try:
-                self.conn.send(None)
-            except (OSError, ValueError):
-                pass
-            self.proc.join(timeout=10)
