@@ -59,6 +59,17 @@ def tp_layer_rows(act_bytes, count):
         ("fc1.bwd.rs", "reduce_scatter"), ("fc2.bwd.ag", "all_gather"))}
 
 
+def two_stages(layers, m, tokens, act, dp, params):
+    """Per stage of a two-stage pipeline: the layers' rows, the embedding's TP collectives on the first, the
+    output layer's and the cross-entropy's on the last (3 fp32 all-reduces of one value per token), and each
+    stage's gradient reduce-scatter (fp32) and parameter all-gather (bf16) of its ``params`` over ``dp``."""
+    edges = ({("embedding.rs", "reduce_scatter", "tp", 2, act): m, ("embedding.bwd.ag", "all_gather", "tp", 2, act): m},
+             {("logits.ag", "all_gather", "tp", 2, act): m, ("logits.bwd.rs", "reduce_scatter", "tp", 2, act): m,
+              **{(f"cross_entropy.ar{i}", "all_reduce", "tp", 2, tokens * 4.0): m for i in range(3)}})
+    return {s: Counter({**layers, **edges[s], ("dp.grad.chunk0", "reduce_scatter", "dp", dp, 4.0 * params[s]): 1,
+                        ("dp.param_gather", "all_gather", "dp", dp, 2.0 * params[s]): 1}) for s in (0, 1)}
+
+
 def dense_hand_table():
     m, layers, tokens, h = 4, 16, 8192 // 2, 4096  # micro-batches = 8 / (dp 2 x mb 1); 32 layers / pp 2
     act = tokens * h * 2.0
@@ -70,17 +81,7 @@ def dense_hand_table():
     vocab_rows = 128256 / 2  # 128,256 is a multiple of 128 x tp: no padding
     stage0 = layers * layer + vocab_rows * h
     stage1 = layers * layer + h + vocab_rows * h  # final norm, output layer
-    return {
-        0: Counter({**common, ("embedding.rs", "reduce_scatter", "tp", 2, act): m,
-                    ("embedding.bwd.ag", "all_gather", "tp", 2, act): m,
-                    ("dp.grad.chunk0", "reduce_scatter", "dp", 4, 4.0 * stage0): 1,
-                    ("dp.param_gather", "all_gather", "dp", 4, 2.0 * stage0): 1}),
-        1: Counter({**common, ("logits.ag", "all_gather", "tp", 2, act): m,
-                    ("logits.bwd.rs", "reduce_scatter", "tp", 2, act): m,
-                    **{(f"cross_entropy.ar{i}", "all_reduce", "tp", 2, tokens * 4.0): m for i in range(3)},
-                    ("dp.grad.chunk0", "reduce_scatter", "dp", 4, 4.0 * stage1): 1,
-                    ("dp.param_gather", "all_gather", "dp", 4, 2.0 * stage1): 1}),
-    }
+    return two_stages(common, m, tokens, act, 4, (stage0, stage1))
 
 
 def test_dense_plan_every_collective_pinned():
@@ -112,17 +113,7 @@ def moe_hand_table():
         rows.pop((name, "all_gather" if name.endswith("ag") else "reduce_scatter", "tp", 2, act))
     stage0 = layers * dense_layer + vocab_rows * h
     stage1 = layers * dense_layer + h + vocab_rows * h
-    return {
-        0: Counter({**rows, ("embedding.rs", "reduce_scatter", "tp", 2, act): m,
-                    ("embedding.bwd.ag", "all_gather", "tp", 2, act): m,
-                    ("dp.grad.chunk0", "reduce_scatter", "dp", 8, 4.0 * stage0): 1,
-                    ("dp.param_gather", "all_gather", "dp", 8, 2.0 * stage0): 1}),
-        1: Counter({**rows, ("logits.ag", "all_gather", "tp", 2, act): m,
-                    ("logits.bwd.rs", "reduce_scatter", "tp", 2, act): m,
-                    **{(f"cross_entropy.ar{i}", "all_reduce", "tp", 2, tokens * 4.0): m for i in range(3)},
-                    ("dp.grad.chunk0", "reduce_scatter", "dp", 8, 4.0 * stage1): 1,
-                    ("dp.param_gather", "all_gather", "dp", 8, 2.0 * stage1): 1}),
-    }
+    return two_stages(rows, m, tokens, act, 8, (stage0, stage1))
 
 
 def test_moe_plan_every_collective_pinned():
