@@ -46,7 +46,7 @@ def _groups(graph: ModelGraph) -> Tuple[Group, ...]:
 
 
 def stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
-                microbatch_overhead_s: float, split: bool = False, fuse: Optional[Tuple[float]] = None,
+                microbatch_overhead_s: float, split: bool = False, fuse: Optional[Tuple[float, float]] = None,
                 overlap_slowdown: float = 0.0, graph_scopes: Tuple[str, ...] = (),
                 recompute_layers: int = 0) -> StageCosts:
     """:func:`vtrain.sim.stage_costs.build_stage_costs`, with the priced passes shared by plans whose passes

@@ -267,7 +267,9 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     comm: CommPlan = comm_plan(w, part)
     graph = _graph(w, comm, shape)
     fused = plan.overlap_moe_comm or plan.schedule in (Schedule.DUALPIPE, Schedule.DUALPIPEV)
-    fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms,) if fused else None
+    # Megatron-Core's combined 1F1B hides the stack's share of a pair's all-to-all; DualPipe's own schedule all of it
+    hidden = stack.ep_overlap_hidden_share if plan.overlap_moe_comm else 1.0
+    fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms, hidden) if fused else None
     sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
                      split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown,
                      graph_scopes=plan.cuda_graph_scopes, recompute_layers=plan.recompute_num_layers)

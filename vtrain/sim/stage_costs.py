@@ -165,10 +165,11 @@ def side_streams(comm: CommPlan, cost: CostModel, slowdown: float = 0.0) -> Tupl
 
 def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                       microbatch_overhead_s: float, split: bool = False,
-                      fuse: Optional[Tuple[float]] = None, overlap_slowdown: float = 0.0,
+                      fuse: Optional[Tuple[float, float]] = None, overlap_slowdown: float = 0.0,
                       graph_scopes: Tuple[str, ...] = (), recompute_layers: int = 0) -> StageCosts:
-    """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share
-    of the dispatcher,) to price fused forward/backward pairs (:func:`vtrain.sim.overlap.fused_pass`);
+    """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share of the
+    dispatcher, share of the all-to-all the pair hides) to price fused forward/backward pairs
+    (:func:`vtrain.sim.overlap.fused_pass`);
     ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it;
     ``recompute_layers``: :func:`recomputed_layers`."""
     passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown,
@@ -285,7 +286,7 @@ def _priced_rows(part: StagePartition, price: Callable[[ChunkKey], Priced]
 
 
 def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
-                  microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float]],
+                  microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float, float]],
                   overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = (),
                   recompute_layers: int = 0) -> StageCosts:
     """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
@@ -313,6 +314,6 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
     if fuse is not None:
         whole = [[b + w for b, w in zip(backward[s], weight[s])] if split else list(backward[s])
                  for s in range(part.p)]
-        fused = tuple(tuple(tuple(fused_pass(forward[s][cf], whole[s][cb], fuse[0]) for cb in range(part.v))
+        fused = tuple(tuple(tuple(fused_pass(forward[s][cf], whole[s][cb], *fuse) for cb in range(part.v))
                             for cf in range(part.v)) for s in range(part.p))
     return StageCosts(tuple(forward), tuple(backward), (), (), tuple(weight) if split else (), fused)

@@ -160,6 +160,10 @@ class StackSpec:
     expert_wgrad_main_grad: bool = spec(False, doc="MoE: the experts' weight gradients accumulate into fp32 main "
                                                    "gradients inside the GEMM (Megatron-Core's "
                                                    "gradient_accumulation_fusion: read and write 8 B per element)")
+    ep_overlap_hidden_share: float = spec(
+        1.0, domain=FRACTION,
+        doc="MoE with overlap_moe_comm (Megatron-Core's combined 1F1B): the share of a fused forward/backward "
+            "pair's all-to-all that runs beside the other pass's compute; the rest runs exposed (vtrain.sim.overlap)")
     te_quantization: bool = spec(False, doc="low-precision casts as Transformer Engine runs them "
                                             "(vtrain.graph.te_quant): the norm before the QKV and FC1 GEMMs writes "
                                             "their quantized input (LayerNormLinear), and on Blackwell a per-tensor "
