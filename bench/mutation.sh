@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Mutation score of the core packages (workload, graph, comm, cost, sim) on a deterministic sample of mutants,
-# against a fast targeted test subset. Not part of CI. Needs mutmut 3.8.1 (pip install mutmut==3.8.1).
+# against the fast unit tests of those packages. Not part of CI. Needs mutmut 3.8.1 (pip install mutmut==3.8.1).
 #   bench/mutation.sh [N_MUTANTS=120] [SEED=44]
 # Works on a copy of the committed tree (git archive HEAD) in $MUTATION_WORKDIR (default /tmp/vtrain-mutation),
-# never on the working tree; the generated mutants and the test-to-function map are kept there per commit, so a
-# second sample of the same commit skips both. Prints the score and each surviving mutant (docs/testing.md).
+# never on the working tree; the generated mutants and the test-to-function map are kept there per tree of vtrain/,
+# so a second sample of the same product code skips both (new tests are mapped on their own). Prints the score
+# over the non-equivalent mutants (bench/mutation_equivalent.txt) and each surviving mutant (docs/testing.md).
 set -euo pipefail
 N=${1:-120}
 SEED=${2:-44}
@@ -12,23 +13,28 @@ ROOT=$(git rev-parse --show-toplevel)
 WORK=${MUTATION_WORKDIR:-/tmp/vtrain-mutation}
 JOBS=${MUTATION_JOBS:-2}
 COMMIT=$(git -C "$ROOT" rev-parse HEAD)
-TESTS="tests/unit/test_pinned_activations.py tests/unit/test_pinned_collectives.py tests/unit/test_param_counts.py
-tests/unit/test_pinned_head_and_bandwidth.py tests/unit/test_inflight_counts.py tests/unit/test_memory.py
-tests/unit/test_model.py tests/unit/test_moe_model.py tests/unit/test_comm_plan.py tests/unit/test_collectives.py
-tests/unit/test_schedule.py tests/unit/test_cost_model.py tests/unit/test_engine_invariants.py
-tests/unit/test_cp_comms.py"
+# The unit tests of the core packages (tests/unit/test_<name>.py; the slow ones deselected) and the profile reader's:
+# not the search, calibration, validation-table, CLI or I/O tests, which add minutes and reach the core through them.
+UNIT="arith attention_length blackwell_ultra block_scaled breakdown build_memo collectives comm_plan core_attn_recompute
+cost_model cp_a2a cp_comms cp_ring cuda_graphs domains_doc energy engine_invariants fp8_recipes fsdp2 fusion goodput
+inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory model moe_model moe_placement
+moe_schedules moe_sim optimizer_bandwidth overlap_chunks param_counts partial_recompute pass_memo
+pinned_activations pinned_collectives pinned_head_and_bandwidth pipeline pipeline_layout pipeline_split
+recompute_fit schedule selective_op side_stream_contention simulate structure_memo te_quant torchtitan_tp
+training_runs weight_cache"
+TESTS="$(for t in $UNIT; do printf 'tests/unit/test_%s.py ' "$t"; done)tests/test_profile_io.py"
 start=$(date +%s)
-if [ "$(cat "$WORK/.commit" 2>/dev/null)" != "$COMMIT" ]; then
-  rm -rf "$WORK" && mkdir -p "$WORK"
-  git -C "$ROOT" archive HEAD | tar -x -C "$WORK"
-  cd "$WORK"
+# The mutants depend on vtrain/ only: they are generated once per tree of vtrain/ and kept; the tests, the selection
+# and the settings are refreshed from HEAD every run (mutmut copies them next to the mutants and re-maps new tests).
+KEY=$(git -C "$ROOT" rev-parse HEAD:vtrain)
+configure() {
   py_list() { printf '"%s", ' "$@" | sed 's/, $//'; }
   cat >> pyproject.toml <<TOML
 
 [tool.mutmut]
 source_paths = ["vtrain"]
 only_mutate = ["vtrain/workload/*", "vtrain/graph/*", "vtrain/comm/*", "vtrain/cost/*", "vtrain/sim/*"]
-pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "not slow"]
 pytest_add_cli_args_test_selection = [$(py_list $TESTS)]
 TOML
   # vtrain memoises (lru_cache, module-level memos): a test whose answer is already cached never calls the mutated
@@ -53,6 +59,12 @@ def _mutation_run_empties_vtrain_caches():
     yield
 PY
   grep -q "^import pytest" tests/conftest.py || sed -i '1i import pytest' tests/conftest.py
+}
+if [ "$(cat "$WORK/.key" 2>/dev/null)" != "$KEY" ]; then
+  rm -rf "$WORK" && mkdir -p "$WORK"
+  git -C "$ROOT" archive HEAD | tar -x -C "$WORK"
+  cd "$WORK"
+  configure
   # generate every mutant (mutmut run's first step, without its test runs)
   python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY'
 import os, sys
@@ -65,11 +77,16 @@ copy_src_dir(); copy_also_copy_files(); setup_source_paths()
 stats = create_mutants(int(sys.argv[1]))
 print(f"{stats.mutated} files mutated, {stats.ignored} ignored")
 PY
-  echo "$COMMIT" > .commit
+  echo "$KEY" > .key
+else
+  cd "$WORK"
+  rm -rf tests
+  git -C "$ROOT" archive HEAD tests pyproject.toml | tar -x -C "$WORK"
+  configure
 fi
 cd "$WORK"
 echo "generated in $(( $(date +%s) - start )) s: $(tail -1 mutmut_generate.log)"
 python "$ROOT/bench/mutation_sample.py" sample "$N" "$SEED" > sample.txt
 mutmut run --max-children "$JOBS" $(cat sample.txt) > mutmut_run.log 2>&1 || { tail -30 mutmut_run.log; exit 1; }
 python "$ROOT/bench/mutation_sample.py" score sample.txt
-echo "commit $COMMIT, seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"
+echo "commit $COMMIT (vtrain/ tree $KEY), seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from vtrain.errors import ConfigError
 
@@ -103,12 +103,3 @@ def check_spec(obj: Any, prefix: str) -> None:
                 check_value(f"{prefix}.{f.name}.{k}", v, d)
         elif value is not None:
             check_value(f"{prefix}.{f.name}", value, d)
-
-
-def field_docs(cls: type) -> Dict[str, str]:
-    """name -> "doc [unit]" of a spec class (for help texts and the README)."""
-    out = {}
-    for f in fields(cls):
-        unit = f.metadata.get("unit", "")
-        out[f.name] = f.metadata.get("doc", "") + (f" [{unit}]" if unit else "")
-    return out
