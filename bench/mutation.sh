@@ -17,10 +17,10 @@ COMMIT=$(git -C "$ROOT" rev-parse HEAD)
 # not the search, calibration, validation-table, CLI or I/O tests, which add minutes and reach the core through them.
 UNIT="arith attention_length blackwell_ultra block_scaled breakdown build_memo collectives comm_plan core_attn_recompute
 cost_model cp_a2a cp_comms cp_ring cuda_graphs domains_doc energy engine_invariants fp8_recipes fsdp2 fusion goodput
-inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory model moe_model moe_placement
+inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory mla_mtp_ops model moe_model moe_placement
 moe_schedules moe_sim optimizer_bandwidth overlap_chunks param_counts partial_recompute pass_memo
 pinned_activations pinned_collectives pinned_head_and_bandwidth pipeline pipeline_layout pipeline_split
-recompute_fit schedule selective_op side_stream_contention simulate structure_memo te_quant torchtitan_tp
+recompute_fit schedule selective_op side_stream_contention simulate spec_rules structure_memo te_quant torchtitan_tp
 training_runs weight_cache"
 TESTS="$(for t in $UNIT; do printf 'tests/unit/test_%s.py ' "$t"; done)tests/test_profile_io.py"
 start=$(date +%s)
@@ -33,6 +33,7 @@ configure() {
 
 [tool.mutmut]
 source_paths = ["vtrain"]
+also_copy = ["docs", "profiles", "bench", "README.md"]
 only_mutate = ["vtrain/workload/*", "vtrain/graph/*", "vtrain/comm/*", "vtrain/cost/*", "vtrain/sim/*"]
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "not slow"]
 pytest_add_cli_args_test_selection = [$(py_list $TESTS)]
@@ -80,8 +81,8 @@ PY
   echo "$KEY" > .key
 else
   cd "$WORK"
-  rm -rf tests
-  git -C "$ROOT" archive HEAD tests pyproject.toml | tar -x -C "$WORK"
+  rm -rf tests docs profiles bench
+  git -C "$ROOT" archive HEAD tests pyproject.toml docs profiles bench README.md | tar -x -C "$WORK"
   configure
 fi
 cd "$WORK"
