@@ -202,3 +202,20 @@ def test_qwen3_235b_h100_table():
     # docs/moe.md: each main row's signed error (%), +-0.5 point; open: rows 2, 4, 5 read 10-27% fast
     errors = [100.0 * (p / m - 1.0) for m, p in pairs[:5]]
     assert errors == pytest.approx([-8.1, -22.0, +11.7, -26.7, -10.2], abs=0.5)
+
+
+def test_hybridep_sends_deepeps_bytes_with_the_permutations_inside_its_kernels():
+    """Megatron-Core's _HybridEPManager permutes in its dispatch and unpermutes in its combine
+    (dispatch_with_permute / combine_with_unpermute): DeepEP's wire bytes, no permutation kernel, 24 SMs held
+    (moe_hybridep_num_sms)."""
+    from vtrain.comm.ep import DISPATCH_SMS
+
+    hybrid, deepep = plan("hybridep"), plan("deepep")
+    assert permutations(QWEN3, hybrid) == (type(permutations(QWEN3, hybrid)[0])(),) * 2
+    for where in (GroupPlacement(8, 8), GroupPlacement(32, 8)):
+        a, b = plan_ep_comms(QWEN3, hybrid, where), plan_ep_comms(QWEN3, deepep, where)
+        assert [c.bytes for c in a.enter + a.exit] == [c.bytes for c in b.enter + b.exit]
+    names = [op.name for op in moe_block(QWEN3, hybrid, *_comms(hybrid)).forward]
+    assert not any("permute" in n or "sort_chunks" in n for n in names)
+    assert names.index("moe.dispatch") < names.index("moe.expert.fc1") < names.index("moe.combine")
+    assert DISPATCH_SMS[MoeDispatcher.HYBRIDEP] == 24

@@ -448,7 +448,8 @@ def test_a_table_without_a_global_batch_gives_it_by_its_gradient_accumulation(tm
 @pytest.mark.parametrize("header,cell,dispatcher", [
     ("Dispatcher", "A2A", "alltoall"), ("Dispatcher", "DeepEP", "deepep"), ("moe_token_dispatcher_type", "alltoall",
                                                                             "alltoall"),
-    ("moe_flex_dispatcher_backend", "hybridep", "deepep"), ("Token Dispatcher", "All-to-All", "alltoall"),
+    ("moe_flex_dispatcher_backend", "hybridep", "hybridep"),
+    ("moe_flex_dispatcher_backend", "deepep", "deepep"), ("Token Dispatcher", "All-to-All", "alltoall"),
 ])
 def test_moe_dispatchers_as_megatron_and_its_tables_name_them(tmp_path, cfg, header, cell, dispatcher):
     values = {**BASE, "model": "qwen3_30b_a3b", "tp": "1", "ep": "8", header: cell}
@@ -578,7 +579,7 @@ def test_a_flex_dispatcher_with_its_backend_column_is_one_row(tmp_path, cfg):
     values = {**BASE, "model": "qwen3_30b_a3b", "tp": "1", "ep": "8", "moe_token_dispatcher_type": "flex",
               "moe_flex_dispatcher_backend": "hybridep"}
     w = row_workload(_row(tmp_path, values), cfg.cluster, load_gpu_config, load_stack_config, defaults=None)
-    assert w.plan.moe_dispatcher.value == "deepep"
+    assert w.plan.moe_dispatcher.value == "hybridep"
     a2a = row_workload(_row(tmp_path, {**values, "moe_token_dispatcher_type": "alltoall"}), cfg.cluster,
                        load_gpu_config, load_stack_config, defaults=None)
     assert a2a.plan.moe_dispatcher.value == "alltoall"

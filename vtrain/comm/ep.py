@@ -21,7 +21,7 @@ within the NVLink domain and over the GPU's NIC share beyond it
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from vtrain.comm.placement import GroupPlacement, placement
 from vtrain.errors import ConfigError
@@ -36,8 +36,11 @@ from vtrain.workload.system import ClusterSpec
 # SMs a dispatcher's kernels hold while they overlap compute. DeepEP: DeepSeek-V3 report, Sec. 3.2.2 ("only
 # 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink"); NCCL all-to-all: one CTA per
 # channel, NCCL's default of 32 channels on NVSwitch systems (NCCL_MAX_NCHANNELS; assumed, not measured).
-DISPATCH_SMS: Dict[MoeDispatcher, int] = {MoeDispatcher.DEEPEP: 20, MoeDispatcher.ALLTOALL: 32,
-                                          MoeDispatcher.ALLGATHER: 32}
+# HybridEP: Megatron-Core's moe_hybridep_num_sms default (_HybridEPManager, 24 SMs).
+DISPATCH_SMS: Dict[MoeDispatcher, int] = {MoeDispatcher.DEEPEP: 20, MoeDispatcher.HYBRIDEP: 24,
+                                          MoeDispatcher.ALLTOALL: 32, MoeDispatcher.ALLGATHER: 32}
+# the flex dispatcher's backends: a token sent once to each rank (and node) holding one of its experts
+FLEX: Tuple[MoeDispatcher, ...] = (MoeDispatcher.DEEPEP, MoeDispatcher.HYBRIDEP)
 # DeepEP's normal kernels across nodes, as a share of the NIC's line rate: DeepEP README, H800 with one CX7
 # InfiniBand 400 Gb/s NIC each (~50 GB/s), bottleneck RDMA bandwidth EP16 dispatch 43 / combine 43 GB/s, EP32
 # 44 / 47 GB/s: mean 44.25 / 50 = 0.885 (measured, not fitted to any vtrain row)
@@ -156,7 +159,7 @@ def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = 
                           enter_backward=(Collective("moe.dispatch.bwd.rs", rs, full, Group.EP, n),),
                           exit_backward=(Collective("moe.combine.bwd.ag", ag, full, Group.EP, n),))
     nbytes = float(rows * k * h * dt) * expert_load(model)
-    if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
+    if plan.moe_dispatcher in FLEX:  # HybridEP's RDMA path: DeepEP's measured rate, transferred
         nbytes *= deepep_wire_fraction(model.num_experts, k, ep, where.nodes)
         if where.nodes > 1:  # priced at the cluster's all-to-all rate: at DeepEP's measured one instead
             nbytes *= inter_a2a_efficiency / DEEPEP_RDMA_EFFICIENCY

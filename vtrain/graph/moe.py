@@ -115,11 +115,14 @@ def permutations(model: ModelSpec, plan: ParallelPlan) -> Tuple[Permutations, Pe
     sums); the all-to-all one, with ep > 1 and several local experts, also sorts the received chunks by expert
     after the dispatch and back before the combine (sort_chunks_by_idxs: read and write the rows). DeepEP
     receives each token once per rank (:func:`vtrain.comm.ep.distinct_rank_fraction`), permutes those into the
-    k rows after its dispatch and unpermutes before its combine (_DeepepManager). The backward of each kernel
-    moves the same bytes the other way."""
+    k rows after its dispatch and unpermutes before its combine (_DeepepManager); HybridEP does both inside its
+    dispatch and combine kernels (_HybridEPManager), so it has none. The backward of each kernel moves the
+    same bytes the other way."""
     dt, h, k, e = plan.dtype_bytes, model.hidden_size, model.moe_top_k, model.num_experts
     tokens = float(moe_tokens(plan) * h * dt)
     rows = tokens * k * expert_load(model)
+    if plan.moe_dispatcher == MoeDispatcher.HYBRIDEP:  # permuted inside its dispatch and combine kernels
+        return Permutations(), Permutations()
     if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
         received = rows * distinct_rank_fraction(e, k, plan.ep)
         # named apart from the all-to-all's pre-dispatch permute: they run after the host sync, outside

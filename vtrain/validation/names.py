@@ -87,8 +87,8 @@ ENUM_ALIASES: Dict[type, Dict[str, str]] = {
     # Megatron-Core's dispatcher names and its flex dispatcher's backends (DeepEP, HybridEP: fused NVLink/RDMA
     # kernels holding SMs), torchtitan's expert_parallel_comm_backend ("standard": NCCL all-to-all)
     MoeDispatcher: {"a2a": "alltoall", "all_to_all": "alltoall", "alltoall_seq": "alltoall", "nccl": "alltoall",
-                    "standard": "alltoall", "all_gather": "allgather", "deep_ep": "deepep", "hybridep": "deepep",
-                    "hybrid_ep": "deepep", "flex": "deepep", "flex_deepep": "deepep", "flex_hybridep": "deepep"},
+                    "standard": "alltoall", "all_gather": "allgather", "deep_ep": "deepep", "hybrid_ep": "hybridep",
+                    "flex": "deepep", "flex_deepep": "deepep", "flex_hybridep": "hybridep"},
     Schedule: {"interleaved_1f1b": "interleaved", "1f1b_interleaved": "interleaved", "vpp": "interleaved",
                "zb_h1": "zero_bubble", "zb": "zero_bubble", "zb_v": "zbv", "dualpipe_v": "dualpipev"},
     # an "Activation checkpointing" column holding a yes or a no: whole layers checkpointed (torch.utils.checkpoint

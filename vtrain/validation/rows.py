@@ -283,9 +283,9 @@ def _row_model(row: MeasuredRow, m: Dict[str, Any], seq_len: int, defaults: RowD
 def _stated_plan(row: MeasuredRow, p: Dict[str, Any], model: ModelSpec, stack_spec_: Any) -> None:
     """The plan cells the row states in other words, set in ``p`` (dispatcher backend, sharding, Composer's
     mp_mode, uniform recompute), and the stack's own ZeRO stage and per-op selective recompute."""
-    # Megatron's flex dispatcher's backend (DeepEP or HybridEP, fused NVLink/RDMA kernels: deepep) unless named
-    if model.is_moe and row.get("moe_flex_dispatcher_backend") is not None and p.get("moe_dispatcher") is None:
-        p["moe_dispatcher"] = MoeDispatcher.DEEPEP
+    backend = str(row.get("moe_flex_dispatcher_backend") or "").lower()  # the flex dispatcher's, unless named
+    if model.is_moe and backend and p.get("moe_dispatcher") in (None, MoeDispatcher.DEEPEP):
+        p["moe_dispatcher"] = MoeDispatcher.HYBRIDEP if "hybrid" in backend else MoeDispatcher.DEEPEP
     if not model.is_moe and p.get("ep", 1) == 1:  # a dense row's "EP 1, ETP 1": no experts to place
         p.pop("ep", None)
         p.pop("etp", None)

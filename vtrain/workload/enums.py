@@ -111,6 +111,9 @@ class MoeDispatcher(StrEnum):
     ALLTOALL = "alltoall"  # NCCL all-to-all dispatch and combine around permute/unpermute kernels
     ALLGATHER = "allgather"  # all-gather every token over the EP group, reduce-scatter the outputs
     DEEPEP = "deepep"  # DeepEP-style fused permute + NVLink/RDMA all-to-all kernels holding SMs
+    # HybridEP, the flex dispatcher's other backend: DeepEP's wire bytes with the permutations fused into its
+    # dispatch and combine (Megatron-Core _HybridEPManager: dispatch_with_permute / combine_with_unpermute)
+    HYBRIDEP = "hybridep"
 
 
 # Megatron-Core's --recompute-modules names (graph/recompute.py says what each re-runs)
