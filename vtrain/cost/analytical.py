@@ -33,11 +33,29 @@ from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm, MemoryOp
 from vtrain.workload.workload import Workload
 
-__all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "flash_length_factor",
-           "wave_efficiency"]
+__all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "flash_head_dim_factor",
+           "flash_length_factor", "wave_efficiency"]
 
 # the mean keys per query of the length flash_attention_efficiency is measured at (8K causal sequences)
 FLASH_ANCHOR_KEYS = 4096.0
+
+
+# the head dimension of the models flash_attention_efficiency was measured on (Llama-3.1-8B: 4,096 / 32 heads)
+FLASH_ANCHOR_HEAD_DIM = 128.0
+# a fused-attention backward runs 2.5x its forward's matmul FLOPs (graph.ops.FlashAttention) and one exponential
+# per score (recomputing P), so its exponentials weigh 1 / 2.5 as much against its matmuls
+FLASH_BACKWARD_MATMUL_FACTOR = 2.5
+
+
+def flash_head_dim_factor(head_dim: float, exp_head_dim: Optional[float], backward: bool = False) -> float:
+    """A fused-attention call's rate at ``head_dim`` relative to the anchor's (128): per score the kernel runs
+    4 d matmul FLOPs and one exponential on the special-function units; taken as serial (the model the GB300
+    constant's provenance uses), the time per score goes as d + e (e = gpu.flash_attention_exp_head_dim; e / 2.5
+    in backward), the FLOP rate as d / (d + e). None: 1 at every head dimension."""
+    if exp_head_dim is None or head_dim <= 0 or head_dim == FLASH_ANCHOR_HEAD_DIM:
+        return 1.0
+    e = exp_head_dim / (FLASH_BACKWARD_MATMUL_FACTOR if backward else 1.0)
+    return (head_dim / (head_dim + e)) * ((FLASH_ANCHOR_HEAD_DIM + e) / FLASH_ANCHOR_HEAD_DIM)
 
 
 def flash_length_factor(mean_keys: float, k0: Optional[float], cap: Optional[float] = None) -> float:
@@ -80,6 +98,7 @@ class AnalyticalCostModel:
         self.flash_backward = bwd_factor / fwd_factor  # the backward's rate over the forward's
         self.flash_k0 = gpu.flash_attention_k0_tokens
         self.flash_cap = gpu.flash_attention_max_length_factor
+        self.flash_exp_d = gpu.flash_attention_exp_head_dim
         self.sustained = sustained * gpu.power_clock_fraction  # and on this part's clock
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
         self.kernel_s = gpu.kernel_time_s
@@ -107,6 +126,7 @@ class AnalyticalCostModel:
             rate = self.flash_rate * (self.curve.peak_flops_per_s / self.peak if op.precision else 1.0)
             rate *= flash_length_factor(op.mean_call_keys, self.flash_k0, self.flash_cap)
             rate *= self.flash_backward if op.backward else 1.0
+            rate *= flash_head_dim_factor(op.head_dim, self.flash_exp_d, op.backward)
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
             traffic = 1.0 if op.eager else self.elementwise

@@ -30,6 +30,7 @@ from vtrain.graph.mtp import build_mtp
 from vtrain.graph.ops import Collective, CollectiveKind, FlashAttention, Gemm, Group, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.graph.recompute import selective_ops
+from vtrain.graph.window import split_windowed
 from vtrain.workload.enums import PositionEmbedding, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
@@ -71,8 +72,8 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
                              precision=attn_prec, kv_len=s, calls=calls, call_keys=keys)
         q_elems = float(tokens * heads * model.head_dim)
         merge, merge_b = ring_merges(plan, opts, q_elems, q_elems, tokens * kv_features(model, opts.expands_kv) / t)
-        attn_fwd = [*cp.forward, fa, *merge, *cp.forward_after]
-        attn_bwd = [*cp.backward, fab, *merge_b, *cp.backward_after]
+        attn_fwd = [*cp.forward, *split_windowed(model, fa), *merge, *cp.forward_after]
+        attn_bwd = [*cp.backward, *split_windowed(model, fab), *merge_b, *cp.backward_after]
     else:
         d = model.head_dim
         scores = float(b * heads * s * s * dt)

@@ -21,6 +21,7 @@ from typing import List, Tuple
 
 from vtrain.graph.blocks import Block, gemm_fwd_bwd, linear
 from vtrain.graph.collectives import TpComms, TpOperator
+from vtrain.graph.expert_bias import expert_bias_ops
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
 from vtrain.workload.enums import MoeDispatcher
@@ -153,12 +154,14 @@ def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator,
     topk_b = MemoryOp("moe.router.topk.bwd", 3 * scores, 2)
     local = e // plan.ep
     pf, pb = permutations(model, plan)
-    exp_f, exp_b, act = mlp_ops("moe.expert", model, expert_rows(model, plan), model.expert_ffn // plan.expert_tp,
-                                plan, batch=local, opts=opts)
-    forward: List[Op] = [router, topk, *pf.before_dispatch, *ep.enter, *pf.after_dispatch, *exp_f,
+    rows = expert_rows(model, plan)
+    exp_f, exp_b, act = mlp_ops("moe.expert", model, rows, model.expert_ffn // plan.expert_tp, plan, batch=local,
+                                opts=opts)
+    bias_f, bias_b = expert_bias_ops(model, rows, local, dt)  # fc2's bias, eager (graph.expert_bias)
+    forward: List[Op] = [router, topk, *pf.before_dispatch, *ep.enter, *pf.after_dispatch, *exp_f, *bias_f,
                          *pf.before_combine, *ep.exit, *pf.after_combine]
-    backward: List[Op] = [*pb.after_combine, *ep.exit_backward, *pb.before_combine, *exp_b, *pb.after_dispatch,
-                          *ep.enter_backward, *pb.before_dispatch, topk_b, *router_b]
+    backward: List[Op] = [*pb.after_combine, *ep.exit_backward, *pb.before_combine, *bias_b, *exp_b,
+                          *pb.after_dispatch, *ep.enter_backward, *pb.before_dispatch, topk_b, *router_b]
     shared: List[Op] = []
     if model.shared_ffn:  # a tensor-parallel MLP on the whole (gathered) sequence
         seq = tokens * plan.tp if plan.sequence_parallel else tokens

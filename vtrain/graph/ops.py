@@ -70,6 +70,14 @@ class MemoryOp:
     weight_bytes: float = 0.0
 
 
+def windowed_keys(window: int, keys: int) -> float:
+    """Mean keys per query of a causal sliding window over a sequence of ``keys``: query i attends to
+    min(i, window) keys before it and itself; the mean over i is (w + 1) - w (w + 1) / (2 s) for s > w."""
+    if keys <= window:
+        return (keys + 1) / 2.0
+    return (window + 1) - window * (window + 1) / (2.0 * keys)
+
+
 @dataclass(frozen=True, slots=True)
 class FlashAttention:
     """Fused attention (FlashAttention-2 style): scores never leave on-chip memory.
@@ -94,10 +102,14 @@ class FlashAttention:
     calls: int = 1  # kernels it runs as (PyTorch's ring attention: one per context-parallel step)
     call_keys: int = 0  # keys one kernel call holds per query before causal masking (0: keys / calls); a ring's
     # step sees one rank's block of s/cp keys
+    window: int = 0  # a causal sliding window: each query attends to itself and the ``window`` keys before it
 
     @property
     def mean_call_keys(self) -> float:
-        """The mean number of keys a query attends to within one kernel call (causal: half of its keys)."""
+        """The mean number of keys a query attends to within one kernel call (causal: half of its keys; a
+        sliding window: :func:`windowed_keys`)."""
+        if self.window:
+            return windowed_keys(self.window, self.keys)
         keys = self.call_keys or self.keys / self.calls
         return keys * (0.5 if self.causal else 1.0)
 
@@ -105,6 +117,8 @@ class FlashAttention:
     def flops(self) -> float:
         full = 4.0 * self.batch_heads * self.seq_len * self.keys * self.head_dim
         full *= 2.5 if self.backward else 1.0  # backward: 5 GEMMs vs 2 (Dao 2023, Sec. 3)
+        if self.window:  # the kernel skips the blocks outside the band (cuDNN's sliding window, FlashAttention's)
+            return full * windowed_keys(self.window, self.keys) / self.keys
         # causal: half the blocks are masked out (with CP's load balancing, on every rank)
         return full * (0.5 if self.causal else 1.0)
 

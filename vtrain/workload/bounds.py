@@ -30,6 +30,7 @@ VOCAB = _int(1, 2**24, "the largest published vocabulary is 262,144 tokens (Gemm
 VOCAB_MULTIPLE = _int(0, 2**16, "a padding multiple (Megatron-LM's default 128); 0: no padding")
 SEQUENCE = _int(1, 2**30, "the longest published context is 10M tokens (Llama 4 Scout)")
 HEAD_DIM = _int(0, 2**16, "0: hidden_size / heads; the largest published head dimension is 256 (Gemma)")
+WINDOW = _int(0, 2**30, "0: every layer attends to the whole sequence; gpt-oss's window is 128 tokens")
 LORA_RANK = _int(0, 2**20, "MLA compression ranks (DeepSeek-V3: 1,536 and 512); 0: none")
 EXPERTS = _int(0, 2**16, "0: dense; the most published experts per layer are 2,048 (Switch-C)")
 TOP_K = _int(1, 2**10, "published routers send a token to at most 8 experts (DeepSeek-V3, Kimi K2)")

@@ -63,6 +63,15 @@ class ModelSpec:
                             "(Megatron's qk_head_dim, HF's qk_nope_head_dim)")
     qk_rope_head_dim: int = spec(0, domain=B.HEAD_DIM, doc="MLA per-head RoPE query/key dims (shared key)")
     v_head_dim: int = spec(0, domain=B.HEAD_DIM, doc="MLA per-head value dims")
+    # gpt-oss (Megatron-Bridge GPTOSSProvider: window_size (128, 0), window_attn_skip_freq 2, softmax_type
+    # "learnable"): causal sliding-window layers alternating with full ones, a learned sink logit per head
+    sliding_window: int = spec(0, domain=B.WINDOW, doc="keys before a query that a sliding-window layer "
+                               "attends to, besides itself (Megatron-Core's window_size[0]; 0: no window)")
+    full_attention_every: int = spec(1, domain=B.LAYERS, doc="with sliding_window: every n-th layer attends "
+                                     "to the whole sequence, the others to the window (Megatron-Core's "
+                                     "window_attn_skip_freq; 1: every layer full)")
+    attention_sinks: bool = spec(False, doc="a learned softmax sink logit per query head (gpt-oss; Megatron-Core "
+                                 "softmax_type=learnable)")
     # --- mixture of experts
     num_experts: int = spec(0, domain=B.EXPERTS, doc="routed experts per MoE layer (0: a dense model)")
     moe_top_k: int = spec(2, domain=B.TOP_K, doc="routed experts per token")
@@ -152,7 +161,8 @@ class ModelSpec:
         qs = self.q_size
         qkv = h * (qs + 2 * self.kv_size) + (qs + 2 * self.kv_size if self.use_bias else 0)
         proj = qs * h + (h if self.use_bias else 0)
-        return qkv + proj + (2 * self.head_dim if self.qk_norm else 0)
+        sinks = self.num_heads if self.attention_sinks else 0
+        return qkv + proj + (2 * self.head_dim if self.qk_norm else 0) + sinks
 
     def mlp_params(self, ffn: int = 0) -> int:
         """One MLP of width ``ffn`` (0: the dense ffn_hidden_size): FC1 (gate and up with SwiGLU), FC2."""

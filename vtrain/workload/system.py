@@ -101,6 +101,12 @@ class GpuSpec:
         none_means="no cap: the k / (k + k0) curve at every length",
         doc="the most a long fused-attention call's rate gains over the 8K anchor's: kernels that stop "
             "speeding up past some length (bench/fit_attention_length.py)")
+    flash_attention_exp_head_dim: Optional[float] = spec(
+        None, domain=Domain(lo=0.0, hi=4096.0, lo_open=True), none_means="one rate at every head dimension",
+        doc="head dimension at which a fused-attention forward spends as long on its softmax exponentials (one "
+            "per score, on the special-function units) as on its matmuls (4 x head_dim FLOPs per score): the "
+            "tensor-core FLOPs per clock and SM over 4 x the exp2 results per clock and SM; the rate goes as "
+            "d / (d + this) (backward: d / (d + this / 2.5)), scaled to 1 at the anchor's head dimension 128")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
