@@ -8,6 +8,7 @@ from vtrain.config.build import model_spec
 from vtrain.config.compose import compose
 from vtrain.cost.analytical import flash_head_dim_factor
 from vtrain.graph.builder import build_model_graph
+from vtrain.graph.cuda_graphs import captured_ops
 from vtrain.graph.expert_bias import expert_bias_ops
 from vtrain.graph.ops import FlashAttention, windowed_keys
 from vtrain.graph.window import full_share, split_windowed
@@ -96,3 +97,11 @@ def test_the_moe_layer_adds_the_bias_after_fc2():
 ])
 def test_head_dim_factor(gpu_exp_head_dim, head_dim, backward, factor):
     assert flash_head_dim_factor(head_dim, gpu_exp_head_dim, backward) == pytest.approx(factor)
+
+
+def test_the_windowed_call_is_part_of_the_attention_cuda_graph():
+    """Megatron-Bridge's GB300 / B300 presets capture ``attn`` with TE CUDA graphs: both calls replay from it."""
+    captured = captured_ops(["attn"], "moe")
+    assert captured is not None
+    _, ops = _moe_attention("gpt_oss_120b")
+    assert all(captured(op) for op in ops)
