@@ -39,8 +39,9 @@ def wait_until_blocked(pid: int, deadline_s: float = 10.0) -> bool:
     return False
 
 
-@pytest.mark.skipif(not LOCKS.exists(), reason="needs Linux's /proc/locks")
-def test_lock_held_by_a_killed_worker_is_free_at_once(tmp_path):
+def holder_and_waiter(tmp_path):
+    """A process that holds the journal's lock, and a thread of this process queued behind it in the kernel;
+    (holder, the thread's "got it" event, the thread)."""
     journal = str(tmp_path / "study.journal")
     p = subprocess.Popen([sys.executable, "-c", HOLD, journal], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
@@ -55,6 +56,12 @@ def test_lock_held_by_a_killed_worker_is_free_at_once(tmp_path):
     t.start()
     assert wait_until_blocked(os.getpid()), "the second taker waits in the kernel while the holder lives"
     assert not got.is_set(), "the lock is exclusive while its holder lives"
+    return p, got, t
+
+
+@pytest.mark.skipif(not LOCKS.exists(), reason="needs Linux's /proc/locks")
+def test_lock_held_by_a_killed_worker_is_free_at_once(tmp_path):
+    p, got, t = holder_and_waiter(tmp_path)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert got.wait(10.0), "the lock of a killed holder is released by the kernel"
@@ -64,20 +71,7 @@ def test_lock_held_by_a_killed_worker_is_free_at_once(tmp_path):
 
 @pytest.mark.skipif(not LOCKS.exists(), reason="needs Linux's /proc/locks")
 def test_lock_released_by_a_live_holder_passes_to_the_waiter(tmp_path):
-    journal = str(tmp_path / "study.journal")
-    p = subprocess.Popen([sys.executable, "-c", HOLD, journal], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
-    assert p.stdout is not None and p.stdout.readline().strip() == "held"
-    got = threading.Event()
-
-    def take() -> None:
-        with study_lock(StorageSpec("journal", journal)):
-            got.set()
-
-    t = threading.Thread(target=take, daemon=True)
-    t.start()
-    assert wait_until_blocked(os.getpid())
-    assert not got.is_set()
+    p, got, _ = holder_and_waiter(tmp_path)
     assert p.stdin is not None
     p.stdin.close()  # the holder leaves its with-block
     assert p.wait(10.0) == 0
