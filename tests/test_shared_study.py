@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -198,3 +199,32 @@ def test_three_workers_and_one_killed_and_restarted_finish_the_study(tmp_path, k
     assert set(got["children"].values()) == {1}, "exactly one child run per trial"
     assert got["running_runs"] == 0, "an MLflow run left RUNNING"
     assert got["left_behind"] == 0, "a process (the MLflow logger) outlived its worker"
+
+
+def _runs_in(db: Path) -> int:
+    """MLflow runs the store holds so far (0 while it is being created)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0) as con:
+            return int(con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_killed_workers_own_parent_run_ends_killed(tmp_path):
+    """A search with its own study (the run directory's journal) killed with -9 mid-run: its MLflow logger
+    ends with it and marks the parent run KILLED, neither FINISHED nor RUNNING for ever."""
+    p = subprocess.Popen([sys.executable, "-m", "vtrain", *BASE, "search.n_trials=300", "search.population_size=8",
+                          f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    end = time.monotonic() + 300
+    while time.monotonic() < end and p.poll() is None and _runs_in(tmp_path / "mlflow.db") < 2:  # parent + a child
+        time.sleep(0.05)
+    assert p.poll() is None, "the search ended before the kill: no kill was tested"
+    os.kill(p.pid, signal.SIGKILL)  # the worker only: its logger must end by itself
+    p.wait()
+    assert _group_gone(p.pid), "the MLflow logger outlived its worker"
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("vtrain-gpt_1_7b-h200x8").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.status for r in parents] == ["KILLED"]
+    assert len(runs) > 1, "no child run was streamed before the kill"

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import signal
 import threading
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from vtrain.errors import VtrainError
 from vtrain.tracking.logger_process import LoggerProcess, die_with_parent
+
+if TYPE_CHECKING:
+    from vtrain.tracking.mlflow_logger import ChildStream
 
 
 def _warm_up(cfg: Any) -> None:
@@ -40,13 +44,15 @@ def _warm_up(cfg: Any) -> None:
 
 
 def _pump(conn: Any, inbox: "queue.Queue[Any]") -> None:
+    """Move the search's messages to ``inbox``; the pipe's end of file (the search died: no other process holds
+    its end) as ``("died",)``."""
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
-            msg = None
+            msg = ("died",)
         inbox.put(msg)
-        if msg is None or msg[0] == "end":
+        if msg is None or msg[0] in ("end", "died"):
             return
 
 
@@ -60,32 +66,90 @@ def _drain(inbox: "queue.Queue[Any]", first: Any) -> List[Any]:
             return out
 
 
-def _serve(conn: Any, cfg: Any, parent_end: Any, parent_pid: int) -> None:
-    from vtrain.tracking.mlflow_logger import ChildStream, TrackingError, log_search
+class _ParentDied(BaseException):
+    """The search that started this logger has died: its pipe's end of file, or SIGTERM (:func:`die_with_parent`;
+    raised by the handler wherever the main thread is, so that a write in progress unwinds)."""
 
-    die_with_parent(parent_end, parent_pid)
-    inbox: "queue.Queue[Any]" = queue.Queue()
-    threading.Thread(target=_pump, args=(conn, inbox), daemon=True).start()
-    _warm_up(cfg)
-    stream: Optional[ChildStream] = None
-    broken = False  # a failed child write stops the streaming; log_search at the end reports the error
+
+_dying = False  # this logger process knows its search died: a second SIGTERM must not interrupt the marking
+
+
+def _died() -> None:
+    global _dying
+    if not _dying:
+        _dying = True
+        raise _ParentDied
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    _died()
+
+
+class _Streamed:
+    """The child runs this logger has written so far: ``stream`` holds the parent run once there is one."""
+
+    def __init__(self) -> None:
+        self.stream: Optional[ChildStream] = None
+        self.broken = False  # a failed child write stops the streaming; log_search at the end reports the error
+
+
+def _mark_killed(state: _Streamed) -> None:
+    """The parent run of a study this search had to itself (the run directory's own journal) ends KILLED; a
+    shared or resumed study's parent run stays for the workers that finish the study."""
+    stream = state.stream
+    if stream is None or not stream.private:
+        return
+    from vtrain.tracking.store import store_lock
+
+    try:
+        with store_lock(stream.uri):
+            stream.client.set_terminated(stream.pid, "KILLED")
+    except Exception:  # the store is unreachable: the run stays RUNNING, as before
+        pass
+
+
+def _serve(conn: Any, cfg: Any, parent_end: Any, parent_pid: int) -> None:
+    signal.signal(signal.SIGTERM, _on_term)  # before die_with_parent asks for the signal
+    state = _Streamed()
+    try:
+        die_with_parent(parent_end, parent_pid)
+        inbox: "queue.Queue[Any]" = queue.Queue()
+        threading.Thread(target=_pump, args=(conn, inbox), daemon=True).start()
+        _warm_up(cfg)
+        _loop(conn, cfg, inbox, state)
+    except _ParentDied:  # whatever was being written was rolled back as the exception unwound it
+        _mark_killed(state)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # done: the search's death later is no news here
+
+
+def _loop(conn: Any, cfg: Any, inbox: "queue.Queue[Any]", state: _Streamed) -> None:
+    """Write the trials' child runs as they arrive; at the search's end its parent run, and answer."""
+    from vtrain.tracking.mlflow_logger import ChildStream, TrackingError, log_search  # mlflow: imported here
+
     while True:
         msgs = _drain(inbox, inbox.get())
         trials = [m for m in msgs if m is not None and m[0] == "trials"]
-        if trials and not broken:  # every trial that has arrived, in one transaction
+        if trials and not state.broken:  # every trial that has arrived, in one transaction
             try:
-                stream = stream or ChildStream(cfg, trials[0][1])
-                stream.add([rec for m in trials for rec in m[2]])
+                state.stream = state.stream or ChildStream(cfg, trials[0][1])
+                state.stream.add([rec for m in trials for rec in m[2]])
             except Exception:
-                broken = True
+                state.broken = True
         for msg in msgs:
             if msg is None:
                 return
+            if msg[0] == "died":
+                _died()
             if msg[0] == "end":
                 result, out_dir, paths = msg[1:]
                 try:
-                    conn.send(("ok", log_search(result, cfg, Path(out_dir), [Path(p) for p in paths],
-                                                None if broken else stream)))
+                    tracked = log_search(result, cfg, Path(out_dir), [Path(p) for p in paths],
+                                         None if state.broken else state.stream)
+                    state.stream = None  # the parent run has its final status
+                    conn.send(("ok", tracked))
+                except _ParentDied:
+                    raise
                 except TrackingError as err:
                     conn.send(("error", str(err)))
                 except BaseException as err:  # noqa: BLE001 - reported as one line in the parent
