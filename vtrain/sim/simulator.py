@@ -249,7 +249,7 @@ def _graph(w: Workload, comm: CommPlan, shape: Tuple[Any, ...]) -> ModelGraph:
     """The op graph with the plan's collectives in place and the stack's cast rewrites."""
     model, plan, stack = w.model, w.plan, w.stack
     graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, graph_options(stack), shape)
-    graph = with_te_quantization(graph, *te_switches(stack, plan, w.cluster.gpu.architecture))  # TE's fused casts
+    graph = with_te_quantization(graph, te_switches(stack, plan, w.cluster.gpu.architecture))  # TE's casts
     graph = with_torchao_mx_casts(graph, uses_torchao_mx(stack.torchao_mx_casts, plan.precision.value))
     return with_cached_weights(graph, weight_cast_share(stack, plan))  # TE's weight cast on a step's first micro-batch
 
