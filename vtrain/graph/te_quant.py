@@ -88,7 +88,7 @@ def _rewritten(op: Op, casts: TeCasts) -> Op:
 def with_te_quantization(graph: ModelGraph, casts: TeCasts) -> ModelGraph:
     """``graph`` with Transformer Engine's casts (:func:`te_switches`); the same graph where they are the generic
     ones (:data:`NONE`)."""
-    if casts == NONE or casts == (False, False, 1.0):
+    if casts == NONE:
         return graph
     key = (id(graph), casts)
     hit = _MEMO.get(key)
