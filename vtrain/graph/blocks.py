@@ -42,6 +42,8 @@ class ModelGraph:
     head: ComponentGraph  # final norm + logits + cross-entropy
     moe_layer: Optional[ComponentGraph] = None  # a layer whose MLP is a mixture of experts (graph.moe)
     mtp: Optional[ComponentGraph] = None  # an MTP module's embedding, norms and projection (graph.mtp)
+    tail_layer: Optional[ComponentGraph] = None  # a last layer kept in high precision (builder.tail_layers)
+    tail_layers: int = 0  # how many of the model's last layers run ``tail_layer`` instead of ``layer``
 
 
 def map_passes(graph: ModelGraph, fn: Callable[[PassOps], PassOps]) -> ModelGraph:
@@ -52,7 +54,8 @@ def map_passes(graph: ModelGraph, fn: Callable[[PassOps], PassOps]) -> ModelGrap
 
     return ModelGraph(component(graph.layer), component(graph.embedding), component(graph.head),
                       None if graph.moe_layer is None else component(graph.moe_layer),
-                      None if graph.mtp is None else component(graph.mtp))
+                      None if graph.mtp is None else component(graph.mtp),
+                      None if graph.tail_layer is None else component(graph.tail_layer), graph.tail_layers)
 
 
 def gemm_fwd_bwd(name: str, m: int, n: int, k: int, dt: float, precision: str = "", batch: int = 1,

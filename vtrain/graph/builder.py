@@ -8,6 +8,8 @@ activation-grad + weight-grad.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
 from vtrain.graph.blocks import (
@@ -31,7 +33,7 @@ from vtrain.graph.ops import Collective, CollectiveKind, FlashAttention, Gemm, G
 from vtrain.graph.options import GraphOptions
 from vtrain.graph.recompute import selective_ops
 from vtrain.graph.window import split_windowed
-from vtrain.workload.enums import PositionEmbedding, Recompute
+from vtrain.workload.enums import PositionEmbedding, Precision, Recompute
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.plan import ParallelPlan
 
@@ -272,6 +274,20 @@ def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Opt
         moe_layer = build_layer(model, plan, tp, cp, mlp=moe, opts=opts)
     if model.mtp_layers:
         mtp = build_mtp(model, plan)
-    return ModelGraph(dense, build_embedding(model, plan, tp), build_head(model, plan, tp, opts), moe_layer, mtp)
+    n_tail = tail_layers(model, plan, opts)
+    tail = build_layer(model, replace(plan, precision=Precision.BF16), tp, cp, opts=opts) if n_tail else None
+    return ModelGraph(dense, build_embedding(model, plan, tp), build_head(model, plan, tp, opts), moe_layer, mtp,
+                      tail, n_tail)
+
+
+def tail_layers(model: ModelSpec, plan: ParallelPlan, opts: GraphOptions) -> int:
+    """The model's last decoder layers that a low-precision recipe leaves in bf16: torchtitan's NVFP4 recipe
+    converts the leading layers and keeps the last ceil(num_layers x ``opts.nvfp4_bf16_tail_fraction``) in bf16
+    with the output layer (llama3_8b_nvfp4_mixed, nvfp4_bf16_tail_fqns(n_layers, 0.15): Llama 3 8B layers 27-31,
+    Qwen3 8B 30-35; the recipe of "Pretraining Large Language Models with NVFP4", arXiv 2509.25149). Dense
+    models only (an MoE layer's experts have converters of their own)."""
+    if plan.precision != Precision.NVFP4 or opts.nvfp4_bf16_tail_fraction <= 0 or model.is_moe:
+        return 0
+    return min(model.num_layers, math.ceil(model.num_layers * opts.nvfp4_bf16_tail_fraction - 1e-9))
 
 

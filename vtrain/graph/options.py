@@ -26,6 +26,7 @@ class GraphOptions:
     loss_parallel: bool = False  # StackSpec.eager_loss_parallel: vtrain.graph.builder.build_head
     grouped_gemm_streams: int = 0  # StackSpec.grouped_gemm_streams: vtrain.graph.moe
     expert_wgrad_main_grad: bool = False  # StackSpec.expert_wgrad_main_grad: vtrain.graph.moe
+    nvfp4_bf16_tail_fraction: float = 0.0  # StackSpec.nvfp4_bf16_tail_fraction: vtrain.graph.builder.tail_layers
 
 
 def graph_options(stack: StackSpec) -> GraphOptions:
@@ -36,4 +37,5 @@ def graph_options(stack: StackSpec) -> GraphOptions:
                         fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies,
                         symm_mem_tp=stack.tp_overlap_symm_mem, fused_loss=stack.fused_loss,
                         loss_parallel=stack.eager_loss_parallel, grouped_gemm_streams=stack.grouped_gemm_streams,
-                        expert_wgrad_main_grad=stack.expert_wgrad_main_grad)
+                        expert_wgrad_main_grad=stack.expert_wgrad_main_grad,
+                        nvfp4_bf16_tail_fraction=stack.nvfp4_bf16_tail_fraction)

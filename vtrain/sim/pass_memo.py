@@ -34,7 +34,7 @@ def _groups(graph: ModelGraph) -> Tuple[Group, ...]:
     if hit is not None and hit[0] is graph:
         return hit[1]
     found: set[Group] = set()
-    for comp in (graph.layer, graph.embedding, graph.head, graph.moe_layer, graph.mtp):
+    for comp in (graph.layer, graph.embedding, graph.head, graph.moe_layer, graph.mtp, graph.tail_layer):
         if comp is not None:
             for ops in (comp.forward, comp.backward, comp.recompute):
                 found.update(op.group for op in ops.ops if isinstance(op, Collective))

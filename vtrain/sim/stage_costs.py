@@ -7,7 +7,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan
 from vtrain.cost.base import CostModel
-from vtrain.graph.blocks import ModelGraph, PassOps
+from vtrain.graph.blocks import ComponentGraph, ModelGraph, PassOps
 from vtrain.graph.cuda_graphs import captured_ops
 from vtrain.graph.ops import Op, is_weight_grad
 from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
@@ -201,6 +201,9 @@ class _Timed:
     mtp_f: List[Timed]
     mtp_b: List[Timed]
     bw: Dict[str, Tuple[List[Timed], List[Timed]]]
+    tail_f: List[Timed]  # a layer of the high-precision tail (graph.builder.tail_layers)
+    tail_b: List[Timed]
+    tail_b_kept: List[Timed]
 
 
 def _timed_passes(graph: ModelGraph, cost: CostModel, comm: CommPlan, overlap_slowdown: float,
@@ -215,33 +218,54 @@ def _timed_passes(graph: ModelGraph, cost: CostModel, comm: CommPlan, overlap_sl
              timed(graph.head.forward, "head"), timed(graph.head.backward, "head"))
     bw: Dict[str, Tuple[List[Timed], List[Timed]]] = {}
     comps = {"layer": graph.layer, "emb": graph.embedding, "head": graph.head, "moe": graph.moe_layer,
-             "mtp": graph.mtp}
+             "mtp": graph.mtp, "tail": graph.tail_layer}
     for name, g in comps.items():
         if g is not None and split:  # (B, W): the input-gradient ops and the weight-gradient ops
             b_ops = timed([op for op in g.backward.ops if not is_weight_grad(op)], name)
             w_ops = timed([op for op in g.backward.ops if is_weight_grad(op)], name)
             bw[name] = (timed(g.recompute, name) + b_ops, w_ops)
-            if name in ("layer", "moe"):  # a layer that kept its activations (block recompute)
+            if name in ("layer", "moe", "tail"):  # a layer that kept its activations (block recompute)
                 bw[name + "_kept"] = (b_ops, w_ops)
-    moe, mtp = graph.moe_layer, graph.mtp
-    moe_f = timed(moe.forward, "moe") if moe else []
-    moe_b_kept = timed(moe.backward, "moe") if moe else []
-    moe_b = timed(moe.recompute, "moe") + moe_b_kept if moe else []
+    moe_f, moe_b_kept, moe_b = _layer_passes(graph.moe_layer, timed, "moe")
+    tail_f, tail_b_kept, tail_b = _layer_passes(graph.tail_layer, timed, "layer")
+    mtp = graph.mtp
     return _Timed(*layer, *edges, moe_f, moe_b, moe_b_kept, timed(mtp.forward, "mtp") if mtp else [],
-                  timed(mtp.backward, "mtp") if mtp else [], bw)
+                  timed(mtp.backward, "mtp") if mtp else [], bw, tail_f, tail_b, tail_b_kept)
 
 
-ChunkKey = Tuple[bool, bool, int, int]  # (first position, last position, layers, MoE layers)
+def _layer_passes(c: Optional[ComponentGraph], timed: Callable[[PassOps, str], List[Timed]], name: str
+                  ) -> Tuple[List[Timed], List[Timed], List[Timed]]:
+    """A layer component's timed forward, backward and recompute + backward (all empty without it)."""
+    if c is None:
+        return [], [], []
+    kept = timed(c.backward, name)
+    return timed(c.forward, name), kept, timed(c.recompute, name) + kept
+
+
+def tail_at(part: StagePartition, q: int, tail: int) -> int:
+    """How many of the model's last ``tail`` layers sit at pipeline position ``q`` (each chain holds the layers
+    in order, position by position)."""
+    if tail <= 0:
+        return 0
+    chain = part.chain_len
+    base = q - q % chain
+    start = sum(part.layers[base:q])
+    total = sum(part.layers[base:base + chain])
+    return max(0, min(start + part.layers[q], total) - max(start, total - tail))
+
+
+ChunkKey = Tuple[bool, bool, int, int, int]  # (first position, last position, layers, MoE layers, tail layers)
 
 
 def _chunk_parts(t: _Timed, sides: Tuple[SideStream, ...], key: ChunkKey, mtp_layers: int, mtp_moe: bool,
                  recompute_layers: int, which: int) -> Tuple[List[Part], List[Part]]:
-    """(forward, backward) parts of a chunk: embedding, dense layers, MoE layers, MTP modules, head;
-    ``which``: 0 the whole backward, 1 its B, 2 its W (no side stream: the reduce-scatters go with B)."""
-    first, is_last, n, nm = key
+    """(forward, backward) parts of a chunk: embedding, dense layers, MoE layers, the high-precision tail's
+    layers, MTP modules, head; ``which``: 0 the whole backward, 1 its B, 2 its W (no side stream: the
+    reduce-scatters go with B)."""
+    first, is_last, n, nm, nt = key
     k = mtp_layers if is_last else 0
-    r = recomputed_layers(recompute_layers, n)  # the first r: dense layers first, then MoE ones
-    r_dense, r_moe = min(r, n - nm), max(0, r - (n - nm))
+    r = recomputed_layers(recompute_layers, n)  # the first r: dense layers first, then MoE ones, then the tail
+    r_dense, r_moe, r_tail = min(r, n - nm - nt), max(0, min(r - (n - nm - nt), nm)), max(0, r - (n - nt))
     mtp_layer = (t.moe_f, t.moe_b, "moe") if mtp_moe else (t.layer_f, t.layer_b, "layer")
     side_f, side_b, moe_side_f, moe_side_b = sides
 
@@ -249,12 +273,14 @@ def _chunk_parts(t: _Timed, sides: Tuple[SideStream, ...], key: ChunkKey, mtp_la
         return whole if which == 0 or name not in t.bw else t.bw[name][which - 1]
     sb = side_b if which != 2 else NO_SIDE
     msb = moe_side_b if which != 2 else NO_SIDE
-    fp = [(t.emb_f, int(first), NO_SIDE), (t.layer_f, n - nm, side_f), (t.moe_f, nm, moe_side_f),
-          (t.mtp_f, k, NO_SIDE), (mtp_layer[0], k, NO_SIDE), (t.head_f, int(is_last) * (1 + k), NO_SIDE)]
+    fp = [(t.emb_f, int(first), NO_SIDE), (t.layer_f, n - nm - nt, side_f), (t.moe_f, nm, moe_side_f),
+          (t.tail_f, nt, side_f), (t.mtp_f, k, NO_SIDE), (mtp_layer[0], k, NO_SIDE),
+          (t.head_f, int(is_last) * (1 + k), NO_SIDE)]
     bp = [(b_of("head", t.head_b), int(is_last) * (1 + k), NO_SIDE),
           (b_of(mtp_layer[2], mtp_layer[1]), k, NO_SIDE), (b_of("mtp", t.mtp_b), k, NO_SIDE),
+          (b_of("tail_kept", t.tail_b_kept), nt - r_tail, sb), (b_of("tail", t.tail_b), r_tail, sb),
           (b_of("moe_kept", t.moe_b_kept), nm - r_moe, msb), (b_of("moe", t.moe_b), r_moe, msb),
-          (b_of("layer_kept", t.layer_b_kept), n - nm - r_dense, sb),
+          (b_of("layer_kept", t.layer_b_kept), n - nm - nt - r_dense, sb),
           (b_of("layer", t.layer_b), r_dense, sb), (b_of("emb", t.emb_b), int(first), NO_SIDE)]
     return [x for x in fp if x[1] > 0], [x for x in bp if x[1] > 0]
 
@@ -262,7 +288,7 @@ def _chunk_parts(t: _Timed, sides: Tuple[SideStream, ...], key: ChunkKey, mtp_la
 Priced = Tuple[PassCost, PassCost, Optional[PassCost]]  # forward, backward (B when split), W when split
 
 
-def _priced_rows(part: StagePartition, price: Callable[[ChunkKey], Priced]
+def _priced_rows(part: StagePartition, price: Callable[[ChunkKey], Priced], tail: int = 0
                  ) -> Tuple[List[Tuple[PassCost, ...]], List[Tuple[PassCost, ...]], List[Tuple[PassCost, ...]]]:
     """[stage][chunk] forward, backward and W passes, each distinct chunk priced once."""
     priced: Dict[ChunkKey, Priced] = {}
@@ -271,7 +297,7 @@ def _priced_rows(part: StagePartition, price: Callable[[ChunkKey], Priced]
         f_row, b_row, w_row = [], [], []
         for c in range(part.v):
             q = part.position(s, c)
-            key = (part.is_first(q), part.is_last(q), part.layers[q], part.moe_at(q))
+            key = (part.is_first(q), part.is_last(q), part.layers[q], part.moe_at(q), tail_at(part, q, tail))
             if key not in priced:
                 priced[key] = price(key)
             f, b, w = priced[key]
@@ -294,7 +320,7 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
     (:func:`side_streams`), the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) and the
     layers that run their recompute (``recompute_layers``: :func:`recomputed_layers`) only."""
     t = _timed_passes(graph, cost, comm, overlap_slowdown, graph_scopes, split)
-    if not split and fuse is None and graph.moe_layer is None and graph.mtp is None:
+    if not split and fuse is None and graph.moe_layer is None and graph.mtp is None and graph.tail_layer is None:
         return _dense_stage_costs(part, microbatch_overhead_s, t.layer_f, t.layer_b, t.emb_f, t.emb_b, t.head_f,
                                   t.head_b, sides[0], sides[1], t.layer_b_kept, recompute_layers)
     mtp_moe = bool(graph.moe_layer is not None and part.mtp_layers and part.mtp_expert_params > 0)
@@ -309,7 +335,7 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
             return f, price_chunk(parts(1)[1], 0.0, memo), price_chunk(parts(2)[1], 0.0, memo)
         return f, price_chunk(bparts, 0.0, memo), None
 
-    forward, backward, weight = _priced_rows(part, price)
+    forward, backward, weight = _priced_rows(part, price, graph.tail_layers)
     fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()
     if fuse is not None:
         whole = [[b + w for b, w in zip(backward[s], weight[s])] if split else list(backward[s])

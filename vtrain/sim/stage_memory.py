@@ -8,6 +8,8 @@ from dataclasses import replace
 from typing import List, Optional
 
 from vtrain.comm.sharding import deferred_sync
+from vtrain.graph.builder import tail_layers
+from vtrain.graph.options import graph_options
 from vtrain.report import MemoryBreakdown
 from vtrain.sim.memory import (
     cp_gathered_kv_bytes,
@@ -19,8 +21,8 @@ from vtrain.sim.memory import (
     state_bytes_per_param,
 )
 from vtrain.sim.memory_moe import moe_memory
-from vtrain.sim.stage_costs import recomputed_layers
-from vtrain.workload.enums import Recompute
+from vtrain.sim.stage_costs import recomputed_layers, tail_at
+from vtrain.workload.enums import Precision, Recompute
 from vtrain.workload.partition import StagePartition, layer_split, partition
 from vtrain.workload.plan import ParallelPlan
 from vtrain.workload.workload import Workload
@@ -44,13 +46,20 @@ def _dense_and_moe(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
     moe = moe_memory(model, plan, part, stack.fsdp_fp32_shards) if moe_like else None
     fp8_cache = fp8_weight_cache_bytes_per_param(plan, stack)
     deferred = deferred_sync(plan, stack)
+    tail = tail_layers(model, plan, graph_options(stack))
+    tail_extra = layer_activation_bytes(model, replace(plan, precision=Precision.BF16),
+                                        keeps_unread=stack.sac_keeps_unread) - act_layer if tail else 0.0
     out = []
     for s in range(plan.pp):
         params = part.stage_params(s)
         layers = part.stage_layers(s)
         gathered_w, gathered_g = sharded_working_bytes(part.layer_params, layers, plan, deferred)
+        inflight = inflight_layers(plan, s, layers, part.chunk_layers(s))
+        # the bf16 tail's layers (builder.tail_layers) hold their own activations, in flight in the stage's share
+        n_tail = sum(tail_at(part, part.position(s, c), tail) for c in range(part.v)) if tail else 0
+        acts = inflight * act_layer + (inflight / layers * n_tail * tail_extra if n_tail else 0.0)
         terms = (params * w_b + gathered_w + fp8_cache * layers * part.layer_params, params * g_b + gathered_g,
-                 params * o_b, inflight_layers(plan, s, layers, part.chunk_layers(s)) * act_layer + working,
+                 params * o_b, acts + working,
                  stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0))
         if moe is not None:
             terms = moe(s, terms)

@@ -171,6 +171,11 @@ class StackSpec:
     torchao_mx_casts: bool = spec(False, doc="MXFP8 casts as torchao's mx_mm runs them (vtrain.graph.torchao_mx): "
                                              "each GEMM casts its bf16 operands itself, two casts in forward and "
                                              "four in backward per linear layer")
+    nvfp4_bf16_tail_fraction: float = spec(
+        0.0, domain=Domain(lo=0.0, hi=1.0),
+        doc="with precision=nvfp4 the last ceil(num_layers x this) decoder layers stay in bf16 with the output layer "
+            "(torchtitan's NVFP4 recipe, llama3_8b_nvfp4_mixed: nvfp4_bf16_tail_fqns(n_layers, 0.15); "
+            "vtrain.graph.builder.tail_layers); 0: every layer in NVFP4")
     memory_reserved_gib: float = spec(2.0, unit="GiB", domain=GIB_RESERVED,
                                       doc="CUDA context, NCCL buffers, allocator fragmentation, workspaces")
     provenance: Dict[str, str] = spec(factory=dict, doc="per constant: 'fitted: <data>', 'transferred from: "
