@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from vtrain.sim.goodput import checkpoint_bytes, goodput_of, job_failures_per_h, young_daly_interval_s
+from vtrain.sim.goodput import Goodput, checkpoint_bytes, goodput_of, job_failures_per_h, young_daly_interval_s
 from vtrain.workload import reliability as rel
 
 DAY_S = 86400.0
@@ -43,6 +43,8 @@ def test_expected_time_formula() -> None:
 def test_no_failures_means_full_goodput() -> None:
     g = goodput_of(1e5, 1024, 8, 1e12, 1.0, 0.0, 0.0, 600.0)
     assert g.goodput == 1.0 and g.expected_time_s == 1e5 and g.expected_failures == 0.0
+    write_s = 1e12 / (128 * 1.0e9)  # 1,024 GPUs = 128 nodes writing at 1 GB/s each
+    assert g == Goodput(1.0, 0.0, 1e12, write_s, write_s, 1e5, 0.0, 1e5) and g.mtbf_s == math.inf
 
 
 def test_llama3_interruption_rate() -> None:
@@ -85,3 +87,25 @@ def test_opt_175b_restarts_are_under_predicted_by_half() -> None:
     predicted = rate * 56 * 24
     assert predicted == pytest.approx(26.3, abs=0.2)
     assert 0.45 < predicted / 53.5 < 0.55
+
+
+def test_a_run_checkpoints_each_parameter_with_its_master_weight_and_moments() -> None:
+    """run_goodput: bf16 weights + fp32 master + two Adam moments, 2 + 4 + 2 x 4 = 14 B per parameter; with bf16
+    moments (DeepSeek-V3's) 2 + 4 + 2 x 2 = 10 B; written by the job's nodes at the cluster's rate each."""
+    from dataclasses import replace
+
+    from vtrain import compose
+    from vtrain.config.build import build_workload
+    from vtrain.sim.goodput import run_goodput
+
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=64", "training.global_batch_size=256", "training.seq_len=8192"]))
+    params, c = float(w.model.total_params()), w.cluster
+    nodes = 64 // c.gpus_per_node
+    for moments, per_param in (("fp32", 14.0), ("bf16", 10.0)):
+        g = run_goodput(replace(w, plan=replace(w.plan, optimizer_moments=moments)), 86400.0)
+        assert g.checkpoint_bytes == params * per_param
+        assert g.checkpoint_write_s == pytest.approx(params * per_param / (nodes * c.checkpoint_write_gb_per_s * 1e9))
+        assert g.failures_per_h == pytest.approx(64 * c.gpu_failures_per_h + nodes * c.node_failures_per_h)
+        assert g == goodput_of(86400.0, 64, c.gpus_per_node, params * per_param, c.checkpoint_write_gb_per_s,
+                               c.gpu_failures_per_h, c.node_failures_per_h, c.restart_s)
