@@ -3,9 +3,8 @@
 # against the fast unit tests of those packages. Not part of CI. Needs mutmut 3.8.1 (pip install mutmut==3.8.1).
 #   bench/mutation.sh [N_MUTANTS=120] [SEED=44]
 # Works on a copy of the committed tree (git archive HEAD) in $MUTATION_WORKDIR (default /tmp/vtrain-mutation),
-# never on the working tree; the generated mutants and the test-to-function map are kept there per tree of vtrain/,
-# so a second sample of the same product code skips both (new tests are mapped on their own). Prints the score
-# over the non-equivalent mutants (bench/mutation_equivalent.txt) and each surviving mutant (docs/testing.md).
+# never on the working tree; the generated mutants, the test-to-function map and the verdicts are kept there.
+# Prints the score over the non-equivalent mutants (bench/mutation_equivalent.txt) and each surviving mutant (docs/testing.md).
 set -euo pipefail
 N=${1:-120}
 SEED=${2:-44}
@@ -20,13 +19,12 @@ cost_model cp_a2a cp_comms cp_ring cuda_graphs domains_doc energy engine_invaria
 inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory mla_mtp_ops model moe_model moe_placement
 moe_schedules moe_sim optimizer_bandwidth overlap_chunks param_counts partial_recompute pass_memo
 pinned_activations pinned_collectives pinned_head_and_bandwidth pipeline pipeline_layout pipeline_split
-recompute_fit recomputed_flops schedule selective_op side_stream_contention simulate spec_rules structure_memo te_quant torchtitan_tp
+recompute_fit schedule selective_op side_stream_contention simulate spec_rules structure_memo te_quant torchtitan_tp
 training_runs weight_cache"
 TESTS="$(for t in $UNIT; do printf 'tests/unit/test_%s.py ' "$t"; done)tests/test_profile_io.py"
 start=$(date +%s)
-# The mutants depend on vtrain/ only: they are generated once per tree of vtrain/ and kept; the tests, the selection
-# and the settings are refreshed from HEAD every run (mutmut copies them next to the mutants and re-maps new tests).
-KEY=$(git -C "$ROOT" rev-parse HEAD:vtrain)
+# The work directory is kept between runs and refreshed from HEAD: mutmut regenerates the mutants of changed files,
+# maps new tests, and keeps a verdict until its function or the test settings change (remove $WORK for a clean run).
 configure() {
   py_list() { printf '"%s", ' "$@" | sed 's/, $//'; }
   cat >> pyproject.toml <<TOML
@@ -61,13 +59,32 @@ def _mutation_run_empties_vtrain_caches():
 PY
   grep -q "^import pytest" tests/conftest.py || sed -i '1i import pytest' tests/conftest.py
 }
-if [ "$(cat "$WORK/.key" 2>/dev/null)" != "$KEY" ]; then
+if [ ! -d "$WORK/mutants" ]; then
   rm -rf "$WORK" && mkdir -p "$WORK"
   git -C "$ROOT" archive HEAD | tar -x -C "$WORK"
-  cd "$WORK"
-  configure
-  # generate every mutant (mutmut run's first step, without its test runs)
-  python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY'
+else  # refresh the copy from HEAD: a changed source file gets a new mtime, so mutmut regenerates its mutants
+  rm -rf "$WORK/head" "$WORK/tests" "$WORK/docs" "$WORK/profiles" "$WORK/bench" && mkdir -p "$WORK/head"
+  git -C "$ROOT" archive HEAD | tar -x -C "$WORK/head"
+  python - "$WORK/head/vtrain" "$WORK/vtrain" <<'PY'
+import filecmp, shutil, sys
+from pathlib import Path
+new, old = Path(sys.argv[1]), Path(sys.argv[2])
+for f in old.rglob("*"):
+    if f.is_file() and not (new / f.relative_to(old)).exists():
+        f.unlink()
+for f in new.rglob("*"):
+    dst = old / f.relative_to(new)
+    if f.is_file() and not (dst.exists() and filecmp.cmp(f, dst, shallow=False)):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, dst)  # a fresh mtime: mutmut sees the file changed
+PY
+  (cd "$WORK/head" && cp -r tests docs profiles bench pyproject.toml README.md "$WORK/") && rm -rf "$WORK/head"
+fi
+cd "$WORK"
+configure
+# generate the mutants of every new or changed source file (mutmut run's first step, without its test runs); mutmut
+# forgets the verdicts of the functions whose code changed
+python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY'
 import os, sys
 from mutmut.__main__ import create_mutants
 from mutmut.mutation.trampoline import set_mutant_under_test
@@ -76,18 +93,15 @@ set_mutant_under_test("mutant_generation")
 os.makedirs("mutants", exist_ok=True)
 copy_src_dir(); copy_also_copy_files(); setup_source_paths()
 stats = create_mutants(int(sys.argv[1]))
-print(f"{stats.mutated} files mutated, {stats.ignored} ignored")
+print(f"{stats.mutated} files mutated, {stats.ignored} ignored, {stats.unmodified} unchanged")
 PY
-  echo "$KEY" > .key
-else
-  cd "$WORK"
-  rm -rf tests docs profiles bench
-  git -C "$ROOT" archive HEAD tests pyproject.toml docs profiles bench README.md | tar -x -C "$WORK"
-  configure
-fi
-cd "$WORK"
 echo "generated in $(( $(date +%s) - start )) s: $(tail -1 mutmut_generate.log)"
 python "$ROOT/bench/mutation_sample.py" sample "$N" "$SEED" > sample.txt
-mutmut run --max-children "$JOBS" $(cat sample.txt) > mutmut_run.log 2>&1 || { tail -30 mutmut_run.log; exit 1; }
+# mutmut keeps each verdict until the mutant's function or the test settings change; a killed mutant stays killed
+# when tests are added, so only the others run again (all of them after a change to the test selection)
+python "$ROOT/bench/mutation_sample.py" pending sample.txt > pending.txt
+if [ -s pending.txt ]; then
+  mutmut run --max-children "$JOBS" $(cat pending.txt) > mutmut_run.log 2>&1 || { tail -30 mutmut_run.log; exit 1; }
+fi
 python "$ROOT/bench/mutation_sample.py" score sample.txt
-echo "commit $COMMIT (vtrain/ tree $KEY), seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"
+echo "commit $COMMIT, seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"

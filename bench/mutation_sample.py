@@ -2,6 +2,7 @@
 
   python bench/mutation_sample.py sample N SEED   # print N mutant names drawn with SEED from mutants/**/*.meta
   python bench/mutation_sample.py score FILE      # tally the verdicts of the names listed in FILE
+  python bench/mutation_sample.py pending FILE    # the names listed in FILE that are not killed (yet)
 
 Mutants judged equivalent (no input can change an output) are listed in bench/mutation_equivalent.txt, one a line:
 ``name | the mutated line as mutmut writes it | why``. An entry counts only while that line is still in the named
@@ -99,5 +100,8 @@ def score(names: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "sample":
         print("\n".join(sample(int(sys.argv[2]), int(sys.argv[3]))))
+    elif sys.argv[1] == "pending":
+        codes = verdicts()
+        print("\n".join(n for n in Path(sys.argv[2]).read_text().split() if codes.get(n) not in KILLED))
     else:
         score(Path(sys.argv[2]).read_text().split())
