@@ -89,6 +89,9 @@ def test_timeline_is_chrome_trace(gpt175b_cfg):
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in slices} == set(range(16))
     assert len([e for e in slices if e["cat"] == "forward"]) == 16 * 192
+    # each stage ends its iteration with one optimizer step on its compute stream
+    steps = [e for e in slices if e["name"] == "optimizer step"]
+    assert sorted(e["pid"] for e in steps) == list(range(16)) and {e["cat"] for e in steps} == {"optimizer"}
 
 
 @pytest.mark.parametrize("overlap", [True, False])
