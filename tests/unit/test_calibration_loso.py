@@ -57,6 +57,32 @@ def test_params_apply_by_architecture_stack_and_curve_and_inform_the_sources_the
     assert by["stack:megatron_core_te.host_time_per_kernel_s"] == []
 
 
+def test_the_overlap_share_applies_to_the_rows_that_run_the_overlap_and_they_alone_inform_it():
+    """stack:megatron_core_te.ep_overlap_hidden_share (Megatron-Core's --overlap-moe-expert-parallel-comm) applies to
+    a row that switches the overlap on (ModelZoo row 2), not to the same plan without it (row 1); a source informs it
+    by the spread of its overlap rows alone (row 2 moves by far more than 5% between a tenth and all of the pair's
+    all-to-all hidden: -22% at 1.0 against -8% at 0.5, docs/moe.md), however many rows run without it."""
+    from vtrain.calibration.loso import PARAMS, Surrogate, informing, with_values
+    from vtrain.calibration.sources import Source, cluster_cfg, rows_source
+    from vtrain.validation.csv_io import read_measurements
+    from vtrain.validation.datasets import resolve_dataset, shipped_defaults
+
+    rows = read_measurements(resolve_dataset("megatron_moe_qwen3_h100"))[:2]
+    src = rows_source("modelzoo", rows, cluster_cfg("h100x1024"), shipped_defaults("megatron_moe_qwen3_h100"),
+                      "megatron_core_te")
+    share = next(p for p in PARAMS if p.key == "stack:megatron_core_te.ep_overlap_hidden_share")
+    assert [share.applies(w) for w in src.workloads] == [False, True]
+    assert [with_values(w, [share], [0.3]).stack.ep_overlap_hidden_share for w in src.workloads] == [0.5, 0.3]
+    # row 1 counted as a source of eight rows without the overlap: the share still informs it through row 2
+    many = Source("many", (src.workloads[0],) * 8 + (src.workloads[1],), np.repeat(src.measured_s, [8, 1]),
+                  np.zeros(9, dtype=bool), np.repeat(src.shipped_s, [8, 1]), ("x",) * 9)
+    sur = Surrogate(PARAMS)
+    by = dict(zip([p.key for p in PARAMS], informing([src, many], sur)))
+    assert by[share.key] == ["modelzoo", "many"]
+    assert sur.log_spread(sur.row(src.workloads[1]), PARAMS.index(share)) > 0.1
+    assert sur.log_spread(sur.row(src.workloads[0]), PARAMS.index(share)) == 0.0
+
+
 def test_surrogate_is_exact_on_its_nodes_and_between_them_bounded_by_them(two_sources):
     from vtrain.calibration.loso import PARAMS, Surrogate, simulate_s, with_values
 

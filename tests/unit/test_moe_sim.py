@@ -77,14 +77,15 @@ def test_a_fused_pair_hides_its_share_of_the_all_to_all(compute, a2a, share, exp
 
 
 def test_the_overlap_share_is_megatron_cores_and_dualpipe_hides_all():
-    """The shipped Megatron-Core share (bench/fit_ep_overlap.py: 0.501 on the ModelZoo plan measured with and
-    without the overlap) says where it comes from; DualPipe's own schedule is priced with the whole all-to-all
-    hidden whatever the stack's share."""
+    """The shipped Megatron-Core share is one the calibration fits (task=calibrate calibrate.scope=all on the rows
+    of every source that runs the overlap: 0.30-0.34 over its folds; 0.50 on the ModelZoo plan measured with and
+    without it) and says so; DualPipe's own schedule is priced with the whole all-to-all hidden whatever the
+    stack's share."""
     from vtrain.config.compose import load_stack_config
 
     te = load_stack_config("megatron_core_te")
-    assert te.ep_overlap_hidden_share == 0.5
-    assert "bench/fit_ep_overlap.py" in te.provenance["ep_overlap_hidden_share"]
+    assert 0.25 <= te.ep_overlap_hidden_share <= 0.55
+    assert "task=calibrate calibrate.scope=all" in te.provenance["ep_overlap_hidden_share"]
     assert load_stack_config("torchtitan_fsdp2").ep_overlap_hidden_share == 1.0
     dsv3 = ["+model=deepseek_v3", "model.num_layers=62", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=16",
             "parallelism.dp=64", "parallelism.ep=64", "parallelism.schedule=dualpipe",

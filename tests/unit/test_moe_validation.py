@@ -74,7 +74,8 @@ def test_shipped_megatron_moe_rows_error_within_the_documented_bound():
     """docs/moe.md: on the 13 Megatron-Core Qwen3-235B rows on 256 H100, MAPE 7.05%, max APE 26.7%, 10 of 13
     within 10% (the main table at forced balance, as its plan's ModelZoo script runs it). Held out but for the 4
     dropless long-context rows, which set the routing imbalance (1.60, bench/fit_moe_imbalance.py), and the ratio
-    of rows 2 and 1, which sets the share of the all-to-all the 1F1B overlap hides (0.50, bench/fit_ep_overlap.py):
+    of rows 2 and 1, which set the share of the all-to-all the 1F1B overlap hides (0.50; task=calibrate
+    calibrate.scope=all refits it on the overlap rows of five sources, this row among them):
     the bound is the documented figure, so a change that worsens it fails here."""
     cfg = compose(["+cluster=h100x1024"], require=False)
     rows = read_measurements(resolve_dataset("megatron_moe_qwen3_h100"))
@@ -86,8 +87,9 @@ def test_shipped_megatron_moe_rows_error_within_the_documented_bound():
     assert sum(ape) / 13 <= 7.05 + 0.005
     assert max(ape) <= 26.7 + 0.05
     assert sum(e <= 10.0 for e in ape) >= 10
-    # the overlap's measured gain on one plan (rows 1 and 2: 19.7 -> 17.6 s) is the predicted one
-    assert results[1].predicted_ms / results[0].predicted_ms == pytest.approx(17.6 / 19.7, abs=0.002)
+    # the overlap's measured gain on one plan (rows 1 and 2: 19.7 -> 17.6 s) bounds the predicted one: a share
+    # of 0.50 predicts it (the share the ratio alone gives), the calibration's lower share less of it
+    assert 17.6 / 19.7 - 0.002 <= results[1].predicted_ms / results[0].predicted_ms < 1.0
     assert all(float(r.row.values["moe_imbalance"]) == 1.0 for r in results[:5])  # the main table: forced balance
     long_context = ape[5:]  # rows 6-13: CP 1-8 at 4K-128K tokens, within 6% (docs/moe.md)
     assert max(long_context) <= 6.0

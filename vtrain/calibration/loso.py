@@ -1,18 +1,23 @@
 """One calibration of every fitted end-to-end constant, cross-validated leave-one-source-out.
 
 The constants (:data:`PARAMS`) are few and physical: a GPU architecture's share of its benchmarked GEMM rate
-sustained inside a training step, the HBM efficiency of element-wise kernels (one for every GPU), and a
-software stack family's host time per launched kernel. A constant is fitted only where at least two training
-sources inform it (have rows it applies to); otherwise it keeps its config value (its provenance says why).
+sustained inside a training step, the HBM efficiency of element-wise kernels (one for every GPU), a
+software stack family's host time per launched kernel, and the share of a fused forward/backward pair's
+all-to-all that Megatron-Core's 1F1B all-to-all overlap hides. A constant is fitted only where at least two
+training sources inform it (have rows it applies to); otherwise it keeps its config value (its provenance says
+why).
 
 Objective: the mean over training sources of each source's MAPE (each source weighted equally, so 180
 single-node runs do not drown 10 published rows), minimised by Nelder-Mead (Nelder & Mead 1965) in the logit
 of each constant's log-position inside its bounds. Each evaluation reads every row's iteration time off a
 cached grid of exact simulations: each constant's log-range cut into ``GRID - 1`` equal steps, the time
-interpolated multilinearly in log time over the (at most three) constants a row depends on (a host-bound
+interpolated multilinearly in log time over the (at most four) constants a row depends on (a host-bound
 time is proportional to the host time, a GEMM-bound one to 1 / the sustained share: linear in log-log,
-so the interpolation is exact away from the kink between the regimes). Every figure reported is an exact
-simulation at the fitted constants, never the surrogate.
+so the interpolation is exact away from the kink between the regimes). A constant of a mechanism a plan
+switches on (``Param.plan_flag``: the overlap's share) is fitted after the shared ones, at their fitted values,
+on the rows that switch it on (:func:`fit_switched`), so that a handful of rows neither moves the shared
+constants nor is drowned by their sources' other rows. Every figure reported is an exact simulation at the
+fitted constants, never the surrogate.
 
 Leave-one-source-out (LOSO): for each source, refit from the config values without its rows and predict them.
 """
@@ -49,9 +54,12 @@ class Param:
     members: Tuple[str, ...]
     lo: float
     hi: float
+    plan_flag: str = ""  # a mechanism a plan switches on (a ParallelPlan bool): the constant applies where it is on
 
     def applies(self, w: Any) -> bool:
         gpu, stack = w.cluster.gpu, w.stack
+        if self.plan_flag and not getattr(w.plan, self.plan_flag):
+            return False
         if not self.on_gpu:
             return bool(stack.name in self.members)
         if gpu.architecture not in self.members:
@@ -79,13 +87,18 @@ EAGER_2X = ("torchtitan_fsdp2", "llm_foundry_fsdp")
 # bounds: a GEMM inside a step sustains 50-100% of its benchmarked rate (the measured H200 steady/burst ratio is
 # 0.83, profiles/measured/h200/sustained_gemm.csv); element-wise kernels reach 40-95% of HBM bandwidth (STREAM-like
 # copies reach ~90%); a host issues a kernel in 5 us (CUDA launch + a fused C++ module) to 0.15 ms (eager Python
-# with autograd; the lent H200's eager PyTorch 2.x issued each op in 26 us median, profiles/measured/h200/meta.json)
+# with autograd; the lent H200's eager PyTorch 2.x issued each op in 26 us median, profiles/measured/h200/meta.json);
+# Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm) hides 0.1 to all of each fused pair's
+# all-to-all (vtrain.sim.overlap; below 0.1 the dispatcher's SMs cost the pair more than it hides), fitted on the rows
+# that switch it on
 PARAMS: Tuple[Param, ...] = (
     *(Param(f"gpu:{a}.sustained_gemm_fraction", "sustained_gemm_fraction", True, (a,), 0.5, 1.0) for a in _GPUS),
     Param("gpu:all.memory_efficiency", "memory_efficiency", True, _GPUS, 0.4, 0.95),
     Param("stack:eager_2022.host_time_per_kernel_s", "host_time_per_kernel_s", False, EAGER_2022, 5e-6, 1.5e-4),
     Param("stack:megatron_core_te.host_time_per_kernel_s", "host_time_per_kernel_s", False, MCORE_TE, 5e-6, 1.5e-4),
     Param("stack:eager_2x.host_time_per_kernel_s", "host_time_per_kernel_s", False, EAGER_2X, 5e-6, 1.5e-4),
+    Param("stack:megatron_core_te.ep_overlap_hidden_share", "ep_overlap_hidden_share", False, MCORE_TE, 0.1, 1.0,
+          plan_flag="overlap_moe_comm"),
 )
 
 
@@ -196,12 +209,14 @@ class Fit:
 
 def informing(sources: Sequence[Source], surrogate: "Surrogate") -> List[List[str]]:
     """Per param, the sources it moves by >= INFORMS on average over their fit rows (0 for a row it does not
-    apply to)."""
+    apply to); a param a plan switches on (``plan_flag``), on average over the fit rows that switch it on (a
+    source's few overlap rows inform the overlap's share however many rows run without it)."""
     out = []
-    for i in range(len(surrogate.params)):
+    for i, p in enumerate(surrogate.params):
         names = []
         for s in sources:
-            spread = [surrogate.log_spread(surrogate.row(s.workloads[int(j)]), i) for j in s.fit_index]
+            idx = [j for j in s.fit_index if not p.plan_flag or p.applies(s.workloads[int(j)])]
+            spread = [surrogate.log_spread(surrogate.row(s.workloads[int(j)]), i) for j in idx]
             if spread and float(np.mean(spread)) >= INFORMS:
                 names.append(s.name)
         out.append(names)
@@ -219,7 +234,9 @@ def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, m
     from scipy.optimize import minimize
 
     params = surrogate.params
-    active = [i for i, names in enumerate(informing(sources, surrogate)) if len(names) >= min_sources]
+    informed = informing(sources, surrogate)
+    active = [i for i, names in enumerate(informed) if len(names) >= min_sources and not params[i].plan_flag]
+    switched = [i for i, names in enumerate(informed) if len(names) >= min_sources and params[i].plan_flag]
     if not active:
         return Fit(tuple(None for _ in params), tuple(s.name for s in sources), 0)
     start = np.array([prior_value(params[i], sources) for i in active])
@@ -249,9 +266,51 @@ def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, m
     res = minimize(loss, x0, method="Nelder-Mead",
                    options={"maxfev": max_evals, "initial_simplex": simplex, "xatol": 0.05, "fatol": 0.01})
     values: List[Optional[float]] = [None] * len(params)
+    u = np.zeros(len(params))
     for i, xi in zip(active, res.x):
-        values[i] = params[i].from_unit(float(1.0 / (1.0 + np.exp(-xi))))
+        u[i] = float(1.0 / (1.0 + np.exp(-xi)))
+        values[i] = params[i].from_unit(u[i])
+    for i in switched:
+        values[i] = params[i].from_unit(fit_switched(sources, surrogate, active, i, u))
     return Fit(tuple(values), tuple(s.name for s in sources), evals[0])
+
+
+def fit_switched(sources: Sequence[Source], surrogate: Surrogate, active: Sequence[int], i: int,
+                 u: np.ndarray) -> float:
+    """The unit position of param ``i``, one a plan switches on, at the fitted shared constants ``u``: the mean
+    over sources of each source's MAPE over its fit rows that switch it on (each source weighted equally), by
+    golden-section search over [0, 1] (30 steps: ~1e-6 of the range). Fitted after the shared constants, on the
+    rows it applies to alone, so that it does not move their fit (a few rows of a source beside hundreds)."""
+    p = surrogate.params[i]
+    plan = []
+    for s in sources:
+        idx = [int(j) for j in s.fit_index if p.applies(s.workloads[int(j)])]
+        ks = [surrogate.row(s.workloads[j]) for j in idx]
+        dims = [[d for d in [*active, i] if surrogate.params[d].applies(s.workloads[j]) and surrogate.moves(k, d)]
+                for j, k in zip(idx, ks)]
+        if ks:
+            plan.append((ks, dims, s.measured_s[idx], s.rate[idx]))
+
+    def loss(x: float) -> float:
+        at = u.copy()
+        at[i] = x
+        return float(np.mean([np.mean(ape_pct(np.exp([surrogate.log_s(k, d, at) for k, d in zip(ks, dims)]),
+                                              meas, rate)) for ks, dims, meas, rate in plan]))
+
+    g = (np.sqrt(5.0) - 1.0) / 2.0
+    lo, hi = 0.0, 1.0
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    for _ in range(30):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = loss(b)
+    return 0.5 * (lo + hi)
 
 
 @dataclass(frozen=True)

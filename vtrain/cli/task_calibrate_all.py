@@ -100,7 +100,7 @@ def improves(p: Param, names: Sequence[str], results: Sequence[SourceResult]) ->
 def constant_table(sources: Sequence[Source], full: Fit, results: Sequence[SourceResult]) -> List[Dict[str, Any]]:
     """Print and return per constant: config value, fitted value, the sources it was fitted on, the range over
     the leave-one-source-out folds, and whether to write it (below)."""
-    say(f"  {'constant':<46} {'config':>9} {'fitted':>9} {'over folds':>21} {'sources':>7}  write")
+    say(f"  {'constant':<48} {'config':>9} {'fitted':>9} {'over folds':>21} {'sources':>7}  write")
     out = []
     for i, (p, names) in enumerate(zip(PARAMS, full.informed_by)):
         folds = [float(f) for f in (r.fold.values[i] for r in results) if f is not None]
@@ -110,8 +110,11 @@ def constant_table(sources: Sequence[Source], full: Fit, results: Sequence[Sourc
         better = v is not None and improves(p, names, results) and bool(folds) and \
             not min(folds) <= prior_value(p, sources) <= max(folds)
         spread = f"{min(folds):.4g} .. {max(folds):.4g}" if folds else "-"
-        say(f"  {p.key:<46} {prior_value(p, sources):>9.4g} {'-' if v is None else f'{v:.4g}':>9} {spread:>21} "
+        say(f"  {p.key:<48} {prior_value(p, sources):>9.4g} {'-' if v is None else f'{v:.4g}':>9} {spread:>21} "
             f"{len(names):>7}  {'yes' if better else 'no'}")
+        if names and (v is not None or p.plan_flag):
+            say(f"    fitted on the rows of: {', '.join(names)}" if v is not None else
+                f"    informed by one source ({names[0]}): the config value kept")
         out.append({"constant": p.key, "field": p.field, "members": list(p.members),
                     "config": prior_value(p, sources), "fitted": v, "fold_min": min(folds) if folds else None,
                     "fold_max": max(folds) if folds else None, "sources": names, "write": better})

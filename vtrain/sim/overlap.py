@@ -13,7 +13,8 @@ pairs each all-to-all with one sub-module of the other micro-batch (combine-back
 dispatch beside the MLP backward, dispatch-backward beside the MLP forward, combine beside the attention
 backward), each waits for the sub-module that produces its tokens, the host waits for the dispatch's split
 sizes before it issues the expert GEMMs, and the all-to-all stream has no priority over the GEMMs' CTAs; the
-share is measured on one plan run with and without the overlap (docs/moe.md, bench/fit_ep_overlap.py).
+share is fitted on the rows of every source that run the overlap (task=calibrate calibrate.scope=all,
+vtrain.calibration.loso; docs/moe.md).
 The exposed all-to-all of the pair is T - compute. Without all-to-alls (a dense model) T is the sum of the
 two passes. Host-bound excess of the two passes is kept.
 """
