@@ -66,23 +66,27 @@ def _drain(inbox: "queue.Queue[Any]", first: Any) -> List[Any]:
             return out
 
 
-class _ParentDied(BaseException):
-    """The search that started this logger has died: its pipe's end of file, or SIGTERM (:func:`die_with_parent`;
-    raised by the handler wherever the main thread is, so that a write in progress unwinds)."""
+class _ParentDied(Exception):
+    """The search that started this logger has died: its pipe's end of file, or SIGTERM (:func:`die_with_parent`:
+    another fork of the search may still hold the pipe's end)."""
 
 
-_dying = False  # this logger process knows its search died: a second SIGTERM must not interrupt the marking
-
-
-def _died() -> None:
-    global _dying
-    if not _dying:
-        _dying = True
-        raise _ParentDied
+_terminated = False  # SIGTERM came: acted on between two writes (:func:`_next`), never inside one
 
 
 def _on_term(signum: int, frame: Any) -> None:
-    _died()
+    global _terminated
+    _terminated = True
+
+
+def _next(inbox: "queue.Queue[Any]") -> Any:
+    """The next message from the search; :class:`_ParentDied` once SIGTERM says the search is gone."""
+    while not _terminated:
+        try:
+            return inbox.get(timeout=0.5)
+        except queue.Empty:
+            pass
+    raise _ParentDied
 
 
 class _Streamed:
@@ -117,7 +121,7 @@ def _serve(conn: Any, cfg: Any, parent_end: Any, parent_pid: int) -> None:
         threading.Thread(target=_pump, args=(conn, inbox), daemon=True).start()
         _warm_up(cfg)
         _loop(conn, cfg, inbox, state)
-    except _ParentDied:  # whatever was being written was rolled back as the exception unwound it
+    except _ParentDied:
         _mark_killed(state)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # done: the search's death later is no news here
@@ -128,7 +132,7 @@ def _loop(conn: Any, cfg: Any, inbox: "queue.Queue[Any]", state: _Streamed) -> N
     from vtrain.tracking.mlflow_logger import ChildStream, TrackingError, log_search  # mlflow: imported here
 
     while True:
-        msgs = _drain(inbox, inbox.get())
+        msgs = _drain(inbox, _next(inbox))
         trials = [m for m in msgs if m is not None and m[0] == "trials"]
         if trials and not state.broken:  # every trial that has arrived, in one transaction
             try:
@@ -140,7 +144,7 @@ def _loop(conn: Any, cfg: Any, inbox: "queue.Queue[Any]", state: _Streamed) -> N
             if msg is None:
                 return
             if msg[0] == "died":
-                _died()
+                raise _ParentDied
             if msg[0] == "end":
                 result, out_dir, paths = msg[1:]
                 try:
@@ -148,8 +152,6 @@ def _loop(conn: Any, cfg: Any, inbox: "queue.Queue[Any]", state: _Streamed) -> N
                                          None if state.broken else state.stream)
                     state.stream = None  # the parent run has its final status
                     conn.send(("ok", tracked))
-                except _ParentDied:
-                    raise
                 except TrackingError as err:
                     conn.send(("error", str(err)))
                 except BaseException as err:  # noqa: BLE001 - reported as one line in the parent
