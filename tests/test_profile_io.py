@@ -248,3 +248,41 @@ def test_measured_h200_iterations_from_the_shipped_profile(folder: str, iteratio
     mape = {k: float(v.split("MAPE ")[1].split("%")[0]) for k, v in lines.items()}
     assert mape["sustained"] < 6.0 < mape["burst"], p.stdout  # h200: 4.9% vs 10.4%, llama: 3.5% vs 10.8% (README)
     assert f"sustained GEMM fraction 0.830 ({iterations} measured iterations)" in p.stdout
+
+
+def test_steady_ratio_is_the_settled_windows_median_over_the_burst() -> None:
+    """sustained_gemm.csv: a burst row, then windows; the median of the second half of the windows (past the power
+    cap's settling) over the burst rate; None without a positive burst or without windows."""
+    from vtrain.cost.profile_io import steady_ratio
+
+    def rows(burst, windows):
+        return [{"phase": "burst", "tflops": str(burst)}] + [{"phase": "sustained", "tflops": str(x)} for x in windows]
+
+    assert steady_ratio(rows(800.0, [790, 780, 700, 640, 600, 620])) == pytest.approx(620 / 800)
+    assert steady_ratio(rows(800.0, [700, 500, 600])) == pytest.approx(550 / 800)  # windows 500, 600
+    assert steady_ratio(rows(0.0, [700])) is None and steady_ratio(rows(800.0, [])) is None
+    assert steady_ratio([{"phase": "sustained", "tflops": "700"}]) is None
+
+
+def test_op_variants_are_the_profile_keys_the_shipped_profiles_use() -> None:
+    """A profile row's variant (vtrain.cost.profiled.op_variant): the norm kind, bias or not (a GEMM's weight
+    gradient excepted), dropout or not, the embedding's positions; profiles/measured/h200-llama/ops.csv keys
+    Llama 3's residuals and attention "nodropout"."""
+    import csv
+
+    from vtrain.config.build import model_spec
+    from vtrain.cost.profiled import op_variant
+
+    llama = model_spec(compose(["+model=llama3_8b", "+cluster=h100x1024"]).model)
+    gpt = model_spec(compose(["+model=gpt175b", "+cluster=a100x1024", "model.dropout=0.1"]).model)
+    names = ("norm1", "qkv", "qkv.dgrad", "fc2.wgrad", "residual1", "flash_attn.bwd", "embedding", "logits")
+    assert [op_variant(n, llama) for n in names] == ["rmsnorm", "nobias", "", "nobias", "nodropout", "nodropout",
+                                                    "nopos", ""]
+    assert [op_variant(n, gpt) for n in names] == ["layernorm", "bias", "", "bias", "dropout", "dropout",
+                                                  "learned+dropout", ""]
+    assert op_variant("norm1", None) == ""
+    shipped = Path(__file__).parents[1] / "profiles" / "measured" / "h200-llama" / "ops.csv"
+    with shipped.open() as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    assert {(r["op"], r["variant"]) for r in rows if r["op"].startswith(("residual1", "flash_attn"))} == \
+        {(n, op_variant(n, llama)) for n in ("residual1", "residual1.bwd", "flash_attn", "flash_attn.bwd")}

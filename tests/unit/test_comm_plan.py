@@ -83,3 +83,20 @@ def test_zero3_under_a_pipeline_reduces_per_layer_unless_the_stack_defers_it():
         layers = part.layers[part.position(s, 0)] * part.layer_params
         gathered = comm.param_gather[s].bytes if comm.param_gather[s] is not None else 0.0
         assert gathered == (part.position_params(part.position(s, 0)) - layers) * w.plan.dtype_bytes
+
+
+def test_listing_places_each_communication_in_its_group():
+    """Megatron without sequence parallelism scatters a boundary's activation over the TP ranks and all-gathers it
+    on the receiver (p2p_communication's scatter-gather): that all-gather runs in the TP group, each way per
+    micro-batch and boundary; the context-parallel K/V exchange in the CP group, per layer and micro-batch."""
+    from vtrain.comm.plan import Cadence
+
+    w, part, comm = plan_of("parallelism.tp=8", "parallelism.pp=4", "parallelism.dp=4", "parallelism.cp=2",
+                            "parallelism.sequence_parallel=false")
+    entries = comm.entries()
+    gathers = [e for e in entries if e.op.name == "p2p.gather"]
+    assert len(gathers) == 3 and all(e.where == comm.tp_where and e.cadence == Cadence.BOUNDARY for e in gathers)
+    assert [e.count for e in gathers] == [2 * w.plan.num_microbatches] * 3
+    cp = [e for e in entries if e.op.group.value == "cp"]
+    assert cp and all(e.where == comm.cp_where and e.cadence == Cadence.LAYER for e in cp)
+    assert comm.cp_where != comm.tp_where

@@ -173,3 +173,23 @@ def test_interleaved_chunks_of_unequal_depth(stage, chunk_layers, hand):
     plan = _plan(Schedule.INTERLEAVED, 16, 64, 8)
     assert inflight_layers(plan, stage, sum(chunk_layers), chunk_layers) == hand
     assert _walk_layers(16, 8, 64, stage, chunk_layers) == hand
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 10), (8, 16)])
+def test_dualpipev_overlaps_every_main_step_but_the_last_ranks_first(p, m):
+    """deepseek-ai/DualPipe dualpipev.py step(): step 4 runs num_chunks - 2 num_ranks + rank + 1 iterations of two
+    overlapped forward-backward chunks (F0B1, F1B0), except that the last rank runs its first F0 and B1 apart
+    ("we don't overlap these two chunks to further reduce bubble size"); step 5 one more overlapped F1B0 each of
+    its num_ranks - rank - 1 iterations."""
+    from vtrain.sim.schedule_zb import zb_stage_order
+    from vtrain.sim.tasks import W
+
+    for r in range(p):
+        order = zb_stage_order(Schedule.DUALPIPEV, p, m, r, fused=True)
+        steps4, steps5 = m - 2 * p + r + 1, p - r - 1
+        assert sum(t[0] == FUSED for t in order.tasks()) == 2 * steps4 - (r == p - 1) + steps5, r
+        # the warm-up ends with step 4's first iteration
+        if r == p - 1:  # F0 alone, then B1 with its W at once, then the overlapped F1B0
+            assert [t[:2] for t in order.warmup[-4:]] == [(F, 0), (B, 1), (W, 1), (FUSED, 1)]
+        else:  # F0B1 and F1B0 overlapped
+            assert [(t[0], t[1], t[3]) for t in order.warmup[-2:]] == [(FUSED, 0, 1), (FUSED, 1, 0)]

@@ -99,3 +99,18 @@ def test_an_overlapped_parameter_gather_slows_the_next_forward_by_the_share_of_i
     extra = slow.iteration_time_s - calm.iteration_time_s
     dp_busy = {u.stream: u.busy_s for u in calm.stages[0].streams}["dp_comm"]["dp_comm"]
     assert 0.0 < extra <= w.cluster.gpu.overlap_slowdown * dp_busy
+
+
+def test_a_whole_backward_is_its_b_pass_then_its_w_pass():
+    """PassCost + PassCost (a B pass and its W pass back to back): times, FLOPs and each group's communication
+    add, and so does the side stream's busy time; what still runs on the side stream when it ends is the W pass's."""
+    from vtrain.sim.launch import COMM_GROUPS, PassCost
+
+    n = len(COMM_GROUPS)
+    b = PassCost(1.0, 0.5, 1.25, 0.2, 3e12, tuple(0.1 * (i + 1) for i in range(n)), side_comm_s=0.3, side_tail_s=0.05)
+    w = PassCost(2.0, 0.25, 2.5, 0.1, 6e12, tuple(0.01 * (i + 1) for i in range(n)), side_comm_s=0.7, side_tail_s=0.02)
+    whole = b + w
+    assert (whole.gpu_compute_s, whole.comm_s, whole.latency_s, whole.host_s, whole.flops) == \
+        (3.0, 0.75, 3.75, pytest.approx(0.3), 9e12)
+    assert whole.comm_by_group == pytest.approx(tuple(0.11 * (i + 1) for i in range(n)))
+    assert whole.side_comm_s == pytest.approx(1.0) and whole.side_tail_s == 0.02

@@ -126,7 +126,7 @@ def test_pipeline_p2p_uses_scatter_gather():
     from vtrain.cost.collectives import GroupPlacement
     from vtrain.graph.builder import build_model_graph
     from vtrain.graph.ops import Collective, CollectiveKind, Group
-    from vtrain.sim.stage_costs import build_stage_costs
+    from vtrain.sim.pass_memo import stage_costs
     from vtrain.workload.partition import partition
 
     w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
@@ -134,7 +134,7 @@ def test_pipeline_p2p_uses_scatter_gather():
     cm = AnalyticalCostModel(w)
     part = partition(w.model, w.plan)
     comm = build_comm_plan(w, part)
-    sc = build_stage_costs(build_model_graph(w.model, w.plan, comm.tp), part, comm, cm, 0.0)
+    sc = stage_costs(build_model_graph(w.model, w.plan, comm.tp), part, comm, cm, 0.0)
     act = float(w.plan.micro_batch_size * w.plan.seq_len * w.model.hidden_size * 2)
     full = cm.collective_time_s(Collective("p2p", CollectiveKind.P2P, act, Group.PP, 2), GroupPlacement(2, 1))
     assert 0 < sc.p2p_fwd_s[1] < full / 3  # 1/8 over the NICs plus the NVLink all-gather

@@ -45,3 +45,18 @@ def test_overlapped_moe_comm_runs_without_pipelining():
 def test_overlapped_moe_comm_with_1f1b_pipelining_is_refused(pp):
     with pytest.raises(ConfigError, match=r"overlap_moe_comm=true needs schedule=interleaved \(or pp=1\), not 1f1b"):
         build_workload(compose([*MOE, f"parallelism.pp={pp}", "parallelism.schedule=1f1b"]))
+
+
+def test_a_field_whose_none_means_a_default_may_be_left_empty():
+    """spec(none_means=...): the config schema types the field Optional, and the builder fills it in."""
+    import dataclasses
+
+    from vtrain.config.build import model_spec
+    from vtrain.workload.model import ModelSpec
+
+    meta = {f.name: f.metadata for f in dataclasses.fields(ModelSpec)}
+    assert meta["num_kv_heads"]["none_means"] == "num_heads (multi-head attention)"
+    assert meta["ffn_hidden_size"]["none_means"] == "4 * hidden_size" and meta["hidden_size"]["none_means"] == ""
+    m = model_spec(compose(["+model=gpt_1_7b", "+cluster=h100x1024", "model.num_kv_heads=null",
+                            "model.ffn_hidden_size=null"]).model)
+    assert (m.num_kv_heads, m.ffn_hidden_size) == (m.num_heads, 4 * m.hidden_size)

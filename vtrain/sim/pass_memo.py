@@ -49,8 +49,11 @@ def stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: C
                 microbatch_overhead_s: float, split: bool = False, fuse: Optional[Tuple[float, float]] = None,
                 overlap_slowdown: float = 0.0, graph_scopes: Tuple[str, ...] = (),
                 recompute_layers: int = 0) -> StageCosts:
-    """:func:`vtrain.sim.stage_costs.build_stage_costs`, with the priced passes shared by plans whose passes
-    see the same inputs."""
+    """The priced passes of each stage with the pipeline transfers, the priced passes shared by plans whose passes
+    see the same inputs. ``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``:
+    (SM share of the dispatcher, share of the all-to-all the pair hides) to price fused forward/backward pairs
+    (:func:`vtrain.sim.overlap.fused_pass`); ``overlap_slowdown``: the compute slowdown while an overlapped
+    collective runs beside it; ``recompute_layers``: :func:`vtrain.sim.stage_costs.recomputed_layers`."""
     sides = side_streams(comm, cost, overlap_slowdown)
     key = (id(graph), id(part), id(cost), tuple(comm.where(g) for g in _groups(graph)), sides,
            microbatch_overhead_s, split, fuse, overlap_slowdown, graph_scopes, recompute_layers)

@@ -14,7 +14,7 @@ from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, T
 from vtrain.sim.overlap import fused_pass
 from vtrain.workload.partition import StagePartition
 
-__all__ = ["PassCost", "StageCosts", "build_stage_costs", "price_chunk"]
+__all__ = ["PassCost", "StageCosts", "price_chunk"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,20 +161,6 @@ def side_streams(comm: CommPlan, cost: CostModel, slowdown: float = 0.0) -> Tupl
     """The passes' side-stream work: (dense forward, dense backward, MoE forward, MoE backward); ``slowdown``:
     the compute slowdown while it runs (:class:`vtrain.sim.launch.SideStream`)."""
     return (*_side_streams(comm, cost, slowdown), *_side_streams(comm, cost, slowdown, moe=True))
-
-
-def build_stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
-                      microbatch_overhead_s: float, split: bool = False,
-                      fuse: Optional[Tuple[float, float]] = None, overlap_slowdown: float = 0.0,
-                      graph_scopes: Tuple[str, ...] = (), recompute_layers: int = 0) -> StageCosts:
-    """``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``: (SM share of the
-    dispatcher, share of the all-to-all the pair hides) to price fused forward/backward pairs
-    (:func:`vtrain.sim.overlap.fused_pass`);
-    ``overlap_slowdown``: the compute slowdown while an overlapped collective runs beside it;
-    ``recompute_layers``: :func:`recomputed_layers`."""
-    passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown,
-                           side_streams(comm, cost, overlap_slowdown), graph_scopes, recompute_layers)
-    return with_p2p(passes, part, comm, cost)
 
 
 def with_p2p(passes: StageCosts, part: StagePartition, comm: CommPlan, cost: CostModel) -> StageCosts:
