@@ -74,7 +74,8 @@ class ParallelPlan:
     # --- mixture of experts (Megatron-Core: EP groups carved out of the tp*dp*cp ranks of a stage)
     ep: int = spec(1, group=PAR, domain=B.DEGREE, doc="expert-parallel degree (experts split over ep ranks)")
     etp: int = spec(0, group=PAR, domain=B.OPTIONAL_DEGREE, doc="expert tensor-parallel degree (0: tp)")
-    moe_dispatcher: MoeDispatcher = spec(MoeDispatcher.ALLTOALL, group=PAR, doc="alltoall | allgather | deepep | hybridep")
+    moe_dispatcher: MoeDispatcher = spec(MoeDispatcher.ALLTOALL, group=PAR,
+                                         doc="alltoall | allgather | deepep | hybridep")
     overlap_moe_comm: bool = spec(False, group=PAR, doc="steady forward/backward pairs run fused so each hides "
                                   "the other's EP all-to-alls (Megatron-Core --overlap-moe-expert-parallel-comm)")
     recompute_modules: str = spec("core_attn", group=PAR, doc="with recompute=selective: comma-separated "
