@@ -125,6 +125,7 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     if not (p.recompute_num_layers == 0 or p.recompute == Recompute.FULL):
         raise ConfigError(f"parallelism.recompute_num_layers={p.recompute_num_layers} needs recompute=full (the "
                           f"block method recomputes whole layers; got recompute={p.recompute.value})")
+    _check_offload(m, p, cluster)
     if not (p.cp == 1 or p.flash_attention):
         raise ConfigError("cp>1 needs flash_attention=true (context parallelism runs fused "
                           "attention on KV blocks)")
@@ -151,6 +152,23 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
                           f"applies to schedule=interleaved, not {p.schedule.value} (set it to 0)")
     _check_sharding(p)
     _check_precision_and_graphs(m, p, cluster)
+
+def _check_offload(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
+    """Megatron-Core's TransformerConfig rules for --cpu-offloading (fewer layers than the model, no pipeline,
+    no recompute), and a host link to price the copies on."""
+    if not p.offload_layers:
+        return
+    if not p.offload_layers < m.num_layers:
+        raise ConfigError(f"parallelism.offload_layers={p.offload_layers} must be below num_layers={m.num_layers} "
+                          "(Megatron-Core's cpu_offloading_num_layers)")
+    if p.pp > 1 or p.recompute != Recompute.NONE:
+        raise ConfigError(f"parallelism.offload_layers={p.offload_layers} needs pp=1 and recompute=none (got "
+                          f"pp={p.pp}, recompute={p.recompute.value}): Megatron-Core offloads neither under a "
+                          "pipeline nor with activation recomputation")
+    if cluster.gpu.host_link_gb_per_s is None:
+        raise ConfigError(f"parallelism.offload_layers={p.offload_layers}: gpu={cluster.gpu.name} has no "
+                          "host_link_gb_per_s to copy the activations over")
+
 
 def _check_sharding(p: ParallelPlan) -> None:
     """ZeRO / FSDP: a stage with something to shard over, hybrid shard groups dividing dp, the parameter

@@ -164,3 +164,11 @@ def sharded_working_bytes(layer_params: float, stage_layers: int, plan: Parallel
         return 0.0, 0.0
     gathered = 2 if plan.reshard_after_forward else max(2, stage_layers)
     return gathered * layer_params * plan.dtype_bytes, (max(2, stage_layers) if deferred else 2) * layer_params * 4.0
+
+
+def kept_layers(plan: ParallelPlan, stage: int, layers_per_stage: int, chunk_layers: Tuple[int, ...] = ()) -> float:
+    """Layer activations in HBM at the peak: the in-flight ones (:func:`inflight_layers`) less the layers whose
+    activations Transformer Engine's offload has copied to the host (``plan.offload_layers``, pp=1: one
+    micro-batch in flight). TE's OffloadSynchronizer (cpu_offload.py, default schedule) offloads layers 0 .. n-1
+    and frees layer i's GPU copy before layer L - n + i's forward, so the end of the forward holds L - n layers."""
+    return max(0.0, inflight_layers(plan, stage, layers_per_stage, chunk_layers) - plan.offload_layers)

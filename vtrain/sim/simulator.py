@@ -25,6 +25,7 @@ from vtrain.sim.engine import PipelineRun
 from vtrain.sim.goodput import run_goodput
 from vtrain.sim.intervals import Interval, regime_key, shipped_table
 from vtrain.sim.launch import COMM_GROUPS, PassCost
+from vtrain.sim.offload import with_offload
 from vtrain.sim.pass_memo import stage_costs
 from vtrain.sim.pipeline import PipelineResult, simulate_pipeline
 from vtrain.sim.schedule import CompiledSchedule, splits_backward
@@ -256,12 +257,11 @@ def _graph(w: Workload, comm: CommPlan, shape: Tuple[Any, ...]) -> ModelGraph:
 
 def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                       ) -> Tuple[Report, Optional[SimulationTrace]]:
-    model, plan, cluster, stack = w.model, w.plan, w.cluster, w.stack
+    model, plan, cluster, stack, gpu = w.model, w.plan, w.cluster, w.stack, w.cluster.gpu
     most = stack.pipeline_max_zero_stage
     if plan.pp > 1 and most is not None and plan.sharding_stage > most:
         raise ConfigError(f"parallelism.zero_stage={plan.sharding_stage} with pp={plan.pp}: stack={stack.name} runs "
                           f"ZeRO stages up to {most} under a pipeline (DeepSpeed's PipelineEngine)")
-    gpu = cluster.gpu
     shape = shape_key(model, plan)
     part = stage_partition(model, plan, shape)
     comm: CommPlan = comm_plan(w, part)
@@ -270,9 +270,10 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     # Megatron-Core's combined 1F1B hides the stack's share of a pair's all-to-all; DualPipe's own schedule all of it
     hidden = stack.ep_overlap_hidden_share if plan.overlap_moe_comm else 1.0
     fuse = (DISPATCH_SMS[plan.moe_dispatcher] / gpu.num_sms, hidden) if fused else None
-    sc = stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
-                     split=splits_backward(plan.schedule), fuse=fuse, overlap_slowdown=gpu.overlap_slowdown,
-                     graph_scopes=plan.cuda_graph_scopes, recompute_layers=plan.recompute_num_layers)
+    sc = with_offload(stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
+                                  split=splits_backward(plan.schedule), fuse=fuse,
+                                  overlap_slowdown=gpu.overlap_slowdown, graph_scopes=plan.cuda_graph_scopes,
+                                  recompute_layers=plan.recompute_num_layers), w)
     m = plan.num_microbatches
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS

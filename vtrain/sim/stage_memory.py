@@ -15,6 +15,7 @@ from vtrain.sim.memory import (
     cp_gathered_kv_bytes,
     fp8_weight_cache_bytes_per_param,
     inflight_layers,
+    kept_layers,
     layer_activation_bytes,
     loss_bytes_per_logit,
     sharded_working_bytes,
@@ -57,7 +58,8 @@ def _dense_and_moe(w: Workload, part: StagePartition) -> List[MemoryBreakdown]:
         inflight = inflight_layers(plan, s, layers, part.chunk_layers(s))
         # the bf16 tail's layers (builder.tail_layers) hold their own activations, in flight in the stage's share
         n_tail = sum(tail_at(part, part.position(s, c), tail) for c in range(part.v)) if tail else 0
-        acts = inflight * act_layer + (inflight / layers * n_tail * tail_extra if n_tail else 0.0)
+        kept = max(0.0, inflight - plan.offload_layers)  # less the offloaded layers (memory.kept_layers)
+        acts = kept * act_layer + (inflight / layers * n_tail * tail_extra if n_tail else 0.0)
         terms = (params * w_b + gathered_w + fp8_cache * layers * part.layer_params, params * g_b + gathered_g,
                  params * o_b, acts + working,
                  stack.memory_reserved_bytes + (logits_bytes * (1 + part.mtp_layers) if s == last else 0.0))
@@ -111,6 +113,6 @@ def memory_lower_bound_bytes(w: Workload, plan: ParallelPlan) -> float:
     params = (model.attention_params() + model.mlp_params()) / plan.tp * layers
     wb, gb, ob = state_bytes_per_param(plan, masters_sharded=w.stack.fsdp_fp32_shards)
     chunks = tuple(split[c * plan.pp] for c in range(plan.chunks))
-    acts = inflight_layers(plan, 0, layers, chunks) * layer_activation_bytes(model, plan,
-                                                                            keeps_unread=w.stack.sac_keeps_unread)
+    acts = kept_layers(plan, 0, layers, chunks) * layer_activation_bytes(model, plan,
+                                                                        keeps_unread=w.stack.sac_keeps_unread)
     return params * (wb + gb + ob) + acts + w.stack.memory_reserved_bytes

@@ -126,7 +126,7 @@ HEADER_ALIASES = {
     "ep_backend": "moe_dispatcher", "expert_parallel_comm_backend": "moe_dispatcher",
     # Megatron-LM's / Megatron-Bridge's argument names for plan and model fields
     "moe_a2a_overlap": "overlap_moe_comm", "a2a_overlap": "overlap_moe_comm",
-    "overlap_moe_expert_parallel_comm": "overlap_moe_comm",
+    "overlap_moe_expert_parallel_comm": "overlap_moe_comm", "cpu_offloading_num_layers": "offload_layers",
     "account_for_embedding_in_pipeline_split": "account_for_embedding",
     "account_for_loss_in_pipeline_split": "account_for_loss",
     "decoder_first_pipeline_num_layers": "first_stage_layers", "decoder_last_pipeline_num_layers": "last_stage_layers",
@@ -281,7 +281,8 @@ COUNT_COLUMNS = frozenset({
     "global_batch", "global_batch_tokens", "micro_batch", "local_batch", "grad_accum", "hidden_size", "num_heads",
     "num_kv_heads", "num_layers", "ffn_hidden_size", "vocab_size", "seq_len", "tp", "pp", "dp", "cp", "ep", "etp",
     "num_gpus", "num_nodes", "gpus_per_node", "virtual_stages", "layers_per_virtual_stage", "num_experts",
-    "moe_top_k", "first_stage_layers", "last_stage_layers", "zero_stage", "fsdp", "recompute_num_layers"})
+    "moe_top_k", "first_stage_layers", "last_stage_layers", "zero_stage", "fsdp", "recompute_num_layers",
+    "offload_layers"})
 # torchtitan's configs write -1 for "derived": the global batch (local batch x dp) and the FSDP degree (the GPUs
 # left over the other degrees), torchtitan/config/job_config.py
 DERIVED_MINUS_ONE = frozenset({"global_batch", "fsdp"})

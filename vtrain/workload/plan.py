@@ -85,6 +85,11 @@ class ParallelPlan:
                                          "their input and run again before their backward, the rest keeping all "
                                          "of their activations (Megatron's --recompute-method block "
                                          "--recompute-num-layers); 0: every layer")
+    offload_layers: int = spec(0, group=PAR, domain=B.OPTIONAL_LAYERS,
+                               doc="activations of the first layers copied to host memory after their forward and "
+                                   "back before their backward, on one copy stream beside compute (Megatron-Core "
+                                   "--cpu-offloading-num-layers with Transformer Engine's offload; pp=1, no "
+                                   "recompute, as Megatron-Core requires); 0: none")
     cuda_graph_scope: str = spec("", group=TRAIN, doc="parts replayed from CUDA graphs (one host launch each, "
                                  "no per-kernel launches), comma-separated: attn, mlp, moe, moe_router, "
                                  "moe_preprocess, full_iteration (Megatron-Core --cuda-graph-scope; empty: none)")

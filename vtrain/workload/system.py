@@ -107,6 +107,10 @@ class GpuSpec:
             "per score, on the special-function units) as on its matmuls (4 x head_dim FLOPs per score): the "
             "tensor-core FLOPs per clock and SM over 4 x the exp2 results per clock and SM; the rate goes as "
             "d / (d + this) (backward: d / (d + this / 2.5)), scaled to 1 at the anchor's head dimension 128")
+    host_link_gb_per_s: Optional[float] = spec(
+        None, unit="GB/s", domain=RATE_GB_PER_S, none_means="unknown: activation offloading is refused",
+        doc="GPU-host copy bandwidth per direction and GPU with every GPU copying at once (PCIe, or NVLink-C2C "
+            "shared by a superchip's GPUs; datasheet)")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
