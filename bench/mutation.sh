@@ -11,6 +11,8 @@ SEED=${2:-44}
 ROOT=$(git rev-parse --show-toplevel)
 WORK=${MUTATION_WORKDIR:-/tmp/vtrain-mutation}
 JOBS=${MUTATION_JOBS:-2}
+# tests/conftest.py reuses a composed config across tests; a mutant must meet a fresh compose
+export VTRAIN_TEST_FRESH_COMPOSE=1
 COMMIT=$(git -C "$ROOT" rev-parse HEAD)
 # The unit tests of the core packages (tests/unit/test_<name>.py; the slow ones deselected) and the profile reader's:
 # not the search, calibration, validation-table, CLI or I/O tests, which add minutes and reach the core through them.

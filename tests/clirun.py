@@ -59,3 +59,15 @@ def run_subprocess(args: Sequence[str], cwd: Path, timeout: float = 120) -> CliR
     p = subprocess.run([sys.executable, "-m", "vtrain", *args], cwd=cwd, capture_output=True, text=True,
                        timeout=timeout)
     return CliResult(p.returncode, p.stdout, p.stderr)
+
+
+def run_main_inprocess(main, argv: Sequence[str], capfd) -> CliResult:
+    """A script's ``main(argv)`` called in this process, as ``sys.exit(main(sys.argv[1:]))`` runs it: the exit code
+    (argparse's ``SystemExit`` or the returned code) and what it printed."""
+    capfd.readouterr()
+    try:
+        code = int(main(list(argv)) or 0)
+    except SystemExit as exc:
+        code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    captured = capfd.readouterr()
+    return CliResult(code, captured.out, captured.err)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import run_inprocess, validate_table
+from tests.sampling import fast_every
 from vtrain.config.trust import ALLOWED_TARGETS, check_tree
 
 SIM = ["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
@@ -84,7 +85,7 @@ OUT_OF_RANGE = [
 ]
 
 
-@pytest.mark.parametrize("extra,message", OUT_OF_RANGE, ids=[" ".join(e) for e, _ in OUT_OF_RANGE])
+@pytest.mark.parametrize("extra,message", fast_every(6, OUT_OF_RANGE), ids=[" ".join(e) for e, _ in OUT_OF_RANGE])
 def test_out_of_range_is_one_line_with_its_reason(tmp_path, capfd, extra, message):
     run = tmp_path / "run"
     res = run_inprocess([*SIM, *extra, f"hydra.run.dir={run}"], capfd)
@@ -114,7 +115,7 @@ MEASURED_FAULTS = [
 ]
 
 
-@pytest.mark.parametrize("bad,cell,rule", MEASURED_FAULTS, ids=[c for _, c, _ in MEASURED_FAULTS])
+@pytest.mark.parametrize("bad,cell,rule", fast_every(3, MEASURED_FAULTS), ids=[c for _, c, _ in MEASURED_FAULTS])
 def test_a_bad_measured_cell_refuses_the_file(tmp_path, capfd, bad, cell, rule):
     res, rows = validate_table(HEAD + GOOD + bad, tmp_path, capfd)
     assert res.one_line_error() == f"vtrain: error: validate.data={tmp_path / 'measured.csv'}: row 2: {cell}: {rule}"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import run_inprocess, run_subprocess
+from tests.sampling import fast_every
 
 BASE = ["task=simulate", "+model=gpt175b", "+cluster=a100x1024"]
 
@@ -97,7 +98,7 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("overrides,message", CORE_RULES + MISTAKES,
+@pytest.mark.parametrize("overrides,message", fast_every(6, CORE_RULES + MISTAKES),
                          ids=[" ".join(o) for o, _ in CORE_RULES + MISTAKES])
 def test_mistake_is_one_line_with_exit_2(tmp_path, capfd, overrides, message):
     run_dir = tmp_path / "run"
@@ -128,7 +129,7 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
     assert "model is not set: add +model=<name>, one of:" in line and not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("args,message", [
+@pytest.mark.parametrize("args,message", fast_every(3, [
     (["task=simulate", "+model=gpt9000", "+cluster=a100x1024"],
      "model=gpt9000 is unknown; one of: bloom_176b, bloom_7b1, deepseek_v2, deepseek_v2_lite, deepseek_v3, gpt175b"),
     (["task=simulate", "+model=gpt175b", "+cluster=nowhere"], "cluster=nowhere is unknown"),
@@ -149,7 +150,7 @@ def test_without_plus_and_model_missing(tmp_path, capfd):
      "cost.model=profile is not supported by task=validate"),
     (["task=calibrate", "+cluster=h100x1024"], "calibrate.data is not set, and the shipped single-node runs ran on "
                                                "A100 80 GB: fitting gpu=h100_sxm to them"),
-])
+]))
 def test_unknown_names(tmp_path, capfd, args, message):
     assert message in run_inprocess([*args, f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
 
@@ -260,7 +261,7 @@ def test_a_bad_profile_device_is_one_line(tmp_path, capfd, device):
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("args,message", [
+@pytest.mark.parametrize("args,message", fast_every(3, [
     (["+casestudy=multitenant", "case_study.params.plan_micro_batch_sizes=[0]"],
      "case_study.params.plan_micro_batch_sizes=[0] must be a non-empty list of integers >= 1"),
     (["+casestudy=multitenant", "case_study.params.plan_recompute=[wat]"],
@@ -270,7 +271,7 @@ def test_a_bad_profile_device_is_one_line(tmp_path, capfd, device):
     (["+casestudy=compute_optimal", "+case_study.params.loss.E=-100"], "case_study.params.loss.E=-100.0 must be"),
     (["task=simulate", "+model=gpt_1_7b", "+cluster=h200x8", "hydra.run.dir=/tmp/x${oops}"],
      "hydra.run.dir: Interpolation key 'oops' not found"),
-])
+]))
 def test_case_study_parameters_and_interpolations_are_one_line(tmp_path, capfd, args, message):
     extra = [] if any(a.startswith("hydra.run.dir") for a in args) else [f"hydra.run.dir={tmp_path / 'run'}"]
     res = run_inprocess([*args, "tracking.enabled=false", *extra], capfd)
@@ -309,7 +310,7 @@ CALIBRATE_ROWS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CALIBRATE_ROWS))
+@pytest.mark.parametrize("case", fast_every(3, sorted(CALIBRATE_ROWS)))
 def test_calibrate_refuses_data_it_cannot_fit(tmp_path, capfd, case):
     """One GPU and stack per fit, A100 weak-scaling rows only for A100 data, validate's checks of each row, and
     the row named in each message (fuzzed: these crashed or fitted garbage)."""
@@ -321,6 +322,7 @@ def test_calibrate_refuses_data_it_cannot_fit(tmp_path, capfd, case):
     assert message in line and not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow  # a calibration; CI runs it
 def test_calibrate_keeps_to_its_evaluation_budget():
     from vtrain import compose
     from vtrain.calibration.fit import Constants, Dataset, fit_constants

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.clirun import run_inprocess, run_subprocess
+from tests.sampling import fast_every
 from vtrain.cli.keys import schema_keys
 
 KEYS = sorted(k for k, (tp, _) in schema_keys().items()
@@ -126,7 +127,7 @@ CORE_GAPS = [
 ]
 
 
-@pytest.mark.parametrize("extra,field", CORE_GAPS, ids=[" ".join(e) for e, _ in CORE_GAPS])
+@pytest.mark.parametrize("extra,field", fast_every(3, CORE_GAPS), ids=[" ".join(e) for e, _ in CORE_GAPS])
 def test_core_gaps_found_by_the_fuzz(tmp_path, capfd, extra, field):
     res = run_inprocess(["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8",
                          "parallelism.pp=16", "parallelism.dp=8", *extra, f"hydra.run.dir={tmp_path}/r"], capfd)

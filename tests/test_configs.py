@@ -1,12 +1,13 @@
 """Every config in conf/ composes against its schema; wrong keys fail at compose time."""
 import pytest
 
+from tests.sampling import fast_every
 from vtrain import compose, simulate
 from vtrain.config.compose import group_options
 from vtrain.errors import ConfigError
 
 
-@pytest.mark.parametrize("model", group_options("model"))
+@pytest.mark.parametrize("model", fast_every(4, group_options("model")))
 def test_every_model_composes(model):
     cfg = compose([f"+model={model}", "+cluster=a100x1024"])
     assert cfg.model.name == model
@@ -29,7 +30,7 @@ def own_values(group, option):
     return {k: v for k, v in data.items() if k != "defaults"}
 
 
-@pytest.mark.parametrize("gpu", group_options("gpu"))
+@pytest.mark.parametrize("gpu", fast_every(3, group_options("gpu")))
 def test_every_gpu_composes(gpu):
     cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"+gpu={gpu}"])
     assert cfg.gpu.name == gpu

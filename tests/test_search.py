@@ -15,6 +15,7 @@ import optuna
 import pytest
 import yaml
 
+from tests.sampling import fast_every
 from vtrain.api import cost_model_for
 from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
@@ -37,6 +38,7 @@ def small(tmp_path: Path, *extra: str):
     return compose(SMALL + [f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", *extra])
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_grid_enumerates_every_valid_plan_once(tmp_path):
     cfg = small(tmp_path, "search=grid")
     ctx = prepare(cfg)
@@ -117,6 +119,7 @@ LIVE = ("import sys, optuna; from vtrain.search.ledger import WORKER, me\n"
         "s.tell(t, state=optuna.trial.TrialState.PRUNED)\n")
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_resume_takes_over_a_dead_workers_trial_and_keeps_completed_ones(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     first = run_search(small(tmp_path, "search.n_trials=4", "search.study_name=resume"), tmp_path)
@@ -146,6 +149,7 @@ def test_resume_takes_over_a_dead_workers_trial_and_keeps_completed_ones(tmp_pat
     assert all(now[n] == v for n, v in kept.items()), "a completed trial changed or disappeared"
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_worker_whose_trial_another_worker_failed_goes_on(tmp_path, monkeypatch, when, kind):
@@ -181,6 +185,7 @@ def test_a_worker_whose_trial_another_worker_failed_goes_on(tmp_path, monkeypatc
     assert len([r for r in res.records if r.state in ("COMPLETE", "PRUNED")]) == 5
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_a_study_of_another_search_is_not_resumed(tmp_path):
     """The same storage and study name for another model (or cluster, prices, plan space): one line, and the
     study's trials stay as they were; the same search with a larger budget resumes."""
@@ -202,6 +207,7 @@ def test_trial_params_hold_the_plan_values_and_metric_names(tmp_path):
         assert "dp_share" not in t.params and t.params["dp"] == plan["dp"] and t.params["tp"] == plan["tp"]
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_repeated_plans_are_deduplicated(tmp_path):
     # a space of a few plans (8 GPUs, tp=1, one micro-batch/schedule/recompute): 40 random draws repeat plans
     cfg = small(tmp_path, "search.sampler=random", "search.n_trials=40", "search.study_name=dup",
@@ -223,6 +229,7 @@ def test_repeated_plans_are_deduplicated(tmp_path):
     assert len({r.plan_key for r in result.front}) == len(result.front)
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_all_infeasible_space_ends_with_one_clear_line(tmp_path):
     from vtrain.cli.task_search import run
 
@@ -239,6 +246,7 @@ def test_all_infeasible_space_ends_with_one_clear_line(tmp_path):
                      "tracking.enabled=false"]), tmp_path / "grid")
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_outputs_and_best_plan_overrides_reproduce_the_plan(tmp_path):
     cfg = small(tmp_path, "search.n_trials=12", "search.study_name=out", "search.population_size=6")
     result = run_search(cfg, tmp_path)
@@ -288,7 +296,7 @@ def test_a_tracking_store_mlflow_cannot_open_is_refused_before_the_search(tmp_pa
     assert not (tmp_path / "o.journal").exists() and not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("override, field", [
+@pytest.mark.parametrize("override, field", fast_every(4, [
     ("search.schedules=[]", "search.schedules=[]"), ("search.micro_batch_sizes=[0]", "search.micro_batch_sizes=[0]"),
     ("search.population_size=1", "search.population_size=1"), ("search.seed=-1", "search.seed=-1"),
     ("search.mutation_prob=-1", "search.mutation_prob=-1"), ("search.sampler=cmaes", "search.sampler=cmaes"),
@@ -297,7 +305,7 @@ def test_a_tracking_store_mlflow_cannot_open_is_refused_before_the_search(tmp_pa
     ("search.local_search_fraction=2", "search.local_search_fraction=2"), ("search.virtual_stages=[0]", "search."),
     ("search.min_gpus=16", "search.min_gpus=16"), ("tracking.child_runs=some", "tracking.child_runs=some"),
     ("tracking.top_k=-1", "tracking.top_k=-1"), ("search.gpus=12", "search.gpus=12"),
-])
+]))
 def test_bad_search_and_tracking_values_are_one_line_config_errors(tmp_path, override, field):
     with pytest.raises(ConfigError) as err:
         run_search(small(tmp_path, override, "search.max_gpus=8"), tmp_path)

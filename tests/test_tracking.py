@@ -83,6 +83,7 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
     assert sorted(r["trial"] for r in table) == list(range(8)), "each trial once in the table"
 
 
+@pytest.mark.slow  # a search logged to MLflow; the fast loop keeps test_simulate_is_tracked_as_one_run
 def test_default_logs_one_child_run_per_trial_with_distinct_names_and_trimmed_params(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert run(_cfg(tmp_path, uri, "search.n_trials=12"), tmp_path / "run1") == 0
@@ -110,6 +111,7 @@ def test_default_logs_one_child_run_per_trial_with_distinct_names_and_trimmed_pa
     assert parents[0].data.tags["vtrain.best_time"].startswith("(")
 
 
+@pytest.mark.slow  # a search logged to MLflow; the fast loop keeps test_simulate_is_tracked_as_one_run
 def test_front_child_runs_are_the_front_and_top_plans_and_an_orphan_is_healed(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = _cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1", "tracking.child_runs=front")

@@ -141,6 +141,7 @@ def test_a_megatron_core_row_overlaps_as_nvidias_recipes_do_unless_it_says_other
         (True, True), (False, True), (False, True), (True, False), (True, False)]  # dp=1; ZeRO-3: no param gather
 
 
+@pytest.mark.slow  # validates the 1,440 shipped rows in-process; CI runs it
 def test_a_copy_of_a_shipped_dataset_validates_as_the_shipped_one(tmp_path, capfd):
     """validate.data=<path> of the shipped A100 rows gives the shipped dataset's predictions (their stack
     follows from their GPU), and a stack= on the command line still chooses the stack."""

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_scripts import load_bench
+from tests.clirun import run_main_inprocess
 from vtrain.graph.ops import FlashAttention
 
 torch = pytest.importorskip("torch")
@@ -91,33 +93,31 @@ def test_fit_reads_the_implied_factor(tmp_path):
     assert "in a step at the sustained clock 0.800" in p.stdout
 
 
-def test_fit_refuses_a_burst_table_without_its_clock(tmp_path):
+def test_fit_refuses_a_burst_table_without_its_clock(tmp_path, capfd):
+    """The refusals run fit_attention.main in this process (test_fit_reads_the_implied_factor runs the script)."""
     _table(tmp_path / "t.csv", clock=False)
-    p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert "sustained_gemm.csv: no bf16 steady/burst GEMM ratio beside the table" in p.stderr
+    p = run_main_inprocess(load_bench("fit_attention").main, ["--table", str(tmp_path / "t.csv")], capfd)
+    assert p.code == 2 and len(p.err_lines) == 1, p.err
+    assert "sustained_gemm.csv: no bf16 steady/burst GEMM ratio beside the table" in p.err
 
 
 @pytest.mark.parametrize("kind, msg", [("cpu", "measured on AMD EPYC, not an NVIDIA GPU"),
                                        ("zero", "t.csv:2: lengths and times must be numbers > 0"),
                                        ("stack", "--stack=nope is not a stack/ config"),
                                        ("backend", "t.csv: no row of backend cudnn; it holds flash")])
-def test_fit_refuses_in_one_line(tmp_path, kind, msg):
+def test_fit_refuses_in_one_line(tmp_path, capfd, kind, msg):
     _table(tmp_path / "t.csv", device="AMD EPYC" if kind == "cpu" else "NVIDIA H200",
            fwd_s=0 if kind == "zero" else None)
     extra = {"stack": ["--stack", "nope"], "backend": ["--backend", "cudnn"]}.get(kind, [])
-    p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv"), *extra],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr
+    p = run_main_inprocess(load_bench("fit_attention").main, ["--table", str(tmp_path / "t.csv"), *extra], capfd)
+    assert p.code == 2 and len(p.err_lines) == 1 and msg in p.err, p.err
 
 
-def test_cli_bad_arguments_are_one_line(tmp_path):
+def test_cli_bad_arguments_are_one_line(tmp_path, capfd):
     for argv, msg in ((["--gpu", "h200", "--out", str(tmp_path), "--max-len", "8"], "--max-len: 8 must be >= 16"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--max-len", "1000", "--device", "cpu"],
                        "--max-len=1000 is below the shortest case"),
                       (["--gpu", "x", "--out", str(tmp_path)], "--gpu=x is not a gpu/ config")):
-        p = subprocess.run([sys.executable, "-m", "vtrain.profiler.attention_lengths", *argv], capture_output=True,
-                           text=True, cwd=ROOT, timeout=120)
-        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
+        p = run_main_inprocess(al.main, argv, capfd)
+        assert p.code == 2 and len(p.err_lines) == 1 and msg in p.err, (argv, p.err)
     assert not any(tmp_path.iterdir())

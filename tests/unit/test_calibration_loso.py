@@ -288,6 +288,38 @@ def test_cross_validated_ranking_recomputed_from_held_out_predictions(calibratio
         assert rank["loso"]["kendall_tau_b"] >= tau - 0.05, (name, rank)
 
 
+
+# how far a recomputed figure may sit from the README's table before the table must be re-rendered: the table
+# prints MAPE to 0.1 point; half a point allows Nelder-Mead's path on another machine's floating point
+TABLE_SLACK_PP = 0.5
+
+
+@pytest.mark.slow
+def test_the_readme_table_is_this_calibrations_held_out_figures(calibration_dir):
+    """Every figure of the accuracy table of README.md and docs/calibration.md (rendered from
+    docs/figures/calibration_sources.csv, tests/test_readme_figures.py) recomputed by the calibration, out of sample:
+    each source's and each pool's rows, held-out MAPE and share within 10%, in-sample MAPE and held-out 80% interval
+    coverage. A model change that moves a held-out figure by more than half a point fails here until the lead
+    re-renders the table (bash bench/figures.sh --cv)."""
+    import csv
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "docs" / "figures" / "calibration_sources.csv"
+    table = {r["source"]: r for r in csv.DictReader(shipped.open())}
+    fresh = {r["source"]: r for r in csv.DictReader((calibration_dir / "sources.csv").open())}
+    assert sorted(fresh) == sorted(table)  # the same sources and pools, none left out
+    for name, row in table.items():
+        got = fresh[name]
+        assert got["n"] == row["n"], (name, got["n"], row["n"])
+        share = max(100.0 / int(row["n"]), 1.0) + 0.05  # a share of rows: one row, or one point of a large set
+        for column, slack in (("loso_mape_pct", TABLE_SLACK_PP), ("in_sample_mape_pct", TABLE_SLACK_PP),
+                              ("loso_within_10_pct", share), ("coverage80_pct", share)):
+            if row[column] == "":
+                assert got[column] == "", (name, column)
+                continue
+            assert float(got[column]) == pytest.approx(float(row[column]), abs=slack), (name, column, got, row)
+
+
 def test_an_unknown_scope_is_a_one_line_error(capfd, tmp_path):
     from tests.clirun import run_inprocess
 

@@ -26,6 +26,7 @@ def test_plain_skip():
 '''
 
 
+@pytest.mark.slow  # two pytest processes; CI runs it
 @pytest.mark.parametrize("ci,code,words", [("true", 1, "an end-to-end test may not skip under CI=true: Skipped: "
                                                       "SLURM is not installed"), ("", 0, "SKIPPED [1]")])
 def test_e2e_skip_fails_only_under_ci(tmp_path, ci, code, words):

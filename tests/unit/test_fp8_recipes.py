@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.clirun import run_main_inprocess
 from vtrain.calibration.fp8_recipes import (
     GEMM_FAST_ACCUM,
     ScaledTable,
@@ -190,7 +191,9 @@ def test_a_recipe_reaches_the_best_matmul_in_its_eta_ratio():
     assert GemmCurve.for_gpu(bare, "fp8_rowwise").eta_max == fp8.eta_max != g.gemm_max_efficiency
 
 
-def test_cli_bad_arguments_are_one_line(tmp_path):
+def test_cli_bad_arguments_are_one_line(tmp_path, capfd):
+    """In this process (argument checks are logic; test_fit_gemm_refuses_a_table_not_measured_on_hopper runs a real
+    process): each mistake exits 2 with one line and writes nothing."""
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     cpu = ["--device", "cpu"]
@@ -201,10 +204,9 @@ def test_cli_bad_arguments_are_one_line(tmp_path):
                       (["--gpu", "h200"], "the following arguments are required: --out"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--grid", "big"], "--grid=big is not one of"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--repeats", "0"], "--repeats: 0 must be >= 1")):
-        p = subprocess.run([sys.executable, "-m", "vtrain.profiler.scaled_gemm", *argv], capture_output=True,
-                           text=True, cwd=ROOT)
-        assert p.returncode == 2 and p.stdout == "", (argv, p.stdout, p.stderr)
-        assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
+        p = run_main_inprocess(sg.main, argv, capfd)
+        assert p.code == 2 and p.out == "", (argv, p.out, p.err)
+        assert len(p.err_lines) == 1 and msg in p.err, (argv, p.err)
     assert list(tmp_path.iterdir()) == [a_file]  # nothing written
 
 

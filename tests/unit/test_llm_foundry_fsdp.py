@@ -65,6 +65,7 @@ def _mpt_rows():
         return [r for r in csv.DictReader(f) if r["source_key"] == "mosaic_llm_foundry"]
 
 
+@pytest.mark.slow  # composes 20 model shapes (~10 s of CPU); CI runs it
 def test_mpt_parameters_are_llm_foundrys_numparams_with_learned_positions_and_biases():
     """Every llm-foundry row's parameter count (the table's NumParams column, in billions to 3 decimals) is the MPT
     of model/_mpt.yaml at max_seq_len = the row's sequence: learned position embeddings (NumParams grows by

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tests.clirun import run_inprocess
+from tests.sampling import fast_every
 
 
 @pytest.mark.parametrize("task", ["profile", "measure"])
-@pytest.mark.parametrize("override, says", [
+@pytest.mark.parametrize("override, says", fast_every(4, [
     ("profile.hidden_sizes=[0]", "profile.hidden_sizes=[0]: must be a list of integers from 1"),
     ("profile.seq_lens=[-1]", "profile.seq_lens=[-1]: must be a non-empty list"),
     ("profile.micro_batch_sizes=[]", "profile.micro_batch_sizes=[]: must be a non-empty list"),
@@ -20,7 +21,7 @@ from tests.clirun import run_inprocess
     ("profile.threads=-1", "profile.threads=-1"),
     ("profile.grad_accum_steps=0", "profile.grad_accum_steps=0"),
     ("profile.attention=[sdpa]", "profile.attention=[sdpa]: must be a non-empty list of flash, unfused"),
-])
+]))
 def test_a_bad_profile_value_is_one_line(tmp_path, capfd, task, override, says):
     out = tmp_path / "prof"
     res = run_inprocess([f"task={task}", "+model=tiny", "+cluster=local_cpu", f"profile.out_dir={out}", override,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sampling import fast_every
 from vtrain.io.args import int_at_least, new_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,7 @@ def test_int_at_least_and_new_file(tmp_path):
         new_file(str(tmp_path / "no" / "a.png"))
 
 
-@pytest.mark.parametrize("argv, msg", [
+@pytest.mark.parametrize("argv, msg", fast_every(4, [
     (["bench/bench_cli.py", "--runs", "0"], "bench_cli.py: error: argument --runs: 0 must be >= 1"),
     (["bench/cv_a100.py", "--jobs", "-1"], "cv_a100.py: error: argument --jobs: -1 must be >= 1"),
     (["bench/bench_search.py", "--seeds", "many"], "argument --seeds: 'many' is not an integer"),
@@ -34,7 +35,7 @@ def test_int_at_least_and_new_file(tmp_path):
     (["bench/fit_attention.py", "--stack", "nope"], "--stack=nope is not a stack/ config"),
     (["bench/fit_attention_length.py", "--bogus"], "fit_attention_length.py: error: unrecognized arguments: --bogus"),
     (["bench/fit_sustained.py", "--bogus"], "fit_sustained.py: error: unrecognized arguments: --bogus"),
-])
+]))
 def test_script_bad_argument_is_one_line(argv, msg):
     cmd = ["bash", *argv] if argv[0].endswith(".sh") else [sys.executable, *argv]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import run_main_inprocess
+
 torch = pytest.importorskip("torch")
 from vtrain.cost.profile_io import steady_ratio  # noqa: E402
 from vtrain.profiler import sustained_gemm as sg  # noqa: E402
@@ -61,11 +63,11 @@ def test_the_table_is_written_whole(tmp_path):
     assert {r["phase"] for r in back} == {"burst", "sustained"} and tuple(back[0]) == sg.COLUMNS
 
 
-def test_bad_arguments_are_one_line(tmp_path):
+def test_bad_arguments_are_one_line(tmp_path, capfd):
+    """In this process (test_the_table_is_written_whole runs the real one)."""
     for argv, msg in ((["--gpu", "x", "--out", str(tmp_path)], "--gpu=x is not a gpu/ config"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--seconds", "0"], "--seconds: 0 must be >= 1"),
                       (["--gpu", "h200", "--out", str(tmp_path), "--shapes", "8x8"], "--shapes: '8x8' is not MxNxK")):
-        p = subprocess.run([sys.executable, "-m", "vtrain.profiler.sustained_gemm", *argv], capture_output=True,
-                           text=True, cwd=ROOT, timeout=120)
-        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (argv, p.stderr)
+        p = run_main_inprocess(sg.main, argv, capfd)
+        assert p.code == 2 and len(p.err_lines) == 1 and msg in p.err, (argv, p.err)
     assert not any(tmp_path.iterdir())
