@@ -108,7 +108,9 @@ def test_a_ruled_out_row_with_a_layer_count_is_not_skipped(scout):
     row = scout[0]
     cells = {k: v for k, v in row.values.items() if k != "recompute"}
     (r,) = _validate([MeasuredRow(row.index, {**cells, "recompute_num_layers": "1"})])
-    assert r.skipped_reason is None and r.predicted_ms is not None
+    assert r.skipped_reason is None and r.recompute == "full (1 layers per chunk)" and not r.fits  # run as stated
+    (every,) = _validate([MeasuredRow(row.index, {**cells, "recompute": "full"})])
+    assert r.predicted_ms < every.predicted_ms  # one layer recomputed, not all 48
 
 
 def test_task_validate_says_which_rows_it_ruled_out(tmp_path, capfd):
