@@ -114,3 +114,15 @@ def test_held_out_pairs(pairs):
     assert len(moe) == 4 and bs.mean_abs_pct(moe, ratio) < 6.0
     for p in [q for q in held if q.low[1].plan.precision.value == "nvfp4"]:
         assert abs(bs.error(p, ratio)) < abs(bs.error(p, 1.0)) and math.expm1(bs.error(p, ratio)) < 0
+
+
+def test_a_format_without_a_table_entry_borrows_the_default_efficiency():
+    """borrowed_efficiency: a scaled-FP8 recipe missing from the GPU's table reads per-tensor fp8's entry, any other
+    missing format (or an FP8 recipe where fp8 is missing too) the GPU's gemm_max_efficiency, and says so."""
+    g = gpu_spec(load_gpu_config("b200"))
+    effs = dict(g.gemm_efficiency_by_precision)
+    effs.pop("nvfp4", None)
+    assert borrowed_efficiency(replace(g, gemm_efficiency_by_precision=effs), "nvfp4") == "gemm_max_efficiency"
+    no_fp8 = {k: v for k, v in effs.items() if not k.startswith("fp8")}
+    assert borrowed_efficiency(replace(g, gemm_efficiency_by_precision=no_fp8), "fp8_rowwise") == "gemm_max_efficiency"
+    assert borrowed_efficiency(replace(g, gemm_efficiency_by_precision=effs), "fp8_rowwise") == "fp8"

@@ -168,3 +168,23 @@ def test_a_compiled_block_does_not_keep_the_down_projection_output_per_op_sac_na
     # other recompute modes are unaffected
     full = replace(w.plan, recompute=Recompute.FULL)
     assert layer_activation_bytes(w.model, full) == layer_activation_bytes(w.model, full, keeps_unread=False)
+
+
+def test_moe_stages_hold_the_dispatch_buffers_beside_their_other_bytes():
+    """memory_moe.moe_memory: a stage with MoE layers adds the all-to-all's dispatch and combine buffers (2 x the
+    busiest rank's rows x its local experts x h, at the activation dtype) to its other bytes."""
+    from vtrain import compose
+    from vtrain.config.build import build_workload
+    from vtrain.graph.moe import expert_rows
+    from vtrain.sim.memory_moe import dispatch_buffer_bytes, moe_memory
+    from vtrain.workload.partition import partition
+
+    w = build_workload(compose(["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=4",
+                                "parallelism.dp=8", "parallelism.ep=8", "parallelism.sequence_parallel=false",
+                                "training.global_batch_size=512", "training.seq_len=4096"]))
+    m, p = w.model, w.plan
+    buffers = 2.0 * expert_rows(m, p) * (8 // 8) * 4096 * 2  # 8 experts over ep 8: one local expert, h 4096, bf16
+    assert dispatch_buffer_bytes(m, p) == buffers > 0
+    apply = moe_memory(m, p, partition(m, p))
+    for s in range(4):
+        assert apply(s, (0.0, 0.0, 0.0, 0.0, 5e8))[4] == 5e8 + buffers
