@@ -20,6 +20,9 @@ def check(report):
         assert sum(st.exposed_comm_by_group.values()) == pytest.approx(st.exposed_comm_s, rel=1e-9, abs=1e-15)
         for su in st.streams:
             assert su.idle_s >= 0 and min(su.busy_s.values()) >= 0
+        # the compute stream, the FSDP side stream, DP, pipeline, the host, and with experts the all-to-all stream
+        names = [su.stream for su in st.streams]
+        assert names[:5] == ["compute", "fsdp", "dp_comm", "pp_p2p", "host"] and names[5:] in ([], ["ep_comm"])
 
 
 def test_breakdown_adds_up_on_the_shipped_single_node_runs():

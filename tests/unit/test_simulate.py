@@ -158,3 +158,17 @@ def test_a_short_plan_has_no_convention_note():
     r = simulate(compose(["+model=gpt_1_7b", "+cluster=a100x1024", "parallelism.tp=1", "parallelism.pp=1",
                           "parallelism.dp=8", "training.global_batch_size=64"]))
     assert r.hfu < 1 and not [n for n in r.notes if "convention" in n]
+
+
+def test_gradient_buckets_go_out_as_they_become_ready():
+    """Buckets become ready evenly over the last backward [0, 4 s] (one per second) and go out one after another
+    for 0.5 s each: bucket k runs [k + 1, k + 1.5]; the trace shows each, and the last ends at 4.5 s."""
+    from vtrain.graph.ops import Collective, CollectiveKind, Group
+    from vtrain.sim.tail import _bucketed_ready
+
+    coll = Collective("dp.grad", CollectiveKind.REDUCE_SCATTER, 1e6, Group.DP, 8)
+    events: list = []
+    assert _bucketed_ready(coll, 0, 0.0, 4.0, 0.0, 2.5e5, 0.5, 4, True, events) == 4.5
+    assert [(e[1], e[2], e[3]) for e in events] == [(f"dp reduce_scatter chunk0 bucket{k}", k + 1.0, k + 1.5)
+                                                    for k in range(4)]
+    assert {e[0] for e in events} == {"dp_comm"}
