@@ -95,3 +95,13 @@ def test_a_low_precision_report_says_its_mfu_is_of_the_bf16_peak(precision, note
     assert ("(MFU/HFU of the bf16 peak)" in line) == note
     peak = r.mfu * r.iteration_time_s * r.gpus_used * 989.4e12  # the H100's bf16 peak either way
     assert peak == pytest.approx(r.model_flops_per_iteration, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev", "zero_bubble"])
+def test_breakdown_adds_up_under_the_bidirectional_and_split_schedules(schedule):
+    """DualPipe runs each direction on half the micro-batches; the B/W-split schedules price W passes apart."""
+    w = build_workload(compose(["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.dp=8",
+                                "parallelism.ep=8", "parallelism.sequence_parallel=false", "parallelism.pp=8",
+                                "training.global_batch_size=512", "training.seq_len=4096",
+                                f"parallelism.schedule={schedule}"]))
+    check(simulate_workload(w, cost_model_for(w))[0])
