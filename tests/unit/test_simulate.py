@@ -172,3 +172,22 @@ def test_gradient_buckets_go_out_as_they_become_ready():
     assert [(e[1], e[2], e[3]) for e in events] == [(f"dp reduce_scatter chunk0 bucket{k}", k + 1.0, k + 1.5)
                                                     for k in range(4)]
     assert {e[0] for e in events} == {"dp_comm"}
+
+
+def test_each_pipeline_boundary_is_priced_where_it_runs():
+    """tp 4 x pp 4 on 8-GPU nodes (Megatron's rank order, tp fastest, pp outermost): stages 0-1 share node 0 and
+    2-3 node 1, so boundaries 1 and 3 are NVLink transfers and boundary 2 crosses the network, slower."""
+    from vtrain.comm.plan import build_comm_plan
+    from vtrain.graph.builder import build_model_graph
+    from vtrain.sim.pass_memo import stage_costs
+    from vtrain.workload.partition import partition
+
+    w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=4", "parallelism.pp=4",
+                                "parallelism.dp=1", "training.global_batch_size=16"]))
+    cm = AnalyticalCostModel(w)
+    part = partition(w.model, w.plan)
+    comm = build_comm_plan(w, part)
+    sc = stage_costs(build_model_graph(w.model, w.plan, comm.tp), part, comm, cm, 0.0)
+    near, far = sc.p2p_fwd_s[1], sc.p2p_fwd_s[2]
+    assert sc.p2p_fwd_s[3] == near < far
+    assert (sc.p2p_bwd_s[0], sc.p2p_bwd_s[1], sc.p2p_bwd_s[2]) == (near, far, near)
