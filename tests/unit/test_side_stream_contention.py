@@ -114,3 +114,25 @@ def test_a_whole_backward_is_its_b_pass_then_its_w_pass():
         (3.0, 0.75, 3.75, pytest.approx(0.3), 9e12)
     assert whole.comm_by_group == pytest.approx(tuple(0.11 * (i + 1) for i in range(n)))
     assert whole.side_comm_s == pytest.approx(1.0) and whole.side_tail_s == 0.02
+
+
+def test_a_split_backward_runs_its_side_stream_work_once():
+    """ZeRO-3 under zero-bubble (B and W priced apart): the per-layer gathers and reduce-scatters of a backward run
+    once, with its B pass; B + W carry the side-stream time of the whole backward, not twice it."""
+    from vtrain.comm.plan import build_comm_plan
+    from vtrain.graph.builder import build_model_graph
+    from vtrain.sim.pass_memo import stage_costs
+    from vtrain.workload.partition import partition
+
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=2",
+                                "parallelism.dp=8", "parallelism.zero_stage=3", "parallelism.schedule=zero_bubble",
+                                "training.global_batch_size=64", "training.seq_len=4096"]))
+    cm, part = cost_model_for(w), partition(w.model, w.plan)
+    comm = build_comm_plan(w, part)
+    graph = build_model_graph(w.model, w.plan, comm.tp)
+    split = stage_costs(graph, part, comm, cm, 0.0, split=True)
+    whole = stage_costs(graph, part, comm, cm, 0.0, split=False)
+    for s in range(2):
+        b, wp, full = split.backward[s][0], split.weight[s][0], whole.backward[s][0]
+        assert full.side_comm_s > 0 and wp.side_comm_s == 0.0
+        assert b.side_comm_s + wp.side_comm_s == pytest.approx(full.side_comm_s, rel=1e-12)
