@@ -173,3 +173,27 @@ def test_zbv_greedy_order_finishes_where_its_memory_limit_would_deadlock_it(p, b
         orders = _zb_v.__wrapped__(p, m, (2, b, w))
         for order in orders:
             assert len(order) == 6 * m and len(set(order)) == 6 * m
+
+
+def test_a_split_backward_is_its_whole_backward_cut_in_two():
+    """Zero-bubble prices B (input gradients) and W (weight gradients) apart: on every stage, the embedding, the
+    layers, DeepSeek-V3's MTP module and the head included, B + W is the whole backward, FLOP for FLOP."""
+    from vtrain.comm.plan import build_comm_plan
+    from vtrain.graph.builder import build_model_graph
+    from vtrain.sim.pass_memo import stage_costs
+    from vtrain.workload.partition import partition
+
+    w = build_workload(compose(["+model=deepseek_v3", "+cluster=h800x2048", "model.num_layers=8",
+                                "model.first_dense_layers=1", "parallelism.tp=1", "parallelism.pp=2",
+                                "parallelism.dp=64", "parallelism.ep=64", "parallelism.schedule=zero_bubble",
+                                "training.global_batch_size=512", "training.seq_len=4096",
+                                "parallelism.sequence_parallel=false"]))
+    cm, part = cost_model_for(w), partition(w.model, w.plan)
+    comm = build_comm_plan(w, part)
+    graph = build_model_graph(w.model, w.plan, comm.tp, comm.cp, comm.ep)
+    split = stage_costs(graph, part, comm, cm, 0.0, split=True)
+    whole = stage_costs(graph, part, comm, cm, 0.0, split=False)
+    for s in range(2):
+        b, wp, full = split.backward[s][0], split.weight[s][0], whole.backward[s][0]
+        assert b.flops + wp.flops == pytest.approx(full.flops, rel=1e-12) and wp.flops > 0
+        assert b.gpu_compute_s + wp.gpu_compute_s == pytest.approx(full.gpu_compute_s, rel=1e-12)
