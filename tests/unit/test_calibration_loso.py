@@ -180,11 +180,11 @@ def calibration_run(calibration_dir):
 # each source's leave-one-source-out MAPE (%) as `python -m vtrain task=calibrate calibrate.scope=all` printed it
 # (docs/calibration.md), + 1 point of slack for changes elsewhere in the model
 LOSO_MAPE_BOUND = {
-    "a100_single_node": 7.2, "megatron_2021_weak_scaling": 7.6, "torchtitan": 23.8, "megatron_moe_qwen3_h100": 9.1,
-    "published:megatron_readme_sep2020": 9.8, "published:nemo_24.07": 8.7, "published:nemo_launcher_24.05": 9.1,
-    "published:megatron_bridge_25.09": 12.2, "published:megatron_bridge_25.11": 16.6,
-    "published:megatron_bridge_26.02": 20.0, "published:megatron_bridge_26.02.01": 20.2,
-    "published:mosaic_llm_foundry": 17.3,
+    "a100_single_node": 6.9, "megatron_2021_weak_scaling": 2.8, "torchtitan": 20.7, "megatron_moe_qwen3_h100": 6.8,
+    "published:megatron_readme_sep2020": 9.4, "published:nemo_24.07": 7.4, "published:nemo_launcher_24.05": 8.2,
+    "published:megatron_bridge_25.09": 10.4, "published:megatron_bridge_25.11": 14.4,
+    "published:megatron_bridge_26.02": 15.3, "published:megatron_bridge_26.02.01": 13.2,
+    "published:mosaic_llm_foundry": 9.6,
 }
 
 
@@ -195,8 +195,8 @@ def test_loso_headline_figures_hold_out_of_sample(calibration_run):
     by, _, _ = calibration_run
     for name, bound in LOSO_MAPE_BOUND.items():
         assert by[name]["loso"]["mape_pct"] <= bound, (name, by[name]["loso"])
-    assert by["pooled published runs"]["loso"]["mape_pct"] <= 16.0
-    assert by["pooled published runs"]["n"] >= 230  # the published rows simulated (8 skipped of 247)
+    assert by["pooled published runs"]["loso"]["mape_pct"] <= 11.3
+    assert by["pooled published runs"]["n"] >= 242  # the published rows simulated (5 skipped of 247: 4 hybrid Mamba, one EP64/DP32 layout Megatron-Core cannot build)
 
 
 @pytest.mark.slow
@@ -234,10 +234,10 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
 # (docs/search.md, "Ranking accuracy"): (pairs measured > 5% apart, of them ordered as measured, Kendall's tau-b),
 # held out; a regression loses more than max(1, 1%) of the pairs or 0.05 of tau-b
 LOSO_RANKING = {
-    "a100_single_node": (9108, 8636, 0.850), "torchtitan": (58, 49, 0.631), "megatron_moe_qwen3_h100": (13, 10, 0.512),
+    "a100_single_node": (9108, 8633, 0.849), "torchtitan": (58, 53, 0.750), "megatron_moe_qwen3_h100": (13, 10, 0.512),
     "published:megatron_bridge_26.02.01": (11, 11, 1.0), "published:megatron_bridge_26.02": (11, 11, 1.0),
     "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (3, 3, 0.556),
-    "pooled (every row)": (9290, 8793, 0.841), "pooled published runs": (111, 98, 0.481),
+    "pooled (every row)": (9290, 8794, 0.841), "pooled published runs": (111, 98, 0.470),
 }
 
 
