@@ -119,22 +119,29 @@ def test_core_import_path_pulls_no_heavy_packages():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_pipeline_p2p_uses_scatter_gather():
-    """With tp=8 each rank sends 1/8 of the activation across nodes, then the stage all-gathers it over
-    NVLink (Narayanan et al. SC'21, Sec. 4.1): far cheaper than every rank sending all of it."""
+def _priced_stages(overrides):
+    """The composed workload, its analytical cost model and its priced stages (graph, partition and comm plan as
+    the simulator builds them)."""
     from vtrain.comm.plan import build_comm_plan
-    from vtrain.cost.collectives import GroupPlacement
     from vtrain.graph.builder import build_model_graph
-    from vtrain.graph.ops import Collective, CollectiveKind, Group
     from vtrain.sim.pass_memo import stage_costs
     from vtrain.workload.partition import partition
 
-    w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
-                                "parallelism.dp=8", "parallelism.sequence_parallel=false"]))
+    w = build_workload(compose(overrides))
     cm = AnalyticalCostModel(w)
     part = partition(w.model, w.plan)
     comm = build_comm_plan(w, part)
-    sc = stage_costs(build_model_graph(w.model, w.plan, comm.tp), part, comm, cm, 0.0)
+    return w, cm, stage_costs(build_model_graph(w.model, w.plan, comm.tp), part, comm, cm, 0.0)
+
+
+def test_pipeline_p2p_uses_scatter_gather():
+    """With tp=8 each rank sends 1/8 of the activation across nodes, then the stage all-gathers it over
+    NVLink (Narayanan et al. SC'21, Sec. 4.1): far cheaper than every rank sending all of it."""
+    from vtrain.cost.collectives import GroupPlacement
+    from vtrain.graph.ops import Collective, CollectiveKind, Group
+
+    w, cm, sc = _priced_stages(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
+                                "parallelism.dp=8", "parallelism.sequence_parallel=false"])
     act = float(w.plan.micro_batch_size * w.plan.seq_len * w.model.hidden_size * 2)
     full = cm.collective_time_s(Collective("p2p", CollectiveKind.P2P, act, Group.PP, 2), GroupPlacement(2, 1))
     assert 0 < sc.p2p_fwd_s[1] < full / 3  # 1/8 over the NICs plus the NVLink all-gather
@@ -177,17 +184,8 @@ def test_gradient_buckets_go_out_as_they_become_ready():
 def test_each_pipeline_boundary_is_priced_where_it_runs():
     """tp 4 x pp 4 on 8-GPU nodes (Megatron's rank order, tp fastest, pp outermost): stages 0-1 share node 0 and
     2-3 node 1, so boundaries 1 and 3 are NVLink transfers and boundary 2 crosses the network, slower."""
-    from vtrain.comm.plan import build_comm_plan
-    from vtrain.graph.builder import build_model_graph
-    from vtrain.sim.pass_memo import stage_costs
-    from vtrain.workload.partition import partition
-
-    w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=4", "parallelism.pp=4",
-                                "parallelism.dp=1", "training.global_batch_size=16"]))
-    cm = AnalyticalCostModel(w)
-    part = partition(w.model, w.plan)
-    comm = build_comm_plan(w, part)
-    sc = stage_costs(build_model_graph(w.model, w.plan, comm.tp), part, comm, cm, 0.0)
+    _, _, sc = _priced_stages(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=4", "parallelism.pp=4",
+                               "parallelism.dp=1", "training.global_batch_size=16"])
     near, far = sc.p2p_fwd_s[1], sc.p2p_fwd_s[2]
     assert sc.p2p_fwd_s[3] == near < far
     assert (sc.p2p_bwd_s[0], sc.p2p_bwd_s[1], sc.p2p_bwd_s[2]) == (near, far, near)
