@@ -27,9 +27,19 @@ def test_the_table_puts_the_held_out_figure_first_and_names_every_source() -> No
     table = figures.render(rows)
     header = table.splitlines()[0]
     assert header.index("leave-one-source-out") < header.index("in-sample")
-    assert len(table.splitlines()) == len(rows) + 2
+    assert len([ln for ln in table.splitlines() if ln.startswith("|")]) == len(rows) + 2
     for r in rows:  # each row's held-out MAPE, bold, as the CSV has it
         assert f"**{float(r['loso_mape_pct']):.1f}%**" in table
+
+
+def test_the_sentence_under_the_table_names_exactly_the_sources_above_the_target() -> None:
+    rows = [{"source": "a", "n": "20", "loso_mape_pct": "10.4"}, {"source": "b", "n": "20", "loso_mape_pct": "9.9"},
+            {"source": "c", "n": "9", "loso_mape_pct": "30.0"},  # under 10 rows: no target
+            {"source": "pooled published runs", "n": "49", "loso_mape_pct": "8.2"}]
+    said = figures._above_target(rows)
+    assert said == "Above the held-out target (10% per source): a (10.4%); the published pool (8.2% against 8%)."
+    rows = [dict(r, loso_mape_pct="7.0") for r in rows]
+    assert figures._above_target(rows).startswith("Every source is within 10% held out")
 
 
 # --- the README's example outputs are what the commands print ------------------------------------------------
