@@ -44,17 +44,30 @@ def test_the_sentence_under_the_table_names_exactly_the_sources_above_the_target
 
 # --- the README's example outputs are what the commands print ------------------------------------------------
 
-def readme_examples() -> list[tuple[str, list[str]]]:
-    """(command, expected lines) of each README code block that starts with ``$ python -m vtrain`` and shows
-    output; ``...`` in an expected line stands for text left out."""
-    text = (ROOT / "README.md").read_text()
+EXAMPLE_PAGES = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
+
+
+def readme_examples(pages: tuple[str, ...] = EXAMPLE_PAGES) -> list[tuple[str, list[str]]]:
+    """(command, expected lines) of each code block of the README and docs/ that starts with ``$ python -m vtrain``
+    (a command continued with a trailing backslash joined) and shows output; ``...`` in an expected line stands
+    for text left out."""
     out = []
-    for block in re.findall(r"```\n(\$ python -m vtrain[^\n]*)\n(.*?)```", text, re.S):
-        command, body = block
-        lines = [ln for ln in body.splitlines() if ln.strip() and ln.strip() != "..."]
-        if lines:
-            out.append((command.removeprefix("$ python -m vtrain "), lines))
-    return out
+    for page in pages:
+        text = (ROOT / page).read_text()
+        for block in re.findall(r"```\n(\$ python -m vtrain.*?)```", text, re.S):
+            for example in re.split(r"\n(?=\$ python -m vtrain)", block):  # a block may show two commands
+                lines = example.splitlines()
+                command = lines.pop(0)
+                while command.endswith("\\") and lines:
+                    command = command[:-1].rstrip() + " " + lines.pop(0).strip()
+                expected = [ln for ln in lines if ln.strip() and ln.strip() != "..."]
+                if expected:
+                    out.append((command.removeprefix("$ python -m vtrain "), expected))
+    merged: dict[str, list[str]] = {}  # one command shown on two pages runs once, checked for both pages' lines
+    for command, expected in out:
+        key = " ".join(a for a in command.split() if a != "tracking=off")
+        merged.setdefault(key, []).extend(ln for ln in expected if ln not in merged.get(key, []))
+    return list(merged.items())
 
 
 def shows(expected: str, printed: list[str]) -> bool:
@@ -80,13 +93,19 @@ def test_the_readme_shows_examples_with_output() -> None:
 @pytest.mark.parametrize("command,expected", readme_examples(), ids=lambda x: str(x)[:40])
 def test_a_readme_example_prints_what_the_readme_shows(command: str, expected: list[str], tmp_path: Path,
                                                        capfd) -> None:
+    """Each example of the README and docs/ prints what the page shows; an example of a refused input (its
+    output a ``vtrain: error:`` line) exits 2, any other 0."""
+    import shlex
+
     from tests.clirun import run_inprocess
 
-    res = run_inprocess([*command.split(), "tracking=off", f"hydra.run.dir={tmp_path}"], capfd)
-    assert res.code == 0, res.err[-2000:]
+    args = shlex.split(command)
+    args += [a for a in ("tracking=off",) if a not in args] + [f"hydra.run.dir={tmp_path}"]
+    res = run_inprocess(args, capfd)
+    assert res.code == (2 if expected[0].startswith("vtrain: error:") else 0), res.err[-2000:]
     printed = (res.out + res.err).splitlines()
     missing = [ln for ln in expected if not shows(ln, printed)]
-    assert not missing, "README lines the command no longer prints (regenerate them):\n" + "\n".join(missing)
+    assert not missing, "lines the command no longer prints (regenerate them):\n" + "\n".join(missing)
 
 
 def test_the_table_shows_the_cross_validated_ranking_beside_the_error() -> None:
