@@ -32,6 +32,28 @@ def test_the_table_puts_the_held_out_figure_first_and_names_every_source() -> No
         assert f"**{float(r['loso_mape_pct']):.1f}%**" in table
 
 
+def test_the_ranking_table_of_the_search_page_is_the_calibration_runs() -> None:
+    text = figures.RANKING_PAGE.read_text()
+    block = figures.RANKING_BLOCK.search(text)
+    assert block, "docs/search.md has no ranking block"
+    assert block.group(0).removeprefix(block.group(1)).removesuffix(block.group(2)) == \
+        figures.render_ranking(figures.read_sources(figures.SHIPPED))
+
+
+def test_the_ranking_sentence_names_exactly_the_sets_below_the_bar() -> None:
+    rows = [{"source": "torchtitan", "ranking_groups": "9", "ranking_pairs": "58", "loso_order_agreement_pct": "91.4",
+             "loso_kendall_tau_b": "0.75", "in_sample_order_agreement_pct": "91.4", "in_sample_kendall_tau_b": "0.75"},
+            {"source": "pooled (every row)", "ranking_groups": "207", "ranking_pairs": "9290",
+             "loso_order_agreement_pct": "94.7", "loso_kendall_tau_b": "0.84", "in_sample_order_agreement_pct": "94.7",
+             "in_sample_kendall_tau_b": "0.84"},
+            {"source": "nemo", "ranking_groups": "0", "ranking_pairs": "0", "loso_order_agreement_pct": "",
+             "loso_kendall_tau_b": "", "in_sample_order_agreement_pct": "", "in_sample_kendall_tau_b": ""}]
+    table = figures.render_ranking(rows)
+    assert "| pooled: every row | 9,290 / 207 | 94.7% | 0.84 | 94.7%, 0.84 |" in table
+    assert "nemo" not in table  # no pair to rank
+    assert table.rstrip().endswith("held out: torchtitan FSDP2 (H100, B200, GB200) (91.4%, 0.75).")
+
+
 def test_the_sentence_under_the_table_names_exactly_the_sources_above_the_target() -> None:
     rows = [{"source": "a", "n": "20", "loso_mape_pct": "10.4"}, {"source": "b", "n": "20", "loso_mape_pct": "9.9"},
             {"source": "c", "n": "9", "loso_mape_pct": "30.0"},  # under 10 rows: no target
