@@ -14,6 +14,7 @@ JOBS=${MUTATION_JOBS:-2}
 # tests/conftest.py reuses a composed config across tests; a mutant must meet a fresh compose
 export VTRAIN_TEST_FRESH_COMPOSE=1
 COMMIT=$(git -C "$ROOT" rev-parse HEAD)
+TREES=$(git -C "$ROOT" rev-parse HEAD:vtrain HEAD:tests | tr '\n' ' ')
 # The unit tests of the core packages (tests/unit/test_<name>.py; the slow ones deselected) and the profile reader's:
 # not the search, calibration, validation-table, CLI or I/O tests, which add minutes and reach the core through them.
 UNIT="arith attention_length blackwell_ultra block_scaled breakdown build_memo collectives comm_plan core_attn_recompute
@@ -25,6 +26,8 @@ recompute_fit schedule selective_op side_stream_contention simulate spec_rules s
 training_runs weight_cache"
 TESTS="$(for t in $UNIT; do printf 'tests/unit/test_%s.py ' "$t"; done)tests/test_profile_io.py"
 start=$(date +%s)
+# every step's output goes to a log in $WORK: a step that fails says so here, with its log's tail
+python -c "import mutmut" 2>/dev/null || { echo "no mutmut in $(command -v python) (activate the venv)" >&2; exit 1; }
 # The work directory is kept between runs and refreshed from HEAD: mutmut regenerates the mutants of changed files,
 # maps new tests, and keeps a verdict until its function or the test settings change (remove $WORK for a clean run).
 configure() {
@@ -67,10 +70,10 @@ if [ ! -d "$WORK/mutants" ]; then
 else  # refresh the copy from HEAD: a changed source file gets a new mtime, so mutmut regenerates its mutants
   rm -rf "$WORK/head" "$WORK/tests" "$WORK/docs" "$WORK/profiles" "$WORK/bench" && mkdir -p "$WORK/head"
   git -C "$ROOT" archive HEAD | tar -x -C "$WORK/head"
-  python - "$WORK/head/vtrain" "$WORK/vtrain" <<'PY'
+  python - "$WORK/head/vtrain" "$WORK/vtrain" "$WORK/mutants/vtrain" <<'PY'
 import filecmp, shutil, sys
 from pathlib import Path
-new, old = Path(sys.argv[1]), Path(sys.argv[2])
+new, old, mutated = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 for f in old.rglob("*"):
     if f.is_file() and not (new / f.relative_to(old)).exists():
         f.unlink()
@@ -79,6 +82,18 @@ for f in new.rglob("*"):
     if f.is_file() and not (dst.exists() and filecmp.cmp(f, dst, shallow=False)):
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(f, dst)  # a fresh mtime: mutmut sees the file changed
+# mutmut rewrites the .py files of mutants/ but copies every other file (configs, data) only when it is missing, and
+# never removes one: the copy the tests run on gets HEAD's other files here, and loses a deleted module (its mutants too)
+for f in mutated.rglob("*"):
+    rel = f.relative_to(mutated)
+    source = new / rel.with_suffix("") if f.suffix in (".meta", ".spans") else new / rel
+    if f.is_file() and "__pycache__" not in rel.parts and not source.exists():
+        f.unlink()
+for f in new.rglob("*"):
+    dst = mutated / f.relative_to(new)
+    if f.is_file() and f.suffix != ".py" and not (dst.exists() and filecmp.cmp(f, dst, shallow=False)):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, dst)
 PY
   (cd "$WORK/head" && cp -r tests docs profiles bench pyproject.toml README.md "$WORK/") && rm -rf "$WORK/head"
 fi
@@ -86,7 +101,7 @@ cd "$WORK"
 configure
 # generate the mutants of every new or changed source file (mutmut run's first step, without its test runs); mutmut
 # forgets the verdicts of the functions whose code changed
-python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY'
+python - "$JOBS" > mutmut_generate.log 2>&1 <<'PY' || { tail -30 mutmut_generate.log; exit 1; }
 import os, sys
 from mutmut.__main__ import create_mutants
 from mutmut.mutation.trampoline import set_mutant_under_test
@@ -102,8 +117,20 @@ python "$ROOT/bench/mutation_sample.py" sample "$N" "$SEED" > sample.txt
 # mutmut keeps each verdict until the mutant's function or the test settings change; a killed mutant stays killed
 # when tests are added, so only the others run again (all of them after a change to the test selection)
 python "$ROOT/bench/mutation_sample.py" pending sample.txt > pending.txt
+# mutmut maps a test to the functions it calls once, when it first sees the test's name: after an edit to the code or
+# the tests that map is stale (a rewritten test that now reaches a function would never be run on its mutants), so the
+# run maps every selected test again (minutes) unless the code and tests are those it was last mapped on
+if [ -f mutants/mutmut-stats.json ] && [ "$(cat mapped_trees 2>/dev/null)" != "$TREES" ]; then
+  python - <<'PY'
+import json
+stats = json.load(open("mutants/mutmut-stats.json"))
+stats.update(tests_by_mangled_function_name={}, duration_by_test={}, function_dependencies={})
+json.dump(stats, open("mutants/mutmut-stats.json", "w"), indent=4)
+PY
+fi
 if [ -s pending.txt ]; then
   mutmut run --max-children "$JOBS" $(cat pending.txt) > mutmut_run.log 2>&1 || { tail -30 mutmut_run.log; exit 1; }
+  echo "$TREES" > mapped_trees
 fi
 python "$ROOT/bench/mutation_sample.py" score sample.txt
 echo "commit $COMMIT, seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"
