@@ -105,3 +105,26 @@ def test_breakdown_adds_up_under_the_bidirectional_and_split_schedules(schedule)
                                 "training.global_batch_size=512", "training.seq_len=4096",
                                 f"parallelism.schedule={schedule}"]))
     check(simulate_workload(w, cost_model_for(w))[0])
+
+
+def test_a_dualpipe_rank_is_busy_as_the_two_zero_bubble_stages_whose_chunks_it_holds():
+    """DualPipe (DeepSeek-V3 report Sec. 3.2.1) feeds half the micro-batches from each end of two model copies: rank
+    r holds stage r of one copy and stage p-1-r of the other, each running m/2 micro-batches. So the rank issues and
+    computes what ZB-H1 (the same B/W split, one copy, all m micro-batches through each stage) gives stages r and
+    p-1-r, halved: the mean of the two. Counting m micro-batches per DualPipe chunk would double it."""
+    def stages(schedule):
+        w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.dp=4",
+                                    "parallelism.pp=4", "training.global_batch_size=64", "training.seq_len=4096",
+                                    f"parallelism.schedule={schedule}"]))
+        return simulate_workload(w, cost_model_for(w))[0].stages
+
+    def busy(stage):
+        streams = {su.stream: su.busy_s for su in stage.streams}
+        return stage.compute_s, streams["host"]["issue"], streams["compute"]["in_stream_comm"]
+
+    zb, dual = stages("zero_bubble"), stages("dualpipe")
+    p = len(zb)
+    for r in range(p):
+        mean = [(a + b) / 2 for a, b in zip(busy(zb[r]), busy(zb[p - 1 - r]))]
+        assert busy(dual[r]) == pytest.approx(mean, rel=1e-12)
+    assert busy(dual[0])[1] > 1.05 * busy(dual[1])[1]  # the embedding's and the head's ranks differ from the middle
