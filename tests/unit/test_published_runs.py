@@ -202,9 +202,18 @@ def test_the_shipped_set_is_registered_with_each_rows_own_stack():
         "megatron_bridge_25.11", "megatron_bridge_26.02", "megatron_bridge_26.02.01", "mosaic_llm_foundry"}
 
 
-# the one row whose table states EP64 on 32 data-parallel ranks of a stage (no Megatron-Core layout has it:
-# etp*ep must divide tp*dp*cp), with the reason it gives
-WAITING = {"ep=64 must divide dp*cp=32"}
+def test_an_expert_parallel_size_no_stage_holds_runs_at_the_largest_one_it_holds_with_a_note():
+    # Megatron-Bridge 25.09's DeepSeek-V3 MXFP8 variant: 256 GB200, TP1 PP8 (32 ranks a stage) beside EP64
+    row, notes = pasted_row(_row(num_gpus=256, tp=1, pp=8, ep=64, vp=2))
+    assert row.values["ep"] == "32"
+    assert notes == ["ep=64 cannot be laid out on a pipeline stage of 32 ranks (Megatron-Core: ep x etp must divide "
+                     "tp x dp x cp of a stage); simulated at ep=32, the largest that stage holds"]
+    wide, _ = pasted_row(_row(num_gpus=96, tp=1, pp=4, ep=16))  # 24 ranks a stage: 8 divides both
+    assert wide.values["ep"] == "8"
+    for fits in (_row(num_gpus=256, tp=2, pp=8, ep=16), _row(num_gpus=256, tp=1, pp=4, ep=64),
+                 _row(num_gpus=64, tp=2, dp=4, pp=2, ep=8)):  # tp x dp x cp = 8 holds ep 8
+        kept, none = pasted_row(fits)
+        assert kept.values["ep"] == fits.values["ep"] and none == []
 
 
 def test_llama31_405b_of_megatron_bridge_takes_its_recipes_pipeline_split():
@@ -229,9 +238,9 @@ def test_every_row_but_hybrid_mamba_simulates_and_the_error_is_given_per_source(
     skipped = [r for r in rows if r["skipped_reason"]]
     mamba = [r for r in skipped if "hybrid Mamba" in r["skipped_reason"]]
     assert len(mamba) == 4 and all(r["arch_type"] == "hybrid-mamba-moe" for r in mamba)
-    waiting = [r for r in skipped if r not in mamba]
-    assert all(any(w in r["skipped_reason"] for w in WAITING) for r in waiting), [r["skipped_reason"] for r in waiting]
-    assert len(rows) - len(skipped) >= 242  # 247 less the four Mamba rows and the EP64 row
+    assert len(skipped) == 4, [r["skipped_reason"] for r in skipped if r not in mamba]  # none but hybrid Mamba
+    ep64 = [r for r in rows if "cannot be laid out" in r["validation_notes"]]
+    assert len(ep64) == 1 and float(ep64[0]["predicted_ms"]) > 0
     pp16 = [r for r in rows if r["model"] == "LLAMA3.1_405B" and r["pp"] == "16" and r["virtual_stages"] == "8"]
     assert len(pp16) == 3 and all(float(r["predicted_ms"]) > 0 for r in pp16)
     for source in ("megatron_readme_sep2020", "nemo_24.07", "mosaic_llm_foundry", "megatron_bridge_26.02.01"):

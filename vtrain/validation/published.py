@@ -104,7 +104,7 @@ def pasted_row(row: MeasuredRow) -> Tuple[MeasuredRow, List[str]]:
         values.update(recipe)
         notes.append(f"from {values.get('framework')}'s recipe for the model: "
                      + ", ".join(f"{k}={v}" for k, v in recipe.items()))
-    return _ignored_settings(MeasuredRow(row.index, values), notes), notes
+    return _expert_layout(_ignored_settings(MeasuredRow(row.index, values), notes), notes), notes
 
 
 _YES = ("1", "true", "yes", "y", "on", "enabled")
@@ -127,6 +127,34 @@ def _ignored_settings(row: MeasuredRow, notes: List[str]) -> MeasuredRow:
         return row
     notes.append(why)
     return MeasuredRow(row.index, {k: v for k, v in row.values.items() if k != "tp_comm_overlap"})
+
+
+def _int_cell(row: MeasuredRow, column: str, default: int) -> int:
+    raw = (row.get(column) or "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+
+
+def _expert_layout(row: MeasuredRow, notes: List[str]) -> MeasuredRow:
+    """A stated expert-parallel size no pipeline stage can hold, simulated at the largest one it holds, with a
+    note. Megatron-Core draws the expert-parallel x expert-tensor-parallel ranks from a stage's tp x dp x cp ranks
+    (megatron/core/parallel_state.py, initialize_model_parallel: the expert grid is the same world split by pp);
+    a table that states a larger ep (Megatron-Bridge 25.09's DeepSeek-V3 MXFP8 variant: PP8 on 256 GB200 with
+    gradient accumulation 64, i.e. 32 ranks a stage, beside EP64) states a run that could not have been laid out
+    as written. The largest divisor of the stated ep that the stage holds keeps the experts per rank closest to
+    the table's; the row is simulated, not skipped, and says so (validation.csv: validation_notes)."""
+    ep, gpus = _int_cell(row, "ep", 1), _int_cell(row, "num_gpus", 0)
+    if ep == 1 or gpus == 0:
+        return row
+    tp, pp, cp = _int_cell(row, "tp", 1), _int_cell(row, "pp", 1), _int_cell(row, "cp", 1)
+    dp = _int_cell(row, "dp", 0)
+    stage = tp * dp * cp if dp else gpus // pp  # the ranks of one pipeline stage
+    etp = _int_cell(row, "etp", 1)  # the Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1
+    if stage % pp and not dp or stage % (etp * ep) == 0 or stage % etp:
+        return row  # a layout error of another kind (or none): row_workload names it
+    held = max(e for e in range(1, ep + 1) if ep % e == 0 and stage % (etp * e) == 0)
+    notes.append(f"ep={ep} cannot be laid out on a pipeline stage of {stage} ranks (Megatron-Core: ep x etp must "
+                 f"divide tp x dp x cp of a stage); simulated at ep={held}, the largest that stage holds")
+    return MeasuredRow(row.index, {**row.values, "ep": str(held)})
 
 
 def summary_by_source(results: Sequence[Any]) -> Dict[str, ErrorSummary]:
