@@ -235,28 +235,36 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
 # (docs/search.md, "Ranking accuracy"): (pairs measured > 5% apart, of them ordered as measured, Kendall's tau-b),
 # held out; a regression loses more than max(1, 1%) of the pairs or 0.05 of tau-b
 LOSO_RANKING = {
-    "a100_single_node": (9108, 8633, 0.849), "torchtitan": (58, 53, 0.750), "megatron_moe_qwen3_h100": (13, 10, 0.512),
+    "a100_single_node": (9108, 8633, 0.849), "torchtitan": (56, 52, 0.778), "megatron_moe_qwen3_h100": (9, 6, 0.316),
     "published:megatron_bridge_26.02.01": (11, 11, 1.0), "published:megatron_bridge_26.02": (11, 11, 1.0),
-    "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (3, 3, 0.556),
-    "pooled (every row)": (9290, 8794, 0.841), "pooled published runs": (111, 98, 0.470),
+    "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (4, 4, 0.6),
+    "pooled (every row)": (9219, 8736, 0.847), "pooled published runs": (46, 44, 0.733),
 }
 
 
 def _ranking_from_predictions(path, source, column):
     """A source's (pairs, agreeing, pair-weighted tau-b) recomputed from predictions.csv: its rows grouped by
-    job_group (a pooled line's across its sources), tau-b by scipy (independent of vtrain.validation.ranking),
+    job_group (a pooled line's across its sources), the runs of one plan_id at their geometric means, tau-b by
+    scipy (independent of vtrain.validation.ranking),
     pairs measured > 5% apart counted here."""
     import csv
+    import math
 
     from scipy.stats import kendalltau
 
-    groups = {}
+    plans = {}  # job group -> plan id -> its runs (one plan measured in two releases is ranked once)
     with path.open(newline="") as fh:
         for r in csv.DictReader(fh):
             if source in (r["source"], "pooled (every row)") or (
                     source == "pooled published runs" and r["source"].startswith("published:")):
-                groups.setdefault(r["job_group"], []).append(
+                plans.setdefault(r["job_group"], {}).setdefault(r["plan_id"], []).append(
                     (float(r["measured_s"]), float(r[column])))
+
+    def geomean(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    groups = {g: [(geomean([m for m, _ in runs]), geomean([p for _, p in runs])) for runs in by.values()]
+              for g, by in plans.items()}
     pairs = agree = 0
     weighted = []
     for runs in (g for g in groups.values() if len(g) >= 2):

@@ -40,19 +40,28 @@ def test_a_sources_rows_are_grouped_by_job_and_ranked():
 
 def test_pooled_groups_the_sources_rows_by_job_across_sources():
     one = (RUNS, MEASURED, HELD)
-    two = (RUNS[:1] + RUNS[5:], [15.0, 8.0], [16.0, 6.5])  # job A once more (another release), job C's second run
+    # another release: job A's first plan measured again (15 s, predicted 16 s), job C with a second plan (pp 2)
+    two = (RUNS[:1] + [_run(4096, 16, 16, 2)], [15.0, 8.0], [16.0, 6.5])
     both = ranking_cv.pooled([one, two])
-    assert [g.n for g in both.groups] == [4, 2, 2]  # job A: 3 + 1 runs; job B; job C: 1 + 1
+    assert [g.n for g in both.groups] == [3, 2, 2]  # job A: its pp1 plan ranked once over both releases
     a, b, c = both.groups
-    # job A measured 10, 12, 20, 15 / predicted 11, 10.5, 21, 16: of 6 pairs (all > 5% apart) only 10/12 swapped
-    assert (a.agree, a.pairs) == (5, 6) and a.tau_b == pytest.approx(4 / 6)
+    # job A's pp1 at sqrt(10 x 15) = 12.25 s measured, sqrt(11 x 16) = 13.27 s predicted: within 5% of pp2's 12 s
+    # (not counted), below pp4's 20 s as predicted; the order pp2 < pp1 < pp4 predicted as measured
+    assert (a.agree, a.pairs) == (2, 2) and a.tau_b == pytest.approx(1.0)
     assert (c.agree, c.pairs) == (1, 1) and c.tau_b == pytest.approx(1.0)  # 7 vs 8 s measured, 6 vs 6.5 predicted
     assert (b.agree, b.pairs) == (0, 0) and b.tau_b == pytest.approx(-1.0)
-    assert (both.agree, both.pairs) == (5 + 0 + 1, 6 + 0 + 1)
-    assert both.tau_b == pytest.approx((6 * 4 / 6 + 1 * -1.0 + 1 * 1.0) / 8)
+    assert (both.agree, both.pairs) == (2 + 0 + 1, 2 + 0 + 1)
+    assert both.tau_b == pytest.approx((3 * 1.0 + 1 * -1.0 + 1 * 1.0) / 5)
     assert ranking_cv.pooled([]).pairs == 0 and ranking_cv.pooled([]).tau_b is None
     with pytest.raises(ValueError, match="2 workloads, 1 measured"):
         ranking_cv.pooled([(RUNS[:2], [1.0], [1.0, 2.0])])
+
+
+def test_one_plan_measured_twice_ranks_once_at_its_geometric_means():
+    from vtrain.validation.ranking import by_plan
+
+    got = by_plan([("x", 10.0, 11.0), ("y", 12.0, 10.5), ("x", 15.0, 16.0)])
+    assert got == [pytest.approx((150 ** 0.5, 176 ** 0.5)), (12.0, 10.5)]
 
 
 def test_figures_give_held_out_and_in_sample_side_by_side_and_the_csv_cells():

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from vtrain.validation.ranking import RankingSummary, ranking_group, ranking_summary
+from vtrain.validation.ranking import RankingSummary, ranking_group, ranking_of_plans, ranking_plan
 
 Seconds = Union[Sequence[float], np.ndarray]  # a source's times, one per row
 
@@ -31,10 +31,10 @@ def source_ranking(workloads: Sequence[Any], measured_s: Seconds, predicted_s: S
     if not len(workloads) == len(measured_s) == len(predicted_s):
         raise ValueError(f"source_ranking: {len(workloads)} workloads, {len(measured_s)} measured, "
                          f"{len(predicted_s)} predicted")
-    groups: Dict[str, List[Tuple[float, float]]] = {}
+    groups: Dict[str, List[Tuple[str, float, float]]] = {}
     for w, m, p in zip(workloads, measured_s, predicted_s):
-        groups.setdefault(ranking_group(w), []).append((float(m), float(p)))
-    return ranking_summary(groups)
+        groups.setdefault(ranking_group(w), []).append((ranking_plan(w), float(m), float(p)))
+    return ranking_of_plans(groups)  # one plan measured twice (two releases) ranks once
 
 
 def pooled(parts: Sequence[Tuple[Sequence[Any], Seconds, Seconds]]) -> RankingSummary:

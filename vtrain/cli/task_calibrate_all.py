@@ -125,16 +125,19 @@ def write_predictions(path: Path, sources: Sequence[Source], results: Sequence[S
                       checked: Sequence[Any]) -> None:
     """Every row: measured, at the config values, held out, and its held-out 80% interval (lo, hi factors of
     the held-out prediction, from the interval table refitted without its source: bench/fit_intervals.py plots
-    them); then its in-sample prediction and the job group it is ranked in (vtrain.calibration.ranking_cv). The
+    them); then its in-sample prediction, the job group it is ranked in (vtrain.calibration.ranking_cv) and its
+    plan's id (the first 12 hex digits of the SHA-1 of vtrain.validation.ranking.ranking_plan: one id, one plan). The
     ranked times carry 10 significant digits, so that the ranking recomputed from the file counts the same pairs
     (a pair 5.0000% apart at 6 digits may be 4.9999% apart at full precision)."""
-    from vtrain.validation.ranking import ranking_group
+    import hashlib
+
+    from vtrain.validation.ranking import ranking_group, ranking_plan
 
     with path.open("w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["source", "row", "gpu", "stack", "measured_s", "measured_as_rate", "config_s", "held_out_s",
                       "held_out_ape_pct", "interval_class", "interval_lo_factor", "interval_hi_factor",
-                      "in_sample_s", "job_group"])
+                      "in_sample_s", "job_group", "plan_id"])
         k = 0
         for s, r in zip(sources, results):
             for j, w in enumerate(s.workloads):
@@ -143,7 +146,8 @@ def write_predictions(path: Path, sources: Sequence[Source], results: Sequence[S
                 out.writerow([s.name, s.labels[j] if s.labels else j + 1, w.cluster.gpu.name, w.stack.name,
                               f"{s.measured_s[j]:.10g}", int(s.rate[j]), f"{s.shipped_s[j]:.6g}",
                               f"{r.loso_s[j]:.10g}", f"{r.loso_ape[j]:.3f}", s.leaves[j], f"{lo:.4f}", f"{hi:.4f}",
-                              "" if r.in_sample_s is None else f"{r.in_sample_s[j]:.10g}", ranking_group(w)])
+                              "" if r.in_sample_s is None else f"{r.in_sample_s[j]:.10g}", ranking_group(w),
+                              hashlib.sha1(ranking_plan(w).encode()).hexdigest()[:12]])
 
 
 def write_configs(constants: Sequence[Dict[str, Any]]) -> List[str]:

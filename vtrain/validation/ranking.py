@@ -2,7 +2,10 @@
 
 A planner picks the plan; what matters to its user is the order of the plans of one job, less their absolute
 times. Measured runs are grouped by what a job fixes (model, GPU type and count, sequence length, global
-batch: :func:`ranking_group`); within a group the runs differ in plan. Per group and pooled over a set:
+batch: :func:`ranking_group`); within a group the runs differ in plan. Runs of one group that share a plan
+(:func:`ranking_plan`: the same plan, precision and stack, e.g. one preset measured in two releases) are one
+plan to rank, at the geometric mean of their measured and of their predicted times (:func:`by_plan`): what they
+differ in is not a choice a planner makes. Per group and pooled over a set:
 
 - pairwise order agreement: of the pairs whose measured times differ by more than :data:`DIFFER_PCT` (the
   slower over the faster), the share the prediction orders the same way (a predicted tie is a miss);
@@ -161,14 +164,35 @@ def ranking_group(w: Workload) -> str:
     return f"{p.num_gpus} x {w.cluster.gpu.name}, {shape}, seq {p.seq_len}, batch {p.global_batch_size}"
 
 
+def ranking_plan(w: Any) -> str:
+    """What a planner chooses of a run, as a key: its stack and its whole plan (parallelism, schedule, recompute,
+    precision, dispatcher, ...); two runs of one group with the same key differ only in what no plan sets."""
+    return f"{getattr(getattr(w, 'stack', None), 'name', '')}|{w.plan!r}"
+
+
+def by_plan(runs: Sequence[Tuple[str, float, float]]) -> List[Tuple[float, float]]:
+    """(measured, predicted) per distinct plan of one group's (plan key, measured, predicted) runs: runs of one
+    plan at the geometric mean of their measured and of their predicted times, in first-seen order."""
+    seen: Dict[str, List[Tuple[float, float]]] = {}
+    for key, m, p in runs:
+        seen.setdefault(key, []).append((m, p))
+    return [(math.exp(sum(math.log(m) for m, _ in ts) / len(ts)), math.exp(sum(math.log(p) for _, p in ts) / len(ts)))
+            for ts in seen.values()]
+
+
+def ranking_of_plans(groups: Mapping[str, Sequence[Tuple[str, float, float]]]) -> RankingSummary:
+    """:func:`ranking_summary` of groups of (plan key, measured, predicted) runs, each plan ranked once."""
+    return ranking_summary({label: by_plan(runs) for label, runs in groups.items()})
+
+
 def ranking_of_results(results: Sequence[Any]) -> RankingSummary:
     """The ranking figures of ``task=validate``'s simulated rows (:class:`vtrain.validation.run.RowResult`),
-    grouped by their ``group``; time is what is ranked (a rate's row is ranked by the time it implies)."""
-    groups: Dict[str, List[Tuple[float, float]]] = {}
+    grouped by their ``group``, each plan once; time is what is ranked (a rate's row by the time it implies)."""
+    groups: Dict[str, List[Tuple[str, float, float]]] = {}
     for r in results:
         if r.predicted_ms is not None and r.group:
-            groups.setdefault(r.group, []).append((r.measured_ms, r.predicted_ms))
-    return ranking_summary(groups)
+            groups.setdefault(r.group, []).append((r.plan_key or f"row {r.row.index}", r.measured_ms, r.predicted_ms))
+    return ranking_of_plans(groups)
 
 
 def margin_refusals(results: Sequence[Any]) -> Optional[str]:

@@ -15,7 +15,7 @@ from vtrain.sim.simulator import host_fraction, leaf_regime, simulate_workload
 from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.published import pasted_row
-from vtrain.validation.ranking import ranking_group
+from vtrain.validation.ranking import ranking_group, ranking_plan
 from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload, states_recompute
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
@@ -49,6 +49,7 @@ class RowResult:
     # what runs it is ranked against (model, GPU type and count, sequence, global batch: validation.ranking)
     group: str = ""
     usable_memory_gib: Optional[float] = None  # its cluster's memory margin (cluster.usable_hbm_fraction)
+    plan_key: str = ""  # what a planner chooses of the run (validation.ranking.ranking_plan): one plan ranks once
 
     @property
     def covered(self) -> Optional[bool]:
@@ -333,7 +334,8 @@ def validate_rows(rows: Sequence[MeasuredRow], cfg: Any, defaults: Optional[RowD
                              leaf_regime(w, report.provenance, host_fraction(report)), w.stack.name,
                              recompute_label(w.plan), f"({w.plan.tp},{w.plan.pp},{w.plan.dp})",
                              str(w.plan.micro_batch_size), None if ruled_out is None else ruled_out / 2**30,
-                             "; ".join(notes), ranking_group(w), usable_bytes(w.cluster) / 2**30))
+                             "; ".join(notes), ranking_group(w), usable_bytes(w.cluster) / 2**30,
+                             ranking_plan(w)))
     return out
 
 
