@@ -2,6 +2,7 @@
 
     python bench/fit_gemm.py            # fit, cross-validate, cross-check; print the figures
     python bench/fit_gemm.py --write    # ... and write the constants into conf/gpu/*.yaml (Hopper, Blackwell)
+    python bench/fit_gemm.py --ultra-by-power   # B300 and GB300 from B200 by the power-limited clock law
     python bench/fit_gemm.py --scaled profiles/measured/h200/gemm_scaled.csv   # FP8 recipes from a side-by-side table
 
 Without ``--scaled``, ``profiles/measured/h200/gemm_scaled.csv`` is read when it exists (bench/gpu_run.sh writes it:
@@ -42,7 +43,7 @@ from vtrain.calibration.gemm_tables import (
     read_mamf,
     run_spread_pct,
 )
-from vtrain.calibration.gpu_derive import TRANSFERS, derive, read_flash_tflops
+from vtrain.calibration.gpu_derive import TRANSFERS, by_power, derive, power_limited_rate_ratio, read_flash_tflops
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import CONF_DIR, load_gpu_config
@@ -144,6 +145,22 @@ def _fit_gpus() -> Tuple[Dict[str, Dict[str, GemmParams]], Dict[str, Dict[str, G
     return fitted, tables
 
 
+def power_law(gpu_name: str, source_name: str) -> Tuple[float, Dict[str, float]]:
+    """(the power-limited clock law's rate ratio of ``gpu_name`` over ``source_name``, the source's peaks)."""
+    g, s = gpu_spec(load_gpu_config(gpu_name)), gpu_spec(load_gpu_config(source_name))
+    return power_limited_rate_ratio(g.num_sms, g.tdp_w, g.idle_w, s.num_sms, s.tdp_w, s.idle_w), dict(s.peak_tflops)
+
+
+def _law_checks(mamf: Dict[Tuple[str, str], MamfRow]) -> None:
+    """The power law's rate ratio over B200 beside each part's own best matmul (MAMF) over B200's, where measured."""
+    print("\npower-limited clock law vs best matmul (rate over B200's: law | MAMF bf16, fp8):")
+    for gpu_name, acc in (("gb200", "NVIDIA GB200 SXM"), ("b300", "NVIDIA B300 SXM"), ("gb300", None)):
+        law = power_law(gpu_name, "b200")[0]
+        got = [f"{mamf[(acc, p)].tflops / mamf[('NVIDIA B200 SXM', p)].tflops:.3f}" for p in ("bf16", "fp8")
+               if acc is not None and (acc, p) in mamf]
+        print(f"  {gpu_name:6s} law {law:.3f} | MAMF {', '.join(got) or 'not measured'}")
+
+
 def _mamf_checks(mamf: Dict[Tuple[str, str], MamfRow]) -> None:
     """The gpu/ configs as they are now against the best matmul of MAMF's brute-force shape search."""
     print("\nMAMF cross-check (best matmul of a brute-force shape search; model: the gpu/ configs as they are now):")
@@ -165,6 +182,8 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--scaled", type=Path, default=None,
                     help=f"a Hopper FP8-recipe table (python -m vtrain.profiler.scaled_gemm; default {SCALED_DEFAULT} "
                          "if it exists)")
+    ap.add_argument("--ultra-by-power", action="store_true",
+                    help="B300 and GB300 from B200 by the power-limited clock law, not B300's MAMF point")
     args = ap.parse_args(argv)
     scaled = args.scaled or (SCALED_DEFAULT if SCALED_DEFAULT.is_file() else None)
     try:  # checked before the minutes of fitting
@@ -220,14 +239,17 @@ def main(argv: List[str]) -> int:
     flash = read_flash_tflops()
     flash_peaks = {g: gpu_spec(load_gpu_config(g.lower())).peak_tflops["bf16"] for g in flash}
     for tr in TRANSFERS:
+        tr = by_power(tr) if args.ultra_by_power and tr.gpu in ("b300", "gb300") else tr
         spec = gpu_spec(load_gpu_config(tr.gpu))
-        values, prov = derive(tr, fitted, mamf, spec.peak_tflops, flash, flash_peaks, date, FITTED_ON, recipe_ratios)
+        values, prov = derive(tr, fitted, mamf, spec.peak_tflops, flash, flash_peaks, date, FITTED_ON, recipe_ratios,
+                              power_law(tr.gpu, GPUS[tr.source][0]) if tr.by_power else None)
         if args.write:
             update_yaml(CONF_DIR / "gpu" / f"{tr.gpu}.yaml", values, prov)
         eff = values["gemm_efficiency_by_precision"]
         print(f"{'wrote' if args.write else 'would write'} gpu/{tr.gpu}: eta {eff}, "
               f"flash {values['flash_attention_efficiency']}")
     _mamf_checks(mamf)
+    _law_checks(mamf)
     return 0
 
 

@@ -6,13 +6,21 @@ best achievable matmul (MAMF table: each as a fraction of its own peak) where th
 
     eta_p(target) = eta_q(source) · MAMF_eff(target, p) / MAMF_eff(source, q)
 
+A transfer may instead move the source's rate by the power-limited clock law (``Transfer.by_power``,
+:func:`power_limited_rate_ratio`): the same tensor cores per SM and clock, the rate the source's times (SMs
+ratio)^(2/3) x (dynamic power ratio)^(1/3), as parts under their board power limit run their GEMMs. The law puts
+GB200 at 1.063x B200 where GB200's own MAMF reads 1.044x (bf16) and 1.053x (fp8); B300's one MAMF point (1.014x,
+0.977x) is contradicted by the same-plan pairs of the Megatron-Bridge tables (B300 1.11x B200, GB300 1.19-1.25x
+GB200: ``bench/gpu_pairs.py``). Not used for the shipped configs yet (``bench/fit_gemm.py --ultra-by-power``;
+why: docs/accuracy.md, "GB300 reads slow at every precision").
+
 The shape constants (size terms, fixed time, wave exponent) are the source's; the SM count and peaks
 are the target's own, so wave quantization and the k size term follow the target's datasheet.
 """
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -37,6 +45,9 @@ class Transfer:
     flash_source: str  # the GPU of the step decomposition (H200 | B200)
     reason: str
     low_precision_from: Dict[str, str] = field(default_factory=dict)  # precision -> precision it copies
+    # the source's rate moved to this part's SMs and power (power_limited_rate_ratio), not by MAMF ratios
+    by_power: bool = False
+    flash_factor: float = 1.0  # fused attention's own gain on this part (Blackwell Ultra's doubled SFU exp rate)
 
 
 MEASURED = ("h100_sxm", "b200")
@@ -46,6 +57,20 @@ SAME_RATE = {"fp16": "bf16", "fp8_rowwise": "fp8", "fp8_blockwise": "fp8", "mxfp
 # the fitted GPUs whose transfers take a side-by-side FP8-recipe measurement (vtrain/calibration/fp8_recipes.py):
 # Hopper, sm_90, where H100, H200 and H800 run the same cuBLASLt and CUTLASS kernels
 RECIPE_SOURCES = ("H100",)
+
+# Blackwell Ultra's fused attention per bf16 step over Blackwell's at one tensor-core rate: the doubled SFU exp
+# rate in a serial MMA + exp model (gpu/gb300.yaml's flash_attention_efficiency provenance)
+ULTRA_EXP = 1.128
+
+
+def power_limited_rate_ratio(sms: float, tdp_w: float, idle_w: float, src_sms: float, src_tdp_w: float,
+                             src_idle_w: float) -> float:
+    """A part's tensor-core rate over the source's when both run their GEMMs at the board power limit: the
+    dynamic power (TDP less the idle floor) goes as SMs x f x V^2 with V ~ f at the top of the DVFS curve, so
+    the clock goes as ((P - P_idle) / SMs)^(1/3) and the rate, SMs x f, as SMs^(2/3) x (P - P_idle)^(1/3)
+    (gpu.power_clock_fraction's law, with the SM count)."""
+    return (sms / src_sms) ** (2.0 / 3.0) * ((tdp_w - idle_w) / (src_tdp_w - src_idle_w)) ** (1.0 / 3.0)
+
 
 TRANSFERS: List[Transfer] = [
     Transfer("h100_sxm", "H100", "NVIDIA H100 SXM", "NVIDIA H100 SXM", HOPPER, "H200",
@@ -57,12 +82,18 @@ TRANSFERS: List[Transfer] = [
     Transfer("b200", "B200", "NVIDIA B200 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
              "measured (bf16, fp8)", SAME_RATE),
     Transfer("b300", "B200", "NVIDIA B300 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
-             "Blackwell Ultra: B200's tensor cores at bf16/fp8, 160 SMs", SAME_RATE),
+             "Blackwell Ultra: B200's tensor cores at bf16/fp8, 160 SMs", SAME_RATE, flash_factor=ULTRA_EXP),
     Transfer("gb200", "B200", "NVIDIA GB200 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
              "B200 silicon at GB200's power and clocks", SAME_RATE),
     Transfer("gb300", "B200", "NVIDIA B300 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
-             "B300 silicon in an NVL72 rack (no GB300 matmul measurement: B300's)", SAME_RATE),
+             "B300 silicon in an NVL72 rack (no GB300 matmul measurement: B300's)", SAME_RATE, flash_factor=ULTRA_EXP),
 ]
+
+
+def by_power(tr: Transfer) -> Transfer:
+    """``tr`` moved by the power-limited clock law from its source (no MAMF ratio; its own MAMF point, if any, is
+    then a check, not an input)."""
+    return replace(tr, by_power=True, mamf=None, reason=f"{tr.reason}; by the power-limited clock law")
 
 
 def read_flash_tflops(folder: Optional[Path] = None) -> Dict[str, Tuple[float, str]]:
@@ -80,31 +111,63 @@ def flash_efficiency(tflops: float, bf16_peak_tflops: float) -> float:
     return tflops * FLASH_FLOP_RATIO / bf16_peak_tflops
 
 
-def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tuple[str, str], MamfRow],
-           peaks: Dict[str, float], flash: Dict[str, Tuple[float, str]], flash_peaks: Dict[str, float],
-           date: str, fitted_on: Dict[str, str], recipe_ratios: Optional[Dict[str, Tuple[float, str]]] = None
-           ) -> Tuple[Dict[str, Value], Dict[str, str]]:
-    """(YAML values, provenance) of the GEMM/attention constants of ``tr.gpu``; ``flash_peaks``: the bf16
-    peak of each GPU the step decomposition was measured on; ``recipe_ratios``: FP8 recipe -> (its eta over
-    per-tensor fp8's, where measured), applied to the GPUs of the source it was measured on (Hopper)."""
-    src = fitted[tr.source]
-    bf16 = src["bf16"]
+# (the law's rate ratio, the source's peaks) for a Transfer with by_power
+Power = Tuple[float, Dict[str, float]]
+
+
+def _etas(tr: Transfer, src: Dict[str, GemmParams], mamf: Dict[Tuple[str, str], MamfRow], peaks: Dict[str, float],
+          power: Optional[Power], notes: List[str]) -> Dict[str, float]:
+    """Each precision's large-GEMM efficiency (of this part's own peak): the source's, moved by the MAMF ratio
+    or, for a by_power transfer, by the power law's rate ratio and the two parts' peaks; ``notes`` gets how."""
     eta: Dict[str, float] = {}
-    notes: List[str] = []
     target = tr.mamf or tr.source_mamf
     for p in tr.precisions:
         if p not in peaks:
             continue
         base = tr.low_precision_from.get(p, p)
-        src_eta, src_key = (src[base], (tr.source_mamf, base)) if base in src else (bf16, (tr.source_mamf, "bf16"))
+        src_eta, src_key = (src[base], (tr.source_mamf, base)) if base in src else (src["bf16"],
+                                                                                   (tr.source_mamf, "bf16"))
         value = src_eta.eta_max
-        if (target, base) in mamf and (target, base) != src_key:
-            ratio = mamf[(target, base)].efficiency / mamf[src_key].efficiency
-            value *= ratio
+        if power is not None:
+            value *= power[0] * power[1][base] / peaks[base]
+            note = f"{base}: {src_key[1]} x rate {power[0]:.4f} x peak {power[1][base]:.0f}/{peaks[base]:.0f}"
+        elif (target, base) in mamf and (target, base) != src_key:
+            value *= mamf[(target, base)].efficiency / mamf[src_key].efficiency
             note = f"{base}: {src_key[1]} x MAMF {mamf[(target, base)].efficiency:.3f}/{mamf[src_key].efficiency:.3f}"
-            if note not in notes:
-                notes.append(note)
+        else:
+            note = ""
+        if note and note not in notes:
+            notes.append(note)
         eta[p] = round(value, 4)
+    return eta
+
+
+def power_ceilings(tr: Transfer, mamf: Dict[Tuple[str, str], MamfRow], peaks: Dict[str, float], power: Power
+                   ) -> Dict[str, float]:
+    """gemm_ceiling_by_precision of a by_power transfer: the source's best measured matmul (MAMF) at the law's
+    rate, as a fraction of this part's peak (bf16, fp8 and the formats that copy them)."""
+    out: Dict[str, float] = {}
+    for p in ("bf16", "fp16", "fp8", "mxfp8"):
+        base = tr.low_precision_from.get(p, p)
+        if p in peaks and (tr.source_mamf, base) in mamf:
+            out[p] = round(mamf[(tr.source_mamf, base)].tflops * power[0] / peaks[base], 3)
+    return out
+
+
+def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tuple[str, str], MamfRow],
+           peaks: Dict[str, float], flash: Dict[str, Tuple[float, str]], flash_peaks: Dict[str, float],
+           date: str, fitted_on: Dict[str, str], recipe_ratios: Optional[Dict[str, Tuple[float, str]]] = None,
+           power: Optional[Power] = None) -> Tuple[Dict[str, Value], Dict[str, str]]:
+    """(YAML values, provenance) of the GEMM/attention constants of ``tr.gpu``; ``flash_peaks``: the bf16
+    peak of each GPU the step decomposition was measured on; ``recipe_ratios``: FP8 recipe -> (its eta over
+    per-tensor fp8's, where measured), applied to the GPUs of the source it was measured on (Hopper);
+    ``power``: (rate ratio, source peaks) of a ``by_power`` transfer (:func:`power_limited_rate_ratio`)."""
+    if tr.by_power and power is None:
+        raise ValueError(f"{tr.gpu}: a by_power transfer needs the power law's rate ratio")
+    src = fitted[tr.source]
+    bf16 = src["bf16"]
+    notes: List[str] = []
+    eta = _etas(tr, src, mamf, peaks, power if tr.by_power else None, notes)
     measured_recipes: Dict[str, str] = {}
     if tr.source in RECIPE_SOURCES and "fp8" in eta:
         for p, (ratio, source) in (recipe_ratios or {}).items():
@@ -114,10 +177,17 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
     flash_tflops, kernel = flash[tr.flash_source]
     flash_eff = flash_efficiency(flash_tflops, flash_peaks[tr.flash_source])
     flash_note = ""
-    if (target, "bf16") in mamf and (target, "bf16") != (tr.source_mamf, "bf16"):
+    target = tr.mamf or tr.source_mamf
+    if tr.by_power and power is not None:
+        flash_eff *= power[0] * flash_peaks[tr.flash_source] / peaks["bf16"]
+        flash_note = f", x rate {power[0]:.4f} x bf16 peak {flash_peaks[tr.flash_source]:.0f}/{peaks['bf16']:.0f}"
+    elif (target, "bf16") in mamf and (target, "bf16") != (tr.source_mamf, "bf16"):
         flash_ratio = mamf[(target, "bf16")].efficiency / mamf[(tr.source_mamf, "bf16")].efficiency
         flash_eff *= flash_ratio
         flash_note = f", x MAMF bf16 ratio {flash_ratio:.3f}"
+    if tr.flash_factor != 1.0:
+        flash_eff *= tr.flash_factor
+        flash_note += f", x {tr.flash_factor} (Blackwell Ultra's doubled SFU exp rate, ULTRA_EXP)"
     values: Dict[str, Value] = {
         "gemm_max_efficiency": eta["bf16"],
         "gemm_efficiency_by_precision": eta,
@@ -129,10 +199,20 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
         # unfused batched attention GEMMs: the table's batched GEMMs are fitted without a factor
         "attention_efficiency": 1.0,
     }
+    if tr.by_power and power is not None:
+        values["gemm_ceiling_by_precision"] = power_ceilings(tr, mamf, peaks, power)
+    return values, _provenance(tr, notes, measured_recipes, eta, flash_tflops, kernel, flash_note, date, fitted_on)
+
+
+def _provenance(tr: Transfer, notes: List[str], measured_recipes: Dict[str, str], eta: Dict[str, float],
+                flash_tflops: float, kernel: str, flash_note: str, date: str, fitted_on: Dict[str, str]
+                ) -> Dict[str, str]:
     measured = tr.gpu in MEASURED
     shape = (f"fitted: {fitted_on[tr.source]}, bench/fit_gemm.py, {date}" if measured
              else f"transferred from: {tr.source.lower()} fit ({tr.reason}), bench/fit_gemm.py, {date}")
-    eta_note = shape if not notes else shape + "; eta scaled by the best-matmul ratio (" + "; ".join(notes) + \
+    how = ("the power-limited clock law: SMs^(2/3) x (TDP - idle)^(1/3), vtrain/calibration/gpu_derive.py"
+           if tr.by_power else "the best-matmul ratio")
+    eta_note = shape if not notes else shape + f"; eta scaled by {how} (" + "; ".join(notes) + \
         ", vtrain/data/modern_gpus/mleng_mamf_max_achievable_matmul.csv)"
     same = ", ".join(f"{p} = {tr.low_precision_from[p]}" for p in eta
                      if p in tr.low_precision_from and p not in measured_recipes)
@@ -154,4 +234,8 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
         "attention_efficiency": f"set to 1: the batched GEMMs (b = 2, 4) of {fitted_on[tr.source]} are fitted "
                                 f"with no factor of their own, {date}",
     }
-    return values, prov
+    if tr.by_power:
+        prov["gemm_ceiling_by_precision"] = (f"transferred from: {tr.source_mamf}'s best achievable matmul "
+                                             f"(vtrain/data/modern_gpus/mleng_mamf_max_achievable_matmul.csv) x the "
+                                             f"power-limited clock law's rate ratio, / this part's peak, {date}")
+    return prov
