@@ -74,6 +74,31 @@ _DEEPSEEK_V3: Tuple[Recipe, ...] = (
               _DSV3_H100, "h100_sxm"))
 )
 
+# Qwen3 30B-A3B as each release's scripts/performance ran it where the rows' layout is not the later presets' above
+# (docs/moe.md "Qwen3-30B-A3B across Megatron-Bridge releases" gives each version read):
+# - 25.09, scripts/performance/configs/qwen3/qwen3_30b_a3b_llm_pretrain.py (the 25.09 layout, version 4054233): every
+#   preset token-drops by default (use_tokendrop -> apply_moe_token_drop: capacity factor 1.0, padded) and the GB200 /
+#   B200 ones replay the whole iteration from a CUDA graph (cuda_graph_impl "local", scope "full_iteration"); H100
+#   none (its rows run vtrain's defaults);
+# - 26.02, scripts/performance/configs/qwen/qwen3_workload_base_configs.py before PR #2499 (2026-02-23, in 26.02.01:
+#   the B200 preset to HybridEP at micro-batch 4): QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_*_V1 at the default micro-batch
+#   1, TE graphs of the router and the dispatch preprocessing, the B200 builder's NCCL all-to-all;
+# - 26.02 and 26.02.01, H100 (PP2 VP12 EP8; global batch 1024 from PR #2280, 2026-02-09): the flex dispatcher with
+#   the base config's DeepEP backend (PR #2499's account of the builders at 26.02); the HybridEP H100 preset (PR
+#   #2500, for the r0.3.0 line) was closed unmerged, so both releases ran this one. The version read before #2280
+#   also sets moe_a2a_overlap=True, not applied: docs/moe.md says why
+_QWEN3_30B_RELEASES: Tuple[Recipe, ...] = (
+    Recipe("megatron_bridge", "qwen3_30b_a3b", {"capacity_factor": "1.0", "cuda_graph_scope": "full_iteration"},
+           {**_QWEN3_30B, "micro_batch": 4}, "gb200", releases=("25.09",)),
+    Recipe("megatron_bridge", "qwen3_30b_a3b", {"capacity_factor": "1.0", "cuda_graph_scope": "full_iteration"},
+           {**_QWEN3_30B, "micro_batch": 1}, "b200", releases=("25.09",)),
+    Recipe("megatron_bridge", "qwen3_30b_a3b", {"cuda_graph_scope": "moe_router,moe_preprocess"},
+           {**_QWEN3_30B, "micro_batch": 1}, "b200", releases=("26.02",)),
+    Recipe("megatron_bridge", "qwen3_30b_a3b", {"moe_dispatcher": "deepep"},
+           {"num_gpus": 16, "tp": 1, "pp": 2, "virtual_stages": 12, "ep": 8, "global_batch": 1024}, "h100_sxm",
+           releases=_BRIDGE_26),
+)
+
 RECIPES: Tuple[Recipe, ...] = (
     # Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py, llama31_405b_pretrain_config:
     # account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True (the embedding and
@@ -93,6 +118,7 @@ RECIPES: Tuple[Recipe, ...] = (
            ("mxfp8",), _BRIDGE_26),  # ..._GB200_FP8_MX_V1
     Recipe("megatron_bridge", "qwen3_30b_a3b", {**_ROUTER_GRAPHS, "cuda_graph_scope": "attn,moe_router,moe_preprocess"},
            {**_QWEN3_30B, "micro_batch": 4}, "b200", releases=_BRIDGE_26),  # ..._B200_*_V1 (one preset for all)
+) + _QWEN3_30B_RELEASES + (
     # the same file: Qwen3 235B-A22B on 256 H100 (TP2 PP8 VP4 EP32, global batch 8192: the V2 presets), the
     # all-to-all dispatcher with its communication overlapped by the paired micro-batch (moe_a2a_overlap=True)
     Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
