@@ -180,11 +180,13 @@ def calibration_run(calibration_dir):
 # each source's leave-one-source-out MAPE (%) as `python -m vtrain task=calibrate calibrate.scope=all` printed it
 # (docs/calibration.md), + 1 point of slack for changes elsewhere in the model
 LOSO_MAPE_BOUND = {
-    "a100_single_node": 6.9, "megatron_2021_weak_scaling": 2.8, "torchtitan": 20.7, "megatron_moe_qwen3_h100": 6.8,
-    "published:megatron_readme_sep2020": 9.4, "published:nemo_24.07": 7.4, "published:nemo_launcher_24.05": 8.2,
+    # weak scaling: 1.7% before llm-foundry's train metrics were priced; its fold's Ampere share is now fitted on
+    # llm-foundry's rows, whose checkpointed 7B-30B models read best at a higher share (docs/accuracy.md)
+    "a100_single_node": 6.9, "megatron_2021_weak_scaling": 4.2, "torchtitan": 20.7, "megatron_moe_qwen3_h100": 6.8,
+    "published:megatron_readme_sep2020": 7.8, "published:nemo_24.07": 7.4, "published:nemo_launcher_24.05": 8.2,
     "published:megatron_bridge_25.09": 10.4, "published:megatron_bridge_25.11": 14.4,
     "published:megatron_bridge_26.02": 15.3, "published:megatron_bridge_26.02.01": 13.2,
-    "published:mosaic_llm_foundry": 9.6,
+    "published:mosaic_llm_foundry": 6.9,
 }
 
 
@@ -195,7 +197,7 @@ def test_loso_headline_figures_hold_out_of_sample(calibration_run):
     by, _, _ = calibration_run
     for name, bound in LOSO_MAPE_BOUND.items():
         assert by[name]["loso"]["mape_pct"] <= bound, (name, by[name]["loso"])
-    assert by["pooled published runs"]["loso"]["mape_pct"] <= 11.3
+    assert by["pooled published runs"]["loso"]["mape_pct"] <= 10.3
     # the published rows simulated: 5 skipped of 247 (4 hybrid Mamba, one EP64/DP32 layout Megatron-Core cannot build)
     assert by["pooled published runs"]["n"] >= 242
 

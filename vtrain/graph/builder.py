@@ -251,9 +251,21 @@ def build_head(model: ModelSpec, plan: ParallelPlan, tp: TpComms,
     else:
         loss = MemoryOp("cross_entropy", logit_bytes * (dt + 4 * 3), 4)
         loss_b = MemoryOp("cross_entropy.bwd", logit_bytes * (4 * 2 + dt), 2)
-    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *tp.logits.enter, logits, loss, *tp.cross_entropy]
+    fwd: List[Op] = [MemoryOp("final_norm", 2 * act), *tp.logits.enter, logits, loss, *tp.cross_entropy,
+                     *train_metrics(logit_bytes, dt, opts.train_metric_passes)]
     bwd: List[Op] = [loss_b, *logits_b, *tp.logits.enter_backward, MemoryOp("final_norm.bwd", 3 * act)]
     return ComponentGraph(PassOps(tuple(fwd)), PassOps(tuple(bwd)), PassOps(()))
+
+
+def train_metrics(logits: float, dt: float, passes: int) -> Tuple[Op, ...]:
+    """The trainer's cross-entropy metrics over a micro-batch's ``logits`` (``passes`` of them; Composer's
+    LanguageCrossEntropy and LanguagePerplexity each run torch's cross-entropy, no grad, under autocast).
+    Autocast's log_softmax asks for fp32: ATen casts the bf16 logits first (its fused half-to-float path takes
+    fp16 alone: read dt, write 4 B), then the fp32 log-softmax reads the row for its max, for its sum of
+    exponentials and for its output, and writes it (3 x 4 + 4 B: a 50K-entry fp32 row is 200 KB and the
+    rows in flight, 512 threads each, exceed the L2, so each pass reads HBM), then nll_loss gathers one
+    entry per token: dt + 20 B per logit and three kernels a pass."""
+    return tuple(MemoryOp(f"train_metric{i}", logits * (dt + 20.0), 3, eager=True) for i in range(passes))
 
 
 def build_model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[CpComms] = None,

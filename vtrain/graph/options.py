@@ -23,6 +23,7 @@ class GraphOptions:
     layout_copies: bool = False  # StackSpec.tp_layout_copies: vtrain.graph.layout
     symm_mem_tp: bool = False  # StackSpec.tp_overlap_symm_mem: vtrain.graph.layout
     fused_loss: bool = False  # StackSpec.fused_loss: vtrain.graph.builder.build_head
+    train_metric_passes: int = 0  # StackSpec.train_metric_passes: vtrain.graph.builder.build_head
     loss_parallel: bool = False  # StackSpec.eager_loss_parallel: vtrain.graph.builder.build_head
     grouped_gemm_streams: int = 0  # StackSpec.grouped_gemm_streams: vtrain.graph.moe
     expert_wgrad_main_grad: bool = False  # StackSpec.expert_wgrad_main_grad: vtrain.graph.moe
@@ -36,6 +37,7 @@ def graph_options(stack: StackSpec) -> GraphOptions:
                         cp_accumulate_fp32=stack.cp_grads_fp32, expands_kv=stack.attention_expands_kv,
                         fuse_elementwise=stack.fuse_elementwise, layout_copies=stack.tp_layout_copies,
                         symm_mem_tp=stack.tp_overlap_symm_mem, fused_loss=stack.fused_loss,
+                        train_metric_passes=stack.train_metric_passes,
                         loss_parallel=stack.eager_loss_parallel, grouped_gemm_streams=stack.grouped_gemm_streams,
                         expert_wgrad_main_grad=stack.expert_wgrad_main_grad,
                         nvfp4_bf16_tail_fraction=stack.nvfp4_bf16_tail_fraction)

@@ -94,6 +94,12 @@ class StackSpec:
     fsdp_copy_out: bool = spec(False, doc="ZeRO-3 copies each gathered layer out of the all-gather buffer into "
                                           "its parameters on the compute stream (FSDP2's "
                                           "foreach_all_gather_copy_out: one read and one write of the layer)")
+    train_metric_passes: int = spec(
+        0, domain=Domain(lo=0, hi=16, integer=True),
+        doc="cross-entropy metrics the trainer evaluates on each micro-batch's logits after its backward, no "
+            "grad (Composer's train metrics: LanguageCrossEntropy and LanguagePerplexity, each an eager "
+            "torch cross-entropy under autocast): each pass casts the bf16 logits to fp32 and runs an fp32 "
+            "log-softmax over them (vtrain.graph.builder.build_head)")
     loss_bytes_per_logit: Optional[float] = spec(
         None, unit="B", domain=BYTES_PER_ITEM,
         none_means="the activation dtype + 4 (the logits and their fp32 softmax: Megatron's fused vocab-parallel "
