@@ -93,7 +93,8 @@ TRANSFERS: List[Transfer] = [
 def by_power(tr: Transfer) -> Transfer:
     """``tr`` moved by the power-limited clock law from its source (no MAMF ratio; its own MAMF point, if any, is
     then a check, not an input)."""
-    return replace(tr, by_power=True, mamf=None, reason=f"{tr.reason}; by the power-limited clock law")
+    return replace(tr, by_power=True, mamf=None,
+                   reason=f"{tr.gpu}'s SMs and board power by the power-limited clock law; its own MAMF point unused")
 
 
 def read_flash_tflops(folder: Optional[Path] = None) -> Dict[str, Tuple[float, str]]:
@@ -212,8 +213,8 @@ def _provenance(tr: Transfer, notes: List[str], measured_recipes: Dict[str, str]
              else f"transferred from: {tr.source.lower()} fit ({tr.reason}), bench/fit_gemm.py, {date}")
     how = ("the power-limited clock law: SMs^(2/3) x (TDP - idle)^(1/3), vtrain/calibration/gpu_derive.py"
            if tr.by_power else "the best-matmul ratio")
-    eta_note = shape if not notes else shape + f"; eta scaled by {how} (" + "; ".join(notes) + \
-        ", vtrain/data/modern_gpus/mleng_mamf_max_achievable_matmul.csv)"
+    table = "" if tr.by_power else ", vtrain/data/modern_gpus/mleng_mamf_max_achievable_matmul.csv"
+    eta_note = shape if not notes else shape + f"; eta scaled by {how} (" + "; ".join(notes) + table + ")"
     same = ", ".join(f"{p} = {tr.low_precision_from[p]}" for p in eta
                      if p in tr.low_precision_from and p not in measured_recipes)
     recipes = "; ".join(measured_recipes.values())
