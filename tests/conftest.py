@@ -6,31 +6,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def _compose_once_per_session() -> None:
-    """Hydra spends ~0.2 s of CPU on one compose (about 24 YAML files loaded and merged), and the tests compose
-    the same few configs hundreds of times. In the test session a compose with the same overrides (and no
-    ``--config-dir``, whose files a test may rewrite) gives a deep copy of the first result (~15 ms): the same
-    value, which a test may change freely. Failures are never kept (each call raises afresh), and
-    tests/unit/test_compose_memo.py checks that a copy equals a fresh compose. VTRAIN_TEST_FRESH_COMPOSE=1 turns
-    this off."""
-    import copy
-
+    """Hydra's composition once per distinct set of config-group choices; value overrides applied to a copy
+    the way Hydra applies them (tests/composecache.py). VTRAIN_TEST_FRESH_COMPOSE=1 turns this off."""
     import vtrain.config.compose as composing
+    from tests.composecache import make_compose
 
-    real = composing.compose
-    memo: dict = {}
-
-    def compose(overrides=None, require=True, config_dirs=()):
-        if config_dirs:
-            return real(overrides, require, config_dirs)
-        key = (tuple(overrides or ()), bool(require))
-        if key not in memo:
-            memo[key] = real(overrides, require, config_dirs)
-        else:
-            composing.set_user_config_dirs(())  # what the real call does first: no user config dirs
-        return copy.deepcopy(memo[key])
-
-    compose.real = real  # type: ignore[attr-defined]
-    composing.compose = compose
+    composing.compose = make_compose(composing)
 
 
 if os.environ.get("VTRAIN_TEST_FRESH_COMPOSE") != "1":
