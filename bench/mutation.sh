@@ -19,9 +19,9 @@ TREES=$(git -C "$ROOT" rev-parse HEAD:vtrain HEAD:tests | tr '\n' ' ')
 # not the search, calibration, validation-table, CLI or I/O tests, which add minutes and reach the core through them.
 UNIT="arith attention_length blackwell_ultra block_scaled breakdown build_memo collectives comm_plan core_attn_recompute
 cost_model cp_a2a cp_comms cp_ring cuda_graphs domains_doc energy engine_invariants fp8_recipes fsdp2 fusion goodput
-inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory mla_mtp_ops model moe_model moe_placement
-moe_schedules moe_sim optimizer_bandwidth overlap_chunks param_counts partial_recompute pass_memo
-pinned_activations pinned_collectives pinned_head_and_bandwidth pipeline pipeline_layout pipeline_split
+gpt_oss_mechanisms inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory mla_mtp_ops model
+moe_model moe_placement moe_schedules moe_sim optimizer_bandwidth overlap_chunks param_counts partial_recompute
+pass_memo pinned_activations pinned_collectives pinned_head_and_bandwidth pipeline pipeline_layout pipeline_split
 recompute_fit schedule selective_op side_stream_contention simulate spec_rules structure_memo te_quant torchtitan_tp
 training_runs weight_cache"
 TESTS="$(for t in $UNIT; do printf 'tests/unit/test_%s.py ' "$t"; done)tests/test_profile_io.py"
@@ -68,6 +68,16 @@ if [ ! -d "$WORK/mutants" ]; then
   rm -rf "$WORK" && mkdir -p "$WORK"
   git -C "$ROOT" archive HEAD | tar -x -C "$WORK"
 else  # refresh the copy from HEAD: a changed source file gets a new mtime, so mutmut regenerates its mutants
+  # the test selection of the last run (a work directory from before selection.txt: its pyproject's)
+  [ -f "$WORK/selection.txt" ] || python - "$WORK" <<'PY'
+import sys, tomllib
+from pathlib import Path
+work = Path(sys.argv[1])
+tests = tomllib.loads((work / "pyproject.toml").read_text()).get("tool", {}).get("mutmut", {}).get(
+    "pytest_add_cli_args_test_selection")
+if tests:
+    (work / "selection.txt").write_text("".join(f"{t}\n" for t in sorted(tests)))
+PY
   rm -rf "$WORK/head" "$WORK/tests" "$WORK/docs" "$WORK/profiles" "$WORK/bench" && mkdir -p "$WORK/head"
   git -C "$ROOT" archive HEAD | tar -x -C "$WORK/head"
   python - "$WORK/head/vtrain" "$WORK/vtrain" "$WORK/mutants/vtrain" <<'PY'
@@ -83,7 +93,7 @@ for f in new.rglob("*"):
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(f, dst)  # a fresh mtime: mutmut sees the file changed
 # mutmut rewrites the .py files of mutants/ but copies every other file (configs, data) only when it is missing, and
-# never removes one: the copy the tests run on gets HEAD's other files here, and loses a deleted module (its mutants too)
+# never removes one: the copy the tests run on gets HEAD's other files here, and loses a deleted module and its mutants
 for f in mutated.rglob("*"):
     rel = f.relative_to(mutated)
     source = new / rel.with_suffix("") if f.suffix in (".meta", ".spans") else new / rel
@@ -113,24 +123,32 @@ stats = create_mutants(int(sys.argv[1]))
 print(f"{stats.mutated} files mutated, {stats.ignored} ignored, {stats.unmodified} unchanged")
 PY
 echo "generated in $(( $(date +%s) - start )) s: $(tail -1 mutmut_generate.log)"
-python "$ROOT/bench/mutation_sample.py" sample "$N" "$SEED" > sample.txt
+python "$ROOT/bench/mutation_sample.py" sample "$N" "$SEED" > sample.txt && rm -f pending.txt
 # mutmut keeps each verdict until the mutant's function or the test settings change; a killed mutant stays killed
-# when tests are added, so only the others run again (all of them after a change to the test selection)
-python "$ROOT/bench/mutation_sample.py" pending sample.txt > pending.txt
+# when tests are added, so only the others run again
 # mutmut maps a test to the functions it calls once, when it first sees the test's name: after an edit to the code or
 # the tests that map is stale (a rewritten test that now reaches a function would never be run on its mutants), so the
-# run maps every selected test again (minutes) unless the code and tests are those it was last mapped on
-if [ -f mutants/mutmut-stats.json ] && [ "$(cat mapped_trees 2>/dev/null)" != "$TREES" ]; then
-  python - <<'PY'
-import json
+# run maps every selected test again (minutes) unless the code and tests are those it was last mapped on.
+# A change to the test selection makes mutmut forget every verdict; a selection that only adds test files keeps
+# them here (a mutant a test kills stays killed when tests are added), one that drops a file runs the whole sample.
+echo $TESTS | tr ' ' '\n' | LC_ALL=C sort > selection.new
+if [ -f mutants/mutmut-stats.json ] && [ "$(cat mapped_trees 2>/dev/null)" != "$TREES $(md5sum < selection.new)" ]; then
+  added_only=$([ -f selection.txt ] && [ -z "$(LC_ALL=C comm -23 selection.txt selection.new)" ] && echo 1 || echo 0)
+  python - "$added_only" <<'PY'
+import json, sys
+from mutmut.configuration import config
 stats = json.load(open("mutants/mutmut-stats.json"))
 stats.update(tests_by_mangled_function_name={}, duration_by_test={}, function_dependencies={})
+if sys.argv[1] == "1":  # the new selection holds the old one: the killed verdicts stand
+    stats["config_fingerprint"] = config().config_fingerprint()
 json.dump(stats, open("mutants/mutmut-stats.json", "w"), indent=4)
 PY
+  [ "$added_only" = 1 ] || cp sample.txt pending.txt
 fi
+[ -s pending.txt ] || python "$ROOT/bench/mutation_sample.py" pending sample.txt > pending.txt
 if [ -s pending.txt ]; then
   mutmut run --max-children "$JOBS" $(cat pending.txt) > mutmut_run.log 2>&1 || { tail -30 mutmut_run.log; exit 1; }
-  echo "$TREES" > mapped_trees
+  echo "$TREES $(md5sum < selection.new)" > mapped_trees && mv selection.new selection.txt
 fi
 python "$ROOT/bench/mutation_sample.py" score sample.txt
 echo "commit $COMMIT, seed $SEED, $JOBS workers: $(( $(date +%s) - start )) s in all; logs and mutants in $WORK"

@@ -100,3 +100,20 @@ def test_listing_places_each_communication_in_its_group():
     cp = [e for e in entries if e.op.group.value == "cp"]
     assert cp and all(e.where == comm.cp_where and e.cadence == Cadence.LAYER for e in cp)
     assert comm.cp_where != comm.tp_where
+
+
+def test_listing_syncs_the_tied_embedding_between_the_first_and_the_last_stage():
+    """Megatron-LM's _allreduce_word_embedding_grads: with tied embeddings and pp > 1 the first and the last pipeline
+    stage each hold the word embedding (V padded to a multiple of 128·tp, split over TP) and all-reduce its fp32
+    gradient once per iteration, in the group of those two ranks (stage s's rank is s·tp·dp in Megatron's order)."""
+    from vtrain.comm.placement import GroupPlacement
+    from vtrain.comm.plan import Cadence
+
+    for pp, tp, dp, per_node in ((16, 8, 8, 1), (4, 2, 1, 2)):  # 15·64 ranks apart: two nodes; 6 apart: one node
+        w, _, comm = plan_of(f"parallelism.tp={tp}", f"parallelism.pp={pp}", f"parallelism.dp={dp}",
+                             "parallelism.sequence_parallel=false", f"training.global_batch_size={16 * dp}")
+        (sync,) = [e for e in comm.entries() if e.op.group.value == "embedding"]
+        assert sync.stages == (0, pp - 1) and sync.count == 1 and sync.cadence == Cadence.ITERATION
+        assert sync.where == GroupPlacement(2, per_node)
+        padded = -(-50257 // (128 * tp)) * 128 * tp  # 51,200 at tp 8, 50,432 at tp 2
+        assert sync.op.kind.value == "all_reduce" and sync.op.bytes == padded // tp * 12288 * 4.0

@@ -60,3 +60,25 @@ def test_a_field_whose_none_means_a_default_may_be_left_empty():
     m = model_spec(compose(["+model=gpt_1_7b", "+cluster=h100x1024", "model.num_kv_heads=null",
                             "model.ffn_hidden_size=null"]).model)
     assert (m.num_kv_heads, m.ffn_hidden_size) == (m.num_heads, 4 * m.hidden_size)
+
+
+def test_spec_records_what_an_empty_value_means_where_the_config_schema_reads_it():
+    """spec(none_means=...) stores its sentence in the field's metadata; the config schema (vtrain.config.specs)
+    reads it there and types the field Optional with None as its default, so a config may leave the field out
+    (the builder fills it in); a field without it stays required (OmegaConf's '???')."""
+    import dataclasses
+
+    from omegaconf import MISSING
+
+    from vtrain.config.specs import schema_of
+    from vtrain.workload.fields import spec
+
+    @dataclasses.dataclass(frozen=True)
+    class Probe:  # made here, not at import: the spec() calls run inside the test
+        width: int = spec(domain=POSITIVE_INT, none_means="the hidden size")
+        depth: int = spec(domain=POSITIVE_INT)
+
+    meta = {f.name: f.metadata for f in dataclasses.fields(Probe)}
+    assert (meta["width"]["none_means"], meta["depth"]["none_means"]) == ("the hidden size", "")
+    schema = {f.name: f for f in dataclasses.fields(schema_of(Probe, name="SpecRulesProbeConfig"))}
+    assert (schema["width"].default, schema["depth"].default) == (None, MISSING)
