@@ -103,6 +103,8 @@ class AnalyticalCostModel:
         self.elementwise = stack.elementwise_traffic  # eager frameworks: several kernels per fused op
         self.kernel_s = gpu.kernel_time_s
         self.host_s = stack.host_time_per_kernel_s
+        eager_s = stack.host_time_per_eager_op_s
+        self.eager_host = 1.0 if eager_s is None or self.host_s <= 0 else eager_s / self.host_s
         self.host_coll_s = stack.host_time_per_collective_s
         self.opt_bytes = stack.optimizer_bytes_per_param
         opt_fraction = stack.optimizer_bandwidth_fraction
@@ -153,8 +155,10 @@ class AnalyticalCostModel:
         return kernels * self.host_s
 
     def kernels_of(self, op: ComputeOp) -> float:
-        if isinstance(op, MemoryOp) and not op.eager:
-            return op.kernels * self.elementwise
+        """The op's kernels as the host issues them, in units of the stack's host time per kernel (an eager
+        op's at the stack's host time per eager op)."""
+        if isinstance(op, MemoryOp):
+            return op.kernels * (self.eager_host if op.eager else self.elementwise)
         return float(op.kernels)
 
     def collective_host_time_s(self, op: Collective) -> float:

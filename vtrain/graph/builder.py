@@ -26,6 +26,7 @@ from vtrain.graph.blocks import (
 )
 from vtrain.graph.collectives import CpComms, TpComms, TpOperator, kv_features
 from vtrain.graph.cp_ring import RING_PREFIX
+from vtrain.graph.eager_paths import yarn_ops
 from vtrain.graph.mla import mla_block
 from vtrain.graph.moe import moe_block
 from vtrain.graph.mtp import build_mtp
@@ -64,6 +65,10 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
         rope = [MemoryOp("rope", 2.0 * tokens * (model.q_size + model.kv_size) // t * dt, 2)]
     if model.qk_norm:  # RMSNorm per query and key head (Qwen3)
         rope.insert(0, MemoryOp("qk_norm", 2.0 * tokens * (model.q_size + model.kv_size) // t * dt, 2))
+    rope_b: List[Op] = [MemoryOp(f"{op.name}.bwd", op.bytes, 2) for op in rope]
+    yarn, yarn_b = yarn_ops(model, tokens * (model.q_size + model.kv_size) / t, dt)  # eager (graph.eager_paths)
+    rope += yarn
+    rope_b = [*yarn_b, *rope_b]
     if plan.flash_attention:
         q_len = s // plan.cp
         calls = ring_steps(plan, opts)
@@ -102,8 +107,7 @@ def attention_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: CpCom
     else:
         selective = tuple(op for op in attn_fwd if not isinstance(op, Gemm) or op.attention)
     forward = (*att.enter, *qkv, *rope, *attn_fwd, *proj, *att.exit)
-    backward = (*att.exit_backward, *proj_b, *attn_bwd, *(MemoryOp(f"{op.name}.bwd", op.bytes, 2) for op in rope),
-                *qkv_b, *att.enter_backward)
+    backward = (*att.exit_backward, *proj_b, *attn_bwd, *rope_b, *qkv_b, *att.enter_backward)
     return Block(forward, backward, selective)
 
 

@@ -21,6 +21,7 @@ from typing import List, Tuple
 
 from vtrain.graph.blocks import Block, gemm_fwd_bwd, linear
 from vtrain.graph.collectives import TpComms, TpOperator
+from vtrain.graph.eager_paths import clamp_ops
 from vtrain.graph.expert_bias import expert_bias_ops
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
@@ -155,8 +156,13 @@ def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator,
     local = e // plan.ep
     pf, pb = permutations(model, plan)
     rows = expert_rows(model, plan)
-    exp_f, exp_b, act = mlp_ops("moe.expert", model, rows, model.expert_ffn // plan.expert_tp, plan, batch=local,
-                                opts=opts)
+    ffn = model.expert_ffn // plan.expert_tp
+    exp_f, exp_b, act = mlp_ops("moe.expert", model, rows, ffn, plan, batch=local, opts=opts)
+    clamp_f, clamp_b = clamp_ops(model, 2.0 * rows * local * ffn, dt, "moe.expert")  # eager (graph.eager_paths)
+    at = exp_f.index(act)
+    exp_f[at:at] = clamp_f
+    at = [op.name for op in exp_b].index(f"{act.name}.bwd") + 1
+    exp_b[at:at] = clamp_b
     bias_f, bias_b = expert_bias_ops(model, rows, local, dt)  # fc2's bias, eager (graph.expert_bias)
     forward: List[Op] = [router, topk, *pf.before_dispatch, *ep.enter, *pf.after_dispatch, *exp_f, *bias_f,
                          *pf.before_combine, *ep.exit, *pf.after_combine]
@@ -169,5 +175,5 @@ def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator,
         shared = [*tp.mlp.enter, *sh_f, *tp.mlp.exit]
         forward += shared
         backward = [*tp.mlp.exit_backward, *sh_b, *tp.mlp.enter_backward, *backward]
-    modules = (("moe", tuple(forward)), ("moe_act", (act,)), ("shared_experts", tuple(shared)))
+    modules = (("moe", tuple(forward)), ("moe_act", (*clamp_f, act)), ("shared_experts", tuple(shared)))
     return Block(tuple(forward), tuple(backward), (), modules)

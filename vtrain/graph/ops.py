@@ -68,6 +68,9 @@ class MemoryOp:
     # the part of ``bytes`` that quantizes a weight (a low-precision linear layer's weight cast): a stack that keeps
     # quantized weights across the micro-batches of a step runs it on the first one only (vtrain.graph.weight_cache)
     weight_bytes: float = 0.0
+    # the host waits for the GPU before issuing it (a blocking copy between host and device: PyTorch completes a
+    # copy from pageable host memory with a stream synchronize)
+    host_sync: bool = False
 
 
 def windowed_keys(window: int, keys: int) -> float:

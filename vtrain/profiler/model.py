@@ -72,7 +72,7 @@ class TransformerLM(nn.Module):
         """RoPE cos/sin and the causal mask, built once per sequence length (as training code caches them)."""
         key = (s, x.device, x.dtype)
         if key not in self._cache:
-            rotary = self.spec.position_embedding is PositionEmbedding.ROPE  # learned and ALiBi positions: no rotation
+            rotary = self.spec.rotary  # learned and ALiBi positions: no rotation
             rope_cs = L.rope_tables(s, self.spec.head_dim, x.device, x.dtype) if rotary else None
             self._cache[key] = (rope_cs, None if self.flash else L.causal_mask(s, x.device))
         return self._cache[key]

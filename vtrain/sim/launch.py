@@ -274,6 +274,8 @@ def _timed_op(i: int, op: Op, items: Sequence[Op], paired: Dict[int, int], group
         t_c = cost.collective_time_s(op, place(op.group))
         out.append((t_c, cost.collective_host_time_s(op), t_c, 0.0, g))
         return out
+    if isinstance(op, MemoryOp) and op.host_sync:  # a blocking host-device copy first (graph.eager_paths)
+        out.append((0.0, 0.0, 0.0, 0.0, SYNC))
     t = cost.compute_time_s(op)
     h = cost.host_time_s(cost.kernels_of(op))
     if i in paired:

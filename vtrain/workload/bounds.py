@@ -39,6 +39,7 @@ MTP_LAYERS = _int(0, 100, "DeepSeek-V3 trains 1 multi-token prediction module")
 LOAD_FACTOR = Domain(lo=1.0, hi=float(2**16), why="a share of the mean load, at most num_experts / moe_top_k")
 CAPACITY = Domain(lo=0.0, hi=float(2**16), lo_open=True, why="tokens an expert accepts per mean load (dropless: unset)")
 PROBABILITY = Domain(lo=0.0, hi=1.0, hi_open=True, why="a probability: 0 switches dropout off")
+CLAMP = Domain(lo=0.0, hi=1.0e6, why="an activation input limit: 0 switches the clamp off; gpt-oss clamps at 7")
 
 # --- cluster/ (Llama 3 trained on 16,384 H100 with 8 per node, Dubey et al. 2024, Sec. 3.3.1; DGX-2 holds 16
 # V100; the largest NVLink domain announced is NVL576)

@@ -88,6 +88,9 @@ class PositionEmbedding(StrEnum):
     LEARNED = "learned"
     ROPE = "rope"
     ALIBI = "alibi"  # a per-head linear bias on the attention scores (Press et al. 2022): no parameters, no kernel
+    # RoPE with YaRN's rescaled frequencies and attention temperature (Peng et al. 2023; gpt-oss): the same
+    # rotation, which Megatron-Core applies in eager PyTorch ops (vtrain.graph.eager_paths)
+    YARN = "yarn"
 
 
 class CostModelKind(StrEnum):

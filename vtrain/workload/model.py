@@ -39,7 +39,7 @@ class ModelSpec:
     ffn_hidden_size: int = spec(domain=B.FFN, none_means="4 * hidden_size", doc="MLP width")
     gated_mlp: bool = spec(False, doc="SwiGLU: three FFN matrices instead of two")
     norm: NormType = spec(NormType.LAYERNORM, doc="layernorm | rmsnorm")
-    position_embedding: PositionEmbedding = spec(PositionEmbedding.LEARNED, doc="learned | rope | alibi")
+    position_embedding: PositionEmbedding = spec(PositionEmbedding.LEARNED, doc="learned | rope | alibi | yarn")
     use_bias: bool = spec(True, doc="biases in the linear layers")
     dropout: float = spec(0.1, domain=B.PROBABILITY, doc="hidden and attention dropout (0: no dropout kernels)")
     vocab_size: int = spec(50257, domain=B.VOCAB, doc="vocabulary")
@@ -72,6 +72,9 @@ class ModelSpec:
                                      "window_attn_skip_freq; 1: every layer full)")
     attention_sinks: bool = spec(False, doc="a learned softmax sink logit per query head (gpt-oss; Megatron-Core "
                                  "softmax_type=learnable)")
+    activation_clamp: float = spec(0.0, domain=B.CLAMP, doc="gated MLP inputs clamped to this value before the "
+                                   "activation (gpt-oss: 7, Hugging Face's swiglu_limit, Megatron-Core's "
+                                   "activation_func_clamp_value; 0: no clamp)")
     # --- mixture of experts
     num_experts: int = spec(0, domain=B.EXPERTS, doc="routed experts per MoE layer (0: a dense model)")
     moe_top_k: int = spec(2, domain=B.TOP_K, doc="routed experts per token")
@@ -94,6 +97,11 @@ class ModelSpec:
             return max(1, self.vocab_size // tp)
         multiple = self.vocab_divisible_by * tp
         return -(-self.vocab_size // multiple) * multiple // tp
+
+    @property
+    def rotary(self) -> bool:
+        """Whether queries and keys are rotated (RoPE, or YaRN's rescaled RoPE)."""
+        return self.position_embedding in (PositionEmbedding.ROPE, PositionEmbedding.YARN)
 
     @property
     def head_dim(self) -> int:

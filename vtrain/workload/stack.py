@@ -31,6 +31,10 @@ class StackSpec:
     description: str = spec("", doc="the framework and versions these constants describe")
     host_time_per_kernel_s: float = spec(12.0e-6, unit="s", domain=SECONDS,
                                          doc="host time (Python, autograd, launch) to issue one modelled op")
+    host_time_per_eager_op_s: Optional[float] = spec(
+        None, unit="s", domain=SECONDS, none_means="host_time_per_kernel_s",
+        doc="host time to issue one eager PyTorch op the graph marks eager (MemoryOp.eager: a tensor op called "
+            "inside a framework function, its dispatch and launch without a module's overhead)")
     host_time_per_collective_s: float = spec(0.0, unit="s", domain=SECONDS,
                                              doc="extra host time per TP collective (wrapper, NCCL enqueue)")
     optimizer_bytes_per_param: float = spec(40.0, unit="B", domain=BYTES_PER_ITEM,
