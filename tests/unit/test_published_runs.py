@@ -312,8 +312,7 @@ def test_a_recipe_for_one_gpu_precision_and_release():
     graphs = {"cuda_graph_scope": "moe_router,moe_preprocess"}
     assert recipe_cells(_row(**gb200)) == {"moe_dispatcher": "hybridep", **graphs}
     assert recipe_cells(_row(**{**gb200, "framework_release": "25.11"})) == {}  # not that release's preset
-    assert recipe_cells(_row(**{**gb200, "framework_release": "25.09"})) == {  # 25.09's own (token drop, graphed)
-        "capacity_factor": "1.0", "cuda_graph_scope": "full_iteration"}
+    assert recipe_cells(_row(**{**gb200, "framework_release": "25.09"})) == {}
     assert recipe_cells(_row(**{**gb200, "precision": "BF16"})) == {}  # the BF16 preset is not given here
     assert recipe_cells(_row(**{**gb200, "gpu": "B200"}))["cuda_graph_scope"] == "attn,moe_router,moe_preprocess"
     assert recipe_cells(_row(**{**gb200, "moe_dispatcher": "alltoall"})) == graphs  # a stated dispatcher is the row's
