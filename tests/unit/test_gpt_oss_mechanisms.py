@@ -67,6 +67,14 @@ def test_split_keeps_every_head():
     assert sum(op.batch_heads for op in split_windowed(m, odd)) == 5
 
 
+@pytest.mark.parametrize("heads,split", [(1, [(1, 0)]), (2, [(1, 0), (1, 128)]), (3, [(2, 0), (1, 128)])])
+def test_the_fewest_heads_split_one_full_one_windowed(heads, split):
+    """Half of gpt-oss's layers are windowed: a call over two heads (b·a/tp at tp 32) is one full head and one
+    windowed (at least one each); a single head cannot split and runs whole (rounding 1.5 to even: 2 full)."""
+    op = FlashAttention("flash_attn", heads, 4096, 64)
+    assert [(x.batch_heads, x.window) for x in split_windowed(spec("gpt_oss_120b"), op)] == split
+
+
 def test_expert_bias_bytes_and_kernels_follow_te_grouped_mlp():
     """12 bytes per fc2-output element forward (b * p, t + b * p, cat), 16 backward, in bf16; 2 kernels per
     local expert and the cat forward, 4 per expert and the split's cat backward."""

@@ -153,6 +153,8 @@ def test_dualpipe_and_zero_bubble_shrink_the_1f1b_bubble():
     (["parallelism.pp=8", "parallelism.schedule=dualpipe", "training.global_batch_size=64"],
      "schedule=dualpipe needs an even number of micro-batches >= 2*pp=16, got 8"),
     (["parallelism.pp=1", "parallelism.schedule=dualpipe"], "schedule=dualpipe needs an even pp, got pp=1"),
+    (["parallelism.pp=4", "parallelism.schedule=zbv", "training.global_batch_size=48"],  # PyTorch's ZB-V: m >= 2p
+     "parallelism.schedule=zbv needs micro-batches >= 2*pp=8, got 6"),
     (["parallelism.pp=8", "parallelism.schedule=1f1b", "parallelism.overlap_moe_comm=true"],
      "overlap_moe_comm=true needs schedule=interleaved (or pp=1)"),
 ])
