@@ -96,3 +96,49 @@ def test_hfu_counts_the_matmuls_of_the_recomputed_modules():
     extra = 64 * model_spec(compose(base).model).recomputed_module_flops(4096, ["moe"])
     expected = (moe.model_flops_per_iteration + extra) / moe.model_flops_per_iteration
     assert moe.hfu / moe.mfu == pytest.approx(expected, rel=1e-9) and expected > 1.1
+
+
+def test_the_unfused_attention_core_gemms_by_hand():
+    """Megatron's unfused CoreAttention (flash off): Q·K^T and P·V as batched GEMMs over the b·a/t local heads,
+    [s, d] x [d, s] and [s, s] x [s, d]: 4·b·s²·h/t FLOPs forward (Narayanan et al. SC'21, Eq. 3's attention term),
+    and the backward's four (dP = dO·V^T, dV = P^T·dO, dQ = dS·K, dK = dS^T·Q) twice that, each over the same heads."""
+    from vtrain.graph.ops import Gemm
+
+    w = build_workload(compose(["+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=8",
+                                "parallelism.dp=16", "training.flash_attention=false", "training.seq_len=2048",
+                                "parallelism.micro_batch_size=1", "parallelism.sequence_parallel=false"]))
+    comm = build_comm_plan(w, partition(w.model, w.plan))
+    g = build_model_graph(w.model, w.plan, comm.tp, comm.cp)
+    b, s, h, d, heads = 1, 2048, 12288, 128, 96 // 8
+
+    def core(ops):
+        return [(op.name, op.m, op.n, op.k, op.batch) for op in ops if isinstance(op, Gemm) and op.attention]
+
+    n = b * heads
+    assert core(g.layer.forward.ops) == [("attn.qk", s, s, d, n), ("attn.av", s, d, s, n)]
+    assert core(g.layer.backward.ops) == [("attn.av.dgrad_p", s, s, d, n), ("attn.av.dgrad_v", s, d, s, n),
+                                          ("attn.qk.dgrad_q", s, d, s, n), ("attn.qk.dgrad_k", s, d, s, n)]
+    forward = sum(op.flops for op in g.layer.forward.ops if isinstance(op, Gemm) and op.attention)
+    backward = sum(op.flops for op in g.layer.backward.ops if isinstance(op, Gemm) and op.attention)
+    assert (forward, backward) == (4 * b * s * s * h / 8, 8 * b * s * s * h / 8)
+
+
+def test_rope_rotates_the_queries_and_keys_forward_and_back():
+    """Megatron-Core applies RoPE to the query and to the key apart (apply_rotary_pos_emb, TE's fused kernel): two
+    kernels, each reading and writing its tensor, [tokens, (a + a_kv)·d / t] in bf16; the backward rotates their
+    gradients back (the same kernel with the sine negated): the same bytes, in two kernels. Llama 3 8B, tp 1:
+    4,096 tokens x (32 + 8) heads x 128."""
+    from vtrain.graph.ops import MemoryOp
+
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=8", "training.seq_len=4096", "parallelism.micro_batch_size=1",
+                                "training.global_batch_size=64", "training.precision=bf16"]))
+    comm = build_comm_plan(w, partition(w.model, w.plan))
+    g = build_model_graph(w.model, w.plan, comm.tp, comm.cp)
+    rope_bytes = 2.0 * 4096 * (32 + 8) * 128 * 2
+
+    def rope(ops):
+        return [(op.name, op.bytes, op.kernels) for op in ops if isinstance(op, MemoryOp) and "rope" in op.name]
+
+    assert rope(g.layer.forward.ops) == [("rope", rope_bytes, 2)]
+    assert rope(g.layer.backward.ops) == [("rope.bwd", rope_bytes, 2)]
