@@ -21,7 +21,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 from datetime import date
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.config.build import gpu_spec
@@ -137,20 +137,22 @@ def loss(pairs: Sequence[Pair], ratio: float) -> float:
     return sum(sum(v) / len(v) for v in by.values()) / max(1, len(by))
 
 
-def fit(pairs: Sequence[Pair], lo: float = 0.3, hi: float = 1.0) -> float:
-    """The ratio in [lo, hi] minimising :func:`loss` (golden-section search, 30 steps: ~1e-6 of the range)."""
+def fit(pairs: Sequence[Any], lo: float = 0.3, hi: float = 1.0,
+        loss_fn: Callable[[Sequence[Any], float], float] = loss) -> float:
+    """The ratio in [lo, hi] minimising ``loss_fn`` (:func:`loss`; golden-section search, 30 steps: ~1e-6 of the
+    range)."""
     g = (math.sqrt(5) - 1) / 2
     a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = loss(pairs, a), loss(pairs, b)
+    fa, fb = loss_fn(pairs, a), loss_fn(pairs, b)
     for _ in range(30):
         if fa < fb:
             hi, b, fb = b, a, fa
             a = hi - g * (hi - lo)
-            fa = loss(pairs, a)
+            fa = loss_fn(pairs, a)
         else:
             lo, a, fa = a, b, fb
             b = lo + g * (hi - lo)
-            fb = loss(pairs, b)
+            fb = loss_fn(pairs, b)
     return min(1.0, (lo + hi) / 2)
 
 

@@ -31,6 +31,7 @@ from vtrain.comm.placement import GroupPlacement
 from vtrain.cost.collectives import collective_time_s
 from vtrain.cost.gemm import TILE_M, TILE_N, GemmCurve, alignment_elements, high_precision_of, wave_efficiency
 from vtrain.graph.ops import Collective, ComputeOp, FlashAttention, Gemm, MemoryOp
+from vtrain.workload.enums import Precision
 from vtrain.workload.workload import Workload
 
 __all__ = ["AnalyticalCostModel", "TILE_M", "TILE_N", "alignment_elements", "flash_head_dim_factor",
@@ -78,6 +79,8 @@ class AnalyticalCostModel:
         gpu = cluster.gpu
         precision = prec.value if prec.value in gpu.peak_tflops else prec.peak_key  # fp8_rowwise: the fp8 rate
         self.curve = GemmCurve.for_gpu(gpu, precision)
+        if prec is Precision.FP8_ROWWISE and stack.rowwise_fp8_on_cutlass(gpu.architecture):  # PyTorch's CUTLASS
+            self.curve = GemmCurve.for_gpu(gpu, prec.peak_key).scaled(gpu.rowwise_cutlass_gemm_ratio)
         high = high_precision_of(gpu, precision)
         self.attn_curve = self.curve if high == precision else GemmCurve.for_gpu(gpu, high)
         # a GEMM names its format (the linear layers in a low-precision plan); "" is the high precision

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Mapping, Optional
 
 from vtrain.workload.system import TFLOPS, GpuSpec
@@ -141,6 +141,11 @@ class GemmCurve:
                    half_mn=gpu.gemm_half_efficiency_dim, half_k=half_k, fixed_time_s=gpu.gemm_fixed_time_s,
                    wave_exponent=gpu.gemm_wave_exponent, sms=gpu.num_sms, align=align, align_eff=align_eff,
                    ceiling=ceiling_of(gpu, precision, eta_max))
+
+    def scaled(self, ratio: float) -> "GemmCurve":
+        """This curve with its large-GEMM efficiency and its ceiling times ``ratio`` (another kernel on the same
+        tensor cores: gpu.rowwise_cutlass_gemm_ratio)."""
+        return replace(self, eta_max=self.eta_max * ratio, ceiling=self.ceiling * ratio)
 
     def efficiency(self, m: int, n: int, k: int, batch: int = 1, wave: bool = True) -> float:
         d, dk = self.half_mn, self.half_k

@@ -2,9 +2,10 @@
 
 Why: the cost model prices an fp8 plan's linear layers at one efficiency per format (``gpu.
 gemm_efficiency_by_precision``), fitted to per-tensor-scaled tables. torchao's rowwise recipe runs another
-kernel (``torch._scaled_mm`` with per-row scales dispatches to a CUTLASS kernel, per-tensor scales to
-cuBLASLt) and DeepSeek-style 1x128 / 128x128 blocks a third (cuBLAS >= 12.9 on sm_90). Only a measurement
-of the kernels side by side, at the same shapes, says how far apart they run; ``bench/fit_gemm.py`` turns
+kernel (``torch._scaled_mm`` with per-row scales runs cuBLASLt's rowwise scaling on Hopper with cuBLAS >= 12.9,
+else PyTorch's CUTLASS kernel, which ``gpu.rowwise_cutlass_gemm_ratio`` prices; per-tensor scales cuBLASLt)
+and DeepSeek-style 1x128 / 128x128 blocks a third (cuBLAS >= 12.9 on sm_90). Only a measurement of the kernels
+side by side, at the same shapes, says how far apart they run; ``bench/fit_gemm.py`` turns
 this table into each recipe's efficiency relative to per-tensor FP8 (``vtrain/calibration/fp8_recipes.py``).
 
 Each GEMM is ``out[m, n] = a[m, k] @ b[n, k]^T`` with ``a`` row-major and ``b`` column-major (the layout

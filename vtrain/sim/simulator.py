@@ -183,6 +183,10 @@ def _notes(prov: Dict[str, str], w: Workload) -> Tuple[str, ...]:
         scaled = f" x {ratio:.3g} (gpu.block_scaled_gemm_ratio, fitted end to end)" if ratio != 1.0 else ""
         out += (f"caution: {p} GEMMs are priced at {borrowed}'s efficiency{scaled}: no table measures this GPU's "
                 f"{p} kernels",)
+    if p == "fp8_rowwise" and w.stack.rowwise_fp8_on_cutlass(w.cluster.gpu.architecture):
+        out += (f"caution: fp8_rowwise GEMMs run on PyTorch's CUTLASS kernel, priced at fp8's efficiency x "
+                f"{w.cluster.gpu.rowwise_cutlass_gemm_ratio:.3g} (gpu.rowwise_cutlass_gemm_ratio, fitted end to end; "
+                f"stack.cublas_rowwise_fp8=true: a PyTorch on cuBLAS >= 12.9 runs cuBLAS's on Hopper)",)
     return out
 
 

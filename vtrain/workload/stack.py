@@ -178,6 +178,11 @@ class StackSpec:
                                             "(vtrain.graph.te_quant): the norm before the QKV and FC1 GEMMs writes "
                                             "their quantized input (LayerNormLinear), and on Blackwell a per-tensor "
                                             "FP8 tensor serves both GEMM layouts (no transposed copy)")
+    cublas_rowwise_fp8: bool = spec(
+        False, doc="torch._scaled_mm runs rowwise-scaled FP8 (torchao's rowwise recipe) on cuBLASLt, as per-tensor "
+                   "FP8: a PyTorch built with cuBLAS >= 12.9, on Hopper; false: on PyTorch's own CUTLASS kernel "
+                   "(aten RowwiseScaledMM.cu, priced at gpu.rowwise_cutlass_gemm_ratio), which an older build runs "
+                   "on every GPU and every build runs on Blackwell (cuBLAS takes no 2-D row scales there)")
     torchao_mx_casts: bool = spec(False, doc="MXFP8 casts as torchao's mx_mm runs them (vtrain.graph.torchao_mx): "
                                              "each GEMM casts its bf16 operands itself, two casts in forward and "
                                              "four in backward per linear layer")
@@ -214,6 +219,11 @@ class StackSpec:
         ratio = self.attention_backward_ratio_by_architecture.get(architecture, 1.0)
         fwd = f * (1.0 + ATTENTION_BACKWARD_FLOPS / ratio) / (1.0 + ATTENTION_BACKWARD_FLOPS)
         return fwd, ratio * fwd
+
+    def rowwise_fp8_on_cutlass(self, architecture: str) -> bool:
+        """Whether torch._scaled_mm runs a rowwise-scaled FP8 GEMM on PyTorch's CUTLASS kernel on ``architecture``
+        (aten/src/ATen/native/cuda/Blas.cpp: cuBLASLt only on Hopper with cuBLAS >= 12.9)."""
+        return not (self.cublas_rowwise_fp8 and architecture == "hopper")
 
     def sustained_gemm_fraction(self, gpu: "GpuSpec") -> float:
         """The share of ``gpu``'s GEMM curve this stack's GEMMs sustain inside a training step: 1 on the

@@ -66,6 +66,12 @@ class GpuSpec:
         doc="share of per-tensor FP8's large-GEMM efficiency that the block-scaled formats (mxfp8, nvfp4: scales "
             "per 32 / 16 elements) reach, their scale handling included, where no table measures their own "
             "GEMMs (gemm_efficiency_by_precision copies fp8's); fitted end to end on bf16/MXFP8 pairs")
+    rowwise_cutlass_gemm_ratio: float = spec(
+        1.0, domain=FRACTION,
+        doc="share of per-tensor FP8's large-GEMM efficiency that PyTorch's CUTLASS rowwise-scaled FP8 kernel "
+            "(aten RowwiseScaledMM.cu: a tile per CTA, no split-K, slow accumulation where fast accumulation is "
+            "off) reaches; used where stack.cublas_rowwise_fp8 is false; fitted end to end on per-tensor/rowwise "
+            "pairs")
     power_clock_fraction: float = spec(
         1.0, domain=FRACTION,
         doc="tensor-core clock of this part under its board power limit, relative to the part its GEMM and "
