@@ -2,7 +2,6 @@
 
     python bench/fit_gemm.py            # fit, cross-validate, cross-check; print the figures
     python bench/fit_gemm.py --write    # ... and write the constants into conf/gpu/*.yaml (Hopper, Blackwell)
-    python bench/fit_gemm.py --ultra-by-power   # B300 and GB300 from B200 by the power-limited clock law
     python bench/fit_gemm.py --scaled profiles/measured/h200/gemm_scaled.csv   # FP8 recipes from a side-by-side table
 
 Without ``--scaled``, ``profiles/measured/h200/gemm_scaled.csv`` is read when it exists (bench/gpu_run.sh writes it:
@@ -43,7 +42,7 @@ from vtrain.calibration.gemm_tables import (
     read_mamf,
     run_spread_pct,
 )
-from vtrain.calibration.gpu_derive import TRANSFERS, by_power, derive, power_limited_rate_ratio, read_flash_tflops
+from vtrain.calibration.gpu_derive import TRANSFERS, derive, power_limited_rate_ratio, read_flash_tflops
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.config.build import gpu_spec
 from vtrain.config.compose import CONF_DIR, load_gpu_config
@@ -182,8 +181,6 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--scaled", type=Path, default=None,
                     help=f"a Hopper FP8-recipe table (python -m vtrain.profiler.scaled_gemm; default {SCALED_DEFAULT} "
                          "if it exists)")
-    ap.add_argument("--ultra-by-power", action="store_true",
-                    help="B300 and GB300 from B200 by the power-limited clock law, not B300's MAMF point")
     args = ap.parse_args(argv)
     scaled = args.scaled or (SCALED_DEFAULT if SCALED_DEFAULT.is_file() else None)
     try:  # checked before the minutes of fitting
@@ -239,7 +236,6 @@ def main(argv: List[str]) -> int:
     flash = read_flash_tflops()
     flash_peaks = {g: gpu_spec(load_gpu_config(g.lower())).peak_tflops["bf16"] for g in flash}
     for tr in TRANSFERS:
-        tr = by_power(tr) if args.ultra_by_power and tr.gpu in ("b300", "gb300") else tr
         spec = gpu_spec(load_gpu_config(tr.gpu))
         values, prov = derive(tr, fitted, mamf, spec.peak_tflops, flash, flash_peaks, date, FITTED_ON, recipe_ratios,
                               power_law(tr.gpu, GPUS[tr.source][0]) if tr.by_power else None)

@@ -26,7 +26,7 @@ def _derived(gpu, power_law=False):
                        for p in ("bf16", "fp8")}}
     tr = next(t for t in TRANSFERS if t.gpu == gpu)
     tr = by_power(tr) if power_law else tr
-    power = (_law(gpu), dict(b.peak_tflops)) if power_law else None
+    power = (_law(gpu), dict(b.peak_tflops)) if tr.by_power else None
     return derive(tr, fitted, read_mamf(), _spec(gpu).peak_tflops, read_flash_tflops(), {"B200": 2250.0},
                   "2026-12", {"B200": "b"}, None, power)
 
@@ -61,19 +61,22 @@ def test_a_power_transfer_moves_the_sources_rate_by_the_law_and_the_peaks():
     ceiling = values["gemm_ceiling_by_precision"]
     assert ceiling["fp8"] == pytest.approx(round(read_mamf()[("NVIDIA B200 SXM", "fp8")].tflops * law / 5000, 3))
     assert "power-limited clock law" in prov["gemm_efficiency_by_precision"]
-    shipped, _ = _derived("gb300")
-    assert values["flash_attention_efficiency"] / shipped["flash_attention_efficiency"] == pytest.approx(
-        law * 2250 / 2500 / (1769.0 / 1745.0), rel=2e-3)  # the law's rate in place of B300's bf16 MAMF ratio
+    # attention: B200's, at the law's rate and GB300's bf16 peak, x the doubled SFU exp rate
+    assert values["flash_attention_efficiency"] == pytest.approx(
+        _spec("b200").flash_attention_efficiency * law * 2250 / 2500 * 1.128, abs=2e-4)
 
 
-def test_the_shipped_blackwell_ultra_attention_is_what_the_transfer_writes():
-    # B200's attention x B300's MAMF ratio x the doubled SFU exp rate (1.128): fit_gemm.py --write keeps it
-    for gpu in ("b300", "gb300"):
+def test_the_shipped_blackwell_configs_are_what_the_transfers_write():
+    # B300 and GB300 by the power law (eta, best-matmul ceiling, attention with the SFU factor), GB200 by its MAMF
+    for gpu in ("b300", "gb300", "gb200"):
         values, prov = _derived(gpu)
-        assert values["flash_attention_efficiency"] == pytest.approx(_spec(gpu).flash_attention_efficiency, abs=2e-4)
-        assert "x 1.128" in prov["flash_attention_efficiency"]
-    values, _ = _derived("gb200")
-    assert values["flash_attention_efficiency"] == pytest.approx(_spec("gb200").flash_attention_efficiency, abs=2e-4)
+        g = _spec(gpu)
+        assert values["gemm_efficiency_by_precision"] == pytest.approx(g.gemm_efficiency_by_precision, abs=2e-4)
+        assert values["flash_attention_efficiency"] == pytest.approx(g.flash_attention_efficiency, abs=2e-4)
+        if gpu != "gb200":
+            assert values["gemm_ceiling_by_precision"] == pytest.approx(g.gemm_ceiling_by_precision, abs=1e-3)
+            assert "x 1.128" in prov["flash_attention_efficiency"]
+            assert "power-limited clock law" in prov["gemm_efficiency_by_precision"]
 
 
 def test_a_power_transfer_needs_the_law():

@@ -6,13 +6,12 @@ best achievable matmul (MAMF table: each as a fraction of its own peak) where th
 
     eta_p(target) = eta_q(source) · MAMF_eff(target, p) / MAMF_eff(source, q)
 
-A transfer may instead move the source's rate by the power-limited clock law (``Transfer.by_power``,
-:func:`power_limited_rate_ratio`): the same tensor cores per SM and clock, the rate the source's times (SMs
-ratio)^(2/3) x (dynamic power ratio)^(1/3), as parts under their board power limit run their GEMMs. The law puts
-GB200 at 1.063x B200 where GB200's own MAMF reads 1.044x (bf16) and 1.053x (fp8); B300's one MAMF point (1.014x,
-0.977x) is contradicted by the same-plan pairs of the Megatron-Bridge tables (B300 1.11x B200, GB300 1.19-1.25x
-GB200: ``bench/gpu_pairs.py``). Not used for the shipped configs yet (``bench/fit_gemm.py --ultra-by-power``;
-why: docs/accuracy.md, "GB300 reads slow at every precision").
+Blackwell Ultra (B300, GB300) moves the source's rate by the power-limited clock law instead
+(``Transfer.by_power``, :func:`power_limited_rate_ratio`): the same tensor cores per SM and clock, the rate the
+source's times (SMs ratio)^(2/3) x (dynamic power ratio)^(1/3), as parts under their board power limit run their
+GEMMs. The law puts GB200 at 1.063x B200 where GB200's own MAMF reads 1.044x (bf16) and 1.053x (fp8); B300's one
+MAMF point (1.014x, 0.977x) is contradicted by the same-plan pairs of the Megatron-Bridge tables (B300 1.11x B200,
+GB300 1.18-1.25x GB200: ``bench/gpu_pairs.py``; docs/accuracy.md, "GB300 reads slow at every precision").
 
 The shape constants (size terms, fixed time, wave exponent) are the source's; the SM count and peaks
 are the target's own, so wave quantization and the k size term follow the target's datasheet.
@@ -58,8 +57,11 @@ SAME_RATE = {"fp16": "bf16", "fp8_rowwise": "fp8", "fp8_blockwise": "fp8", "mxfp
 # Hopper, sm_90, where H100, H200 and H800 run the same cuBLASLt and CUTLASS kernels
 RECIPE_SOURCES = ("H100",)
 
-# Blackwell Ultra's fused attention per bf16 step over Blackwell's at one tensor-core rate: the doubled SFU exp
-# rate in a serial MMA + exp model (gpu/gb300.yaml's flash_attention_efficiency provenance)
+# Blackwell Ultra's fused attention per bf16 step over Blackwell's at one tensor-core rate: its doubled SFU exp
+# rate (MUFU.EX2 2x; NVIDIA blog "Making Softmax More Efficient with NVIDIA Blackwell Ultra", 2026: attention forward
+# in FP8 +35% on GB300 over GB200). A serial MMA + exposed-exp model t = a + b -> a + b/2 gives exp = 1.08x the FP8
+# MMA time on GB200, so a bf16 forward (MMA 2x) runs 1.21x and the backward (2.5x the MMA, one exp per score) 1.10x
+# faster: 1.128 per step at 1 : 2.5 FLOPs (first principles from the vendor figure, not fitted to rows)
 ULTRA_EXP = 1.128
 
 
@@ -81,18 +83,22 @@ TRANSFERS: List[Transfer] = [
              "H100 SXM silicon; only NVLink (400 GB/s) and FP64 are cut", SAME_RATE),
     Transfer("b200", "B200", "NVIDIA B200 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
              "measured (bf16, fp8)", SAME_RATE),
-    Transfer("b300", "B200", "NVIDIA B300 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
-             "Blackwell Ultra: B200's tensor cores at bf16/fp8, 160 SMs", SAME_RATE, flash_factor=ULTRA_EXP),
+    Transfer("b300", "B200", None, "NVIDIA B200 SXM", BLACKWELL, "B200",
+             "Blackwell Ultra: B200's tensor cores at 160 SMs and 1,100 W, by the power-limited clock law; B300's own "
+             "MAMF point unused", SAME_RATE, by_power=True, flash_factor=ULTRA_EXP),
     Transfer("gb200", "B200", "NVIDIA GB200 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
              "B200 silicon at GB200's power and clocks", SAME_RATE),
-    Transfer("gb300", "B200", "NVIDIA B300 SXM", "NVIDIA B200 SXM", BLACKWELL, "B200",
-             "B300 silicon in an NVL72 rack (no GB300 matmul measurement: B300's)", SAME_RATE, flash_factor=ULTRA_EXP),
+    Transfer("gb300", "B200", None, "NVIDIA B200 SXM", BLACKWELL, "B200",
+             "B300 silicon at 160 SMs and 1,400 W, by the power-limited clock law (no GB300 matmul measurement)",
+             SAME_RATE, by_power=True, flash_factor=ULTRA_EXP),
 ]
 
 
 def by_power(tr: Transfer) -> Transfer:
     """``tr`` moved by the power-limited clock law from its source (no MAMF ratio; its own MAMF point, if any, is
-    then a check, not an input)."""
+    then a check, not an input); a by_power transfer unchanged."""
+    if tr.by_power:
+        return tr
     return replace(tr, by_power=True, mamf=None,
                    reason=f"{tr.gpu}'s SMs and board power by the power-limited clock law; its own MAMF point unused")
 
@@ -188,7 +194,9 @@ def derive(tr: Transfer, fitted: Dict[str, Dict[str, GemmParams]], mamf: Dict[Tu
         flash_note = f", x MAMF bf16 ratio {flash_ratio:.3f}"
     if tr.flash_factor != 1.0:
         flash_eff *= tr.flash_factor
-        flash_note += f", x {tr.flash_factor} (Blackwell Ultra's doubled SFU exp rate, ULTRA_EXP)"
+        flash_note += (f", x {tr.flash_factor} for Blackwell Ultra's doubled SFU exp rate (MUFU.EX2 2x; NVIDIA: FP8 "
+                       f"attention forward +35% on GB300; a serial MMA + exp model, vtrain/calibration/gpu_derive.py "
+                       f"ULTRA_EXP)")
     values: Dict[str, Value] = {
         "gemm_max_efficiency": eta["bf16"],
         "gemm_efficiency_by_precision": eta,
