@@ -29,10 +29,10 @@ GPUS_PER_TRAY = 4  # a GB200/GB300 NVL72 compute tray (node) holds 4 GPUs; the s
 SOURCE = ROOT.parent / "shared" / "data" / "modern_gpus" / "megatron_moe_modelzoo_qwen3.csv"
 COLUMNS = ["name", "model", "gpu", "num_gpus", "gpus_per_node", "global_batch", "micro_batch", "seq_len", "tp", "cp",
            "pp", "dp", "ep", "etp", "zero_stage", "schedule", "virtual_stages", "moe_dispatcher", "overlap_moe_comm",
-           "recompute", "recompute_modules", "cuda_graph_scope", "sequence_parallel", "distributed_optimizer",
-           "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "precision", "flash_attention",
-           "account_for_embedding",
-           "account_for_loss", "moe_imbalance", "hidden_size", "num_heads", "num_layers",
+           "recompute", "recompute_modules", "cuda_graph_scope", "sequence_parallel", "fp32_grads",
+           "distributed_optimizer", "overlap_grad_reduce", "tp_comm_overlap", "overlap_param_gather", "precision",
+           "flash_attention", "account_for_embedding", "account_for_loss", "moe_imbalance", "hidden_size", "num_heads",
+           "num_layers",
            "iteration_time_ms", "step_time_source", "routing", "table", "source_tflops_per_gpu"]
 RECOMPUTE = {"norm, act": ("selective", "layernorm,moe_act"), "full": ("full", "core_attn"), "": ("none", "core_attn"),
              "selective: layernorm moe (from command)": ("selective", "layernorm,moe")}
@@ -47,6 +47,14 @@ DROPLESS_IMBALANCE = 1.60
 # MXFP8, GB300); the one table that ran dropless (long context) says so beside each figure. The main table is
 # read as forced balance (moe_imbalance 1.0).
 MAIN_TABLE_ROUTING = "forced balance (ModelZoo H100 script, run_h100_235b.sh)"
+# The FSDP row (Megatron-FSDP, experts sharded over 32 ranks one per node) reduces its gradients in bf16: fp32 ones
+# cannot fit the measured step. Per micro-batch each GPU gathers its 94 layers' expert weights twice (forward,
+# backward) and reduce-scatters their gradients over its own 50 GB/s NIC: 94 x (2 x 0.585 + 1.17) GB = 220 GB with
+# fp32 gradients, 880 GB for the 4 micro-batches, 17.6 s at the NIC's full line rate before any dense weight or
+# compute, which is the whole measured step (17.6 s); with bf16 gradients 660 GB. Megatron-FSDP's user guide
+# (Megatron-LM docs/discussions/megatron-fsdp-user-guide) recommends --grad-reduce-in-bf16. Other rows keep
+# Megatron-LM's fp32 reduction for bf16 (their one reduction per step barely moves them).
+FSDP_FP32_GRADS = "false"
 
 def main(src: str) -> None:
     model = model_spec(model_config_fields("qwen3_235b_a22b"))
@@ -74,7 +82,7 @@ def main(src: str) -> None:
             "virtual_stages": vpp, "moe_dispatcher": "deepep" if r["dispatcher"] == "DeepEP" else "alltoall",
             "overlap_moe_comm": "true" if "1f1b overlap" in r["notes"] else "false", "recompute": recompute,
             "recompute_modules": modules, "cuda_graph_scope": "", "sequence_parallel": "true",
-            "distributed_optimizer": "true",
+            "fp32_grads": FSDP_FP32_GRADS if r["fsdp"] == "On" else "", "distributed_optimizer": "true",
             # the benchmark yaml sets --overlap-grad-reduce but neither --tp-comm-overlap nor --overlap-param-gather
             "overlap_grad_reduce": "true", "tp_comm_overlap": "false", "overlap_param_gather": "false",
             "precision": "bf16", "flash_attention": "true",

@@ -188,21 +188,27 @@ def test_blackwell_moe_table_in_sample():
     # 16.46% at the constants calibrated across sources (Megatron-Core's host time per kernel 51 us from 8 sources,
     # was 15 us assumed; Blackwell's sustained GEMM share from 6): 6.3% at the old ones. The three rows are one
     # source; the calibration's table (docs/calibration.md) gives its held-out figure. Guards today's figure.
-    # 13.65% after the calibration of 2026-12-07 (Blackwell share 0.748, host time 55 us, the 1F1B A2A overlap share)
-    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 13.7
+    # 13.65% after the calibration of 2026-12-07 (Blackwell share 0.748, host time 55 us, the 1F1B A2A overlap share);
+    # 14.60% with the dispatch's host sync holding the host back across passes (vtrain.sim.host_sync: the GB200
+    # PP8 EP8 row, host-bound already, +30.9 -> +33.5%); 15.37% with Blackwell Ultra's power-limited GEMM clock
+    # (the GB300 row +0.8 -> -3.2%; 14.43% without the host sync)
+    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 15.4
 
 
 @pytest.mark.slow
 def test_qwen3_235b_h100_table():
     pairs = _validated("megatron_moe_qwen3_h100", "h100x1024")
-    assert _mape(pairs) <= 5.95  # 5.93% at the calibration of 2026-12-07, the main table at forced balance
-    assert max(abs(p / m - 1.0) for m, p in pairs[5:]) < 0.06  # the long-context rows
+    # 5.93% at the calibration of 2026-12-07, the main table at forced balance; 4.45% with the dispatch's host sync
+    # (vtrain.sim.host_sync) and the FSDP row's bf16 gradients (bench/make_moe_csv.py)
+    assert _mape(pairs) <= 4.5
+    assert max(abs(p / m - 1.0) for m, p in pairs[5:]) < 0.07  # the long-context rows (+6.6% the worst)
     main = [p for _, p in pairs[:5]]
     assert min(main) == main[1]  # the measured fastest plan (row 2, 17.6 s) is predicted fastest
     assert max(main) == main[4]  # the measured slowest plan (row 5, 29.0 s) is predicted slowest
-    # each main row's signed error (%), +-0.5 point; open: row 3 (FSDP) +11.7, row 4 (PP32, EP8) -24.9 (docs/moe.md)
+    assert sorted(range(5), key=lambda i: main[i]) == [1, 2, 0, 3, 4]  # the measured order: 2 = 3 < 1 < 4 < 5
+    # each main row's signed error (%), +-0.5 point; open: row 4 (PP32 VP3, EP8, NCCL all-to-all) -18.0 (docs/moe.md)
     errors = [100.0 * (p / m - 1.0) for m, p in pairs[:5]]
-    assert errors == pytest.approx([-6.5, -6.0, +11.7, -24.9, -4.4], abs=0.5)
+    assert errors == pytest.approx([-5.6, -6.0, +0.0, -18.0, -1.3], abs=0.5)
 
 
 def test_hybridep_sends_deepeps_bytes_with_the_permutations_inside_its_kernels():

@@ -25,6 +25,7 @@ _GROUP_INDEX = {g: i + 1 for i, g in enumerate(COMM_GROUPS)}
 _OF_GROUP = {Group.TP: 1, Group.CP: 2, Group.EP: 4, Group.ETP: 4}
 SYNC = -1
 _EP = _GROUP_INDEX["ep"] - 1
+NO_SYNC_S = -1e30  # PassCost.sync_host_s of a pass without a host sync: its host may run ahead of the GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,10 @@ class PassCost:
     """One pass (forward, or recompute + backward) of one model chunk for one micro-batch.
 
     With the host starting to issue at h0 and the GPU free (and the pass's input arrived) at g0, the
-    pass ends on the GPU at max(g0 + gpu_s, h0 + latency_s): the launch-queue recurrence
-    E_i = max(H_i, E_{i-1}) + g_i unrolls exactly to that max-plus form.
+    pass ends on the GPU at max(g0 + gpu_s + sync_lead_s, h0 + latency_s) and frees the host at
+    max(h0 + host_s, g0 + sync_host_s): the launch-queue recurrence E_i = max(H_i, E_{i-1}) + g_i (with the
+    host waiting for the GPU at a sync, H = max(H, E)) unrolls exactly to that max-plus form. A pass without a
+    host sync has sync_lead_s 0 and sync_host_s NO_SYNC_S: a host that started early hides its excess.
     """
 
     gpu_compute_s: float  # kernel time (with the slowdown of overlapped communication)
@@ -44,6 +47,10 @@ class PassCost:
     comm_by_group: Tuple[float, ...] = (0.0,) * len(COMM_GROUPS)  # comm_s split by COMM_GROUPS
     side_comm_s: float = 0.0  # busy time of the side stream (FSDP gathers and reduce-scatters)
     side_tail_s: float = 0.0  # side-stream work still running when the pass ends on the compute stream
+    # a host sync inside the pass (dropless dispatch: vtrain.sim.host_sync): the host runs ahead of a busy GPU
+    # only up to it, so the pass ends up to sync_lead_s after g0 + gpu_s and the host is free at g0 + sync_host_s
+    sync_lead_s: float = 0.0
+    sync_host_s: float = NO_SYNC_S
 
     @property
     def gpu_s(self) -> float:
@@ -65,11 +72,16 @@ class PassCost:
         return max(0.0, self.latency_s - self.gpu_s)
 
     def __add__(self, other: "PassCost") -> "PassCost":
-        """Two passes back to back (a B pass and its W pass: the whole backward)."""
+        """Two passes back to back (a B pass and its W pass: the whole backward); their syncs compose as the
+        engine runs two passes with the host far ahead (ends and host times measured from the first's g0)."""
+        gpu = self.gpu_s + other.gpu_s
+        first_end = self.gpu_s + self.sync_lead_s
+        end = max(first_end + other.gpu_s + other.sync_lead_s, self.sync_host_s + other.latency_s)
         return PassCost(self.gpu_compute_s + other.gpu_compute_s, self.comm_s + other.comm_s,
                         self.latency_s + other.latency_s, self.host_s + other.host_s, self.flops + other.flops,
                         tuple(a + b for a, b in zip(self.comm_by_group, other.comm_by_group)),
-                        self.side_comm_s + other.side_comm_s, other.side_tail_s)
+                        self.side_comm_s + other.side_comm_s, other.side_tail_s, max(0.0, end - gpu),
+                        max(self.sync_host_s + other.host_s, first_end + other.sync_host_s))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,13 @@ sizes before it issues the expert GEMMs, and the all-to-all stream has no priori
 share is fitted on the rows of every source that run the overlap (task=calibrate calibrate.scope=all,
 vtrain.calibration.loso; docs/moe.md).
 The exposed all-to-all of the pair is T - compute. Without all-to-alls (a dense model) T is the sum of the
-two passes. Host-bound excess of the two passes is kept.
+two passes. Host-bound excess of the two passes is kept; when the forward's dispatch makes the host wait for
+the GPU (:mod:`vtrain.sim.host_sync`), a host that started early cannot hide it: the pair runs its latency
+from the GPU's start, and its host is done when its own issuing is.
 """
 from __future__ import annotations
 
-from vtrain.sim.launch import PassCost
+from vtrain.sim.launch import NO_SYNC_S, PassCost
 
 
 def fused_time_s(compute_s: float, a2a_s: float, sm_share: float, hidden_share: float = 1.0) -> float:
@@ -44,6 +46,9 @@ def fused_pass(f: PassCost, b: PassCost, sm_share: float, hidden_share: float = 
     # the host resynchronises with the GPU at each layer boundary (launch.price_chunk), so a pass's host_s holds
     # its own GPU time: summed over the pair, that counts the time the two passes overlap twice. The pair's host
     # is done when its last layer is (latency), or when its own issuing is, if that is sooner
+    host = min(f.host_s + b.host_s, latency)
+    synced = f.sync_host_s != NO_SYNC_S or b.sync_host_s != NO_SYNC_S
     return PassCost(gpu_compute_s=f.gpu_compute_s + b.gpu_compute_s, comm_s=t - (f.gpu_compute_s + b.gpu_compute_s),
-                    latency_s=latency, host_s=min(f.host_s + b.host_s, latency), flops=f.flops + b.flops,
-                    comm_by_group=groups, side_comm_s=f.side_comm_s + b.side_comm_s, side_tail_s=b.side_tail_s)
+                    latency_s=latency, host_s=host, flops=f.flops + b.flops,
+                    comm_by_group=groups, side_comm_s=f.side_comm_s + b.side_comm_s, side_tail_s=b.side_tail_s,
+                    sync_lead_s=host_excess if synced else 0.0, sync_host_s=host if synced else NO_SYNC_S)

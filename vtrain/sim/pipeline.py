@@ -25,7 +25,7 @@ from operator import itemgetter, sub
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from vtrain.errors import ConfigError
-from vtrain.sim.engine import PipelineRun, run_pipeline
+from vtrain.sim.engine import PipelineRun, Sync, run_pipeline
 from vtrain.sim.schedule import CompiledSchedule, chunks_of, compile_schedule, period
 from vtrain.sim.schedule_zb import zbv_costs
 from vtrain.workload.enums import Schedule
@@ -135,7 +135,7 @@ _units: Dict[_Key, int] = {}  # what each memo entry costs against _RUNS_MAX_TAS
 
 def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int, ms: int, fused: bool,
                gpu_s: Sequence[float], lags: Sequence[float], latency_s: Sequence[float],
-               host_s: Sequence[float], keep_tasks: bool = False, group: int = 0) -> Simulated:
+               host_s: Sequence[float], keep_tasks: bool = False, group: int = 0, sync: Sync = None) -> Simulated:
     """The run of ``ms`` micro-batches (the whole schedule, or the simulated part of a longer one) and its
     periodic window. It depends only on the schedule's shape and the pass and transfer times, not on the
     iteration's micro-batch count m (m' is m reduced modulo the period), so plans that differ in dp alone
@@ -151,7 +151,8 @@ def _simulated(key: Tuple[object, ...], schedule: Schedule, p: int, chunks: int,
             _RUNS.move_to_end(hashed)  # the most recently used last
             return hit
     cs = compile_schedule(schedule, p, chunks, ms, fused, _zbv_costs(schedule, p, chunks, gpu_s), group)
-    run = run_pipeline(cs, gpu_s, lags, latency_s, host_s, record_from=0 if keep_tasks else cs.window_start)
+    run = run_pipeline(cs, gpu_s, lags, latency_s, host_s, record_from=0 if keep_tasks else cs.window_start,
+                       sync=sync)
     sim = (cs, run, _periodic_window(cs, run), tuple(tuple(run.end[i] for i in row) for row in cs.last_bwd))
     kept = sim if keep_tasks else (cs, PipelineRun([], [], [], [], [], run.stage_end, run.stage_bubble,
                                                    run.stage_p2p, run.stage_host), sim[2], sim[3])
@@ -193,15 +194,18 @@ def clear_runs() -> None:
 
 def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequence[float], lags: Sequence[float],
                       latency_s: Sequence[float], host_s: Sequence[float], full: bool = False,
-                      fused: bool = False, keep_tasks: bool = False, group: int = 0) -> PipelineResult:
+                      fused: bool = False, keep_tasks: bool = False, group: int = 0, sync: Sync = None
+                      ) -> PipelineResult:
     """The pipeline phase for m micro-batches; ``full`` forces the whole schedule (timelines, tests);
     ``fused``: steady forward/backward pairs run as one overlapped task; ``keep_tasks``: the result's run
     holds every simulated task's times (a timeline; else it may hold the per-stage sums only); ``group``: the
-    interleaved schedule's micro-batches per chunk group (0: p)."""
+    interleaved schedule's micro-batches per chunk group (0: p); ``sync``: each pass's host-sync lead and host
+    time (:mod:`vtrain.sim.host_sync`; None: no pass has a host sync)."""
     chunks = chunks_of(schedule, v)
     group = group if schedule == Schedule.INTERLEAVED and chunks > 1 and group != p else 0
     per = period(schedule, p, chunks, group)
-    inputs = (schedule, p, chunks, fused, group, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s))
+    inputs = (schedule, p, chunks, fused, group, tuple(gpu_s), tuple(lags), tuple(latency_s), tuple(host_s),
+              None if sync is None else (tuple(sync[0]), tuple(sync[1])))
     if per is not None and not full:
         mbs = per[0]
         for ms in _candidates(p, 1 if schedule in (Schedule.ONE_F_ONE_B, Schedule.ZERO_BUBBLE) else chunks,
@@ -210,7 +214,7 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
             if ms < (2 * p if chunks > 1 and schedule != Schedule.INTERLEAVED else max(1, group)):
                 continue
             sim = _simulated((ms, *inputs), schedule, p, chunks, ms, fused, gpu_s, lags, latency_s, host_s,
-                             keep_tasks, group)
+                             keep_tasks, group, sync)
             if sim[2] is not None:
                 shift, waits = sim[2]
                 return _result(sim, (m - ms) // mbs, shift, waits)
@@ -220,4 +224,4 @@ def simulate_pipeline(schedule: Schedule, p: int, v: int, m: int, gpu_s: Sequenc
                           f"pipeline tasks, above the simulation limit of {MAX_TASKS:,}: use fewer micro-batches "
                           "(a larger micro_batch_size or dp) or a 1f1b/interleaved schedule")
     return _result(_simulated((m, *inputs), schedule, p, chunks, m, fused, gpu_s, lags, latency_s, host_s,
-                              keep_tasks, group))
+                              keep_tasks, group, sync))

@@ -283,7 +283,7 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
     pipe = simulate_pipeline(plan.schedule, plan.pp, plan.chunks, m, durations, sc.lags(), latencies,
                              host_times, full=full, fused=plan.overlap_moe_comm, keep_tasks=keep_trace,
-                             group=plan.microbatch_group_size_per_vp_stage)
+                             group=plan.microbatch_group_size_per_vp_stage, sync=sc.sync_inputs())
     # ZeRO-3's side stream is one serial queue per GPU: each pass is priced with its own, so a pass's unfinished
     # reduce-scatters (side_tail_s) would vanish into the next; a stage ends no earlier than its side stream has
     # done all of the iteration's gathers and reduce-scatters

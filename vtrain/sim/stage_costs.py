@@ -10,7 +10,8 @@ from vtrain.cost.base import CostModel
 from vtrain.graph.blocks import ComponentGraph, ModelGraph, PassOps
 from vtrain.graph.cuda_graphs import captured_ops
 from vtrain.graph.ops import Op, is_weight_grad
-from vtrain.sim.launch import NO_SIDE, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
+from vtrain.sim.host_sync import price_pass
+from vtrain.sim.launch import NO_SIDE, NO_SYNC_S, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
 from vtrain.sim.overlap import fused_pass
 from vtrain.workload.partition import StagePartition
 
@@ -52,6 +53,16 @@ class StageCosts:
         tail = [0.0] if self.fused else []
         return ([c.gpu_compute_s + c.comm_s for c in passes] + tail, [c.latency_s for c in passes] + tail,
                 [c.host_s for c in passes] + tail)
+
+    def sync_inputs(self) -> Optional[Tuple[List[float], List[float]]]:
+        """(sync_lead_s, sync_host_s) of each pass in duration order (:mod:`vtrain.sim.host_sync`), or None when
+        no pass has a host sync."""
+        passes = self.passes()
+        if all(c.sync_host_s == NO_SYNC_S for c in passes):
+            return None
+        tail = [0.0] if self.fused else []
+        return ([c.sync_lead_s for c in passes] + tail,
+                [c.sync_host_s for c in passes] + ([NO_SYNC_S] if self.fused else []))
 
     def all_to_all(self) -> List[float]:
         """Expert-parallel all-to-all time of each pass (a fused pair: both passes' all-to-alls, hidden or not)."""
@@ -316,10 +327,10 @@ def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost:
         def parts(which: int) -> Tuple[List[Part], List[Part]]:
             return _chunk_parts(t, sides, key, part.mtp_layers, mtp_moe, recompute_layers, which)
         fparts, bparts = parts(0)
-        f = price_chunk(fparts, microbatch_overhead_s, memo)
+        f = price_pass(fparts, microbatch_overhead_s, memo)
         if split:
-            return f, price_chunk(parts(1)[1], 0.0, memo), price_chunk(parts(2)[1], 0.0, memo)
-        return f, price_chunk(bparts, 0.0, memo), None
+            return f, price_pass(parts(1)[1], 0.0, memo), price_pass(parts(2)[1], 0.0, memo)
+        return f, price_pass(bparts, 0.0, memo), None
 
     forward, backward, weight = _priced_rows(part, price, graph.tail_layers)
     fused: Tuple[Tuple[Tuple[PassCost, ...], ...], ...] = ()
