@@ -252,3 +252,25 @@ def test_fp8_experts_make_an_fp8_moe_faster_than_bf16():
     _, fp8 = run([*base, "training.precision=fp8"])
     # the experts hold most of the FLOPs: fp8 shows on the whole step (0.97x when they stayed in bf16; 0.71x now)
     assert fp8.iteration_time_s < 0.8 * bf16.iteration_time_s
+
+
+def test_zero3_gathers_an_moe_layers_experts_over_the_expert_data_parallel_group():
+    """ZeRO-3 over Qwen3-30B-A3B on 64 GPUs with ep 8 (Megatron-FSDP shards dense parameters over dp·cp, routed
+    experts over the expert-data-parallel group: 64 / 8 = 8 ranks, one per node). Per MoE layer, by hand from the
+    model's config.json: attention q 2048x4096, k and v 2048x512, o 4096x2048, router 2048x128, two RMSNorms of
+    2048 and q/k norms of 128 = 19,140,864 parameters; 16 local experts of 3 x 2048 x 768 = 75,497,472. Gathered in
+    bf16 in every forward and again in the backward (reshard after forward), reduce-scattered in fp32 once per
+    backward: 48 layers x 8 micro-batches."""
+    from vtrain.comm.placement import GroupPlacement
+
+    w = build_workload(compose(["+model=qwen3_30b_a3b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=64", "parallelism.ep=8", "parallelism.zero_stage=3",
+                                "parallelism.distributed_optimizer=false", "parallelism.sequence_parallel=false",
+                                "training.global_batch_size=512", "training.seq_len=4096"]))
+    comm = build_comm_plan(w, partition(w.model, w.plan))
+    dense, experts, passes = 19_140_864, 16 * 3 * 2048 * 768, 48 * 8
+    rows = {(e.op.name, e.op.group, e.op.bytes, e.where, e.count) for e in comm.entries() if e.stream == Stream.FSDP}
+    assert rows == {("fsdp.param_gather", Group.DP, 2 * dense, GroupPlacement(64, 8), 2 * passes),
+                    ("fsdp.grad_reduce_scatter", Group.DP, 4 * dense, GroupPlacement(64, 8), passes),
+                    ("fsdp.expert_param_gather", Group.EDP, 2 * experts, GroupPlacement(8, 1), 2 * passes),
+                    ("fsdp.expert_grad_reduce_scatter", Group.EDP, 4 * experts, GroupPlacement(8, 1), passes)}
