@@ -102,3 +102,17 @@ def test_merges_cost_time_on_torchtitan():
     with_merges = simulate(compose(TITAN))
     without = simulate(compose([*TITAN, "stack.cp_ring_merge=false"]))
     assert with_merges.iteration_time_s > without.iteration_time_s
+
+
+def test_megatron_core_p2p_ring_overlaps_each_step_with_the_attention():
+    """Transformer Engine's p2p context parallelism (AttnFuncWithCPAndKVP2P, cp_comm_type p2p): in each of the cp
+    steps a rank sends the K/V block it holds to the next while it attends to it, forward and backward (the
+    backward passes K/V and their gradients on): every exchange overlaps the attention, in cp pieces. Llama 3 8B at
+    256K tokens, cp 8: the 8 K/V heads x 128 x 2 of every token in bf16, twice that in the backward."""
+    w = build_workload(compose([*TITAN, "stack=megatron_core_te", "parallelism.cp_comm=p2p", "training.precision=bf16",
+                                "parallelism.zero_stage=0"]))
+    c = cp_comms(w.model, w.plan)
+    kv = 262144 * 8 * 128 * 2 * 2.0
+    assert [(x.name, x.bytes, x.overlap, x.chunks) for x in c.forward + c.backward] == [
+        ("cp.kv_ring", kv, "next", 8), ("cp.kv_ring.bwd", 2 * kv, "next", 8)]
+    assert c.backward_after == () and c.forward_after == ()

@@ -274,3 +274,19 @@ def test_zero3_gathers_an_moe_layers_experts_over_the_expert_data_parallel_group
                     ("fsdp.grad_reduce_scatter", Group.DP, 4 * dense, GroupPlacement(64, 8), passes),
                     ("fsdp.expert_param_gather", Group.EDP, 2 * experts, GroupPlacement(8, 1), 2 * passes),
                     ("fsdp.expert_grad_reduce_scatter", Group.EDP, 4 * experts, GroupPlacement(8, 1), passes)}
+
+
+def test_the_allgather_dispatcher_gathers_the_tokens_of_the_ep_x_etp_group():
+    """Megatron-Core's MoEAllGatherTokenDispatcher all-gathers the hidden states over the tp_ep group (ep x etp
+    ranks) before the experts and reduce-scatters the combine back, the backward the other way round. Mixtral 8x7B,
+    tp 2 with SP (2,048 of the 4,096 tokens per rank), ep 4, etp 2: 8 ranks, 8 x 2,048 x 4,096 bf16 per collective."""
+    w = build_workload(compose(["+model=mixtral_8x7b", "+cluster=h100x1024", "parallelism.tp=2", "parallelism.pp=1",
+                                "parallelism.dp=8", "parallelism.ep=4", "parallelism.etp=2",
+                                "parallelism.moe_dispatcher=allgather", "training.seq_len=4096",
+                                "parallelism.micro_batch_size=1", "training.global_batch_size=64"]))
+    op = plan_ep_comms(w.model, w.plan)
+    rows = [(c.name, c.kind, c.bytes, c.group_size) for c in op.enter + op.exit + op.enter_backward + op.exit_backward]
+    full = 8 * 2048 * 4096 * 2.0
+    ag, rs = CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER
+    assert rows == [("moe.dispatch.ag", ag, full, 8), ("moe.combine.rs", rs, full, 8),
+                    ("moe.dispatch.bwd.rs", rs, full, 8), ("moe.combine.bwd.ag", ag, full, 8)]
