@@ -110,6 +110,28 @@ def test_all_to_all_across_domains_is_its_slower_part():
     assert t == pytest.approx(max(intra, inter))
 
 
+def test_all_to_all_across_nodes_moves_at_most_nccls_per_gpu_ceiling():
+    """NCCL's all-to-all across nodes at the tier's per-GPU ceiling whatever the NIC: 400 and 800 GB/s nodes
+    (8 GPUs: 25 and 50 GB/s each at efficiency 0.5) under a 30 GB/s ceiling move 25 and 30 GB/s."""
+    S, where = 1e9, GroupPlacement(64, 8)
+    for node_gb_per_s, rate in ((400.0, 25e9), (800.0, 30e9)):
+        c = _two_tier_cluster()
+        c = replace(c, inter_node=replace(c.inter_node, bandwidth_gb_per_s=node_gb_per_s, all_to_all_gb_per_s=30.0))
+        t = collective_time_s(CollectiveKind.ALL_TO_ALL, S, where, c)
+        fixed = 30e-6 + 7e-6  # the call and 7 steps across the 8 nodes
+        assert t == pytest.approx(fixed + (56 / 64) * S / rate)
+    # the ceiling is the shipped IB clusters' (H100 / B200 / B300 8-GPU nodes), and it binds only across nodes
+    from vtrain.comm.ep import a2a_efficiency
+    from vtrain.config.build import cluster_spec, gpu_spec
+    for name, share in (("h100x1024", 0.76), ("b200x1024", 0.76), ("b300x1024", 0.38)):
+        cfg = compose(["+model=gpt_1_7b", f"+cluster={name}"])
+        cl = cluster_spec(cfg.cluster, gpu_spec(cfg.gpu))
+        assert cl.inter_node.all_to_all_gb_per_s == 38.0
+        assert a2a_efficiency(cl) == pytest.approx(share)  # DeepEP's bytes are rescaled from this share
+        inside = collective_time_s(CollectiveKind.ALL_TO_ALL, S, GroupPlacement(8, 8), cl)
+        assert inside == pytest.approx(tier_time_s(cl.intra_node, CollectiveKind.ALL_TO_ALL, 8, S))
+
+
 def test_nvl72_group_inside_the_domain_runs_at_nvlink_speed():
     c = _two_tier_cluster(gpus_per_node=4, domain=72)
     assert c.domain_size == 72

@@ -129,9 +129,13 @@ def deepep_wire_fraction(num_experts: int, top_k: int, ep: int, nodes: int) -> f
 
 def a2a_efficiency(cluster: ClusterSpec) -> float:
     """The share of the NIC's line rate at which ``cluster`` prices an all-to-all across nodes
-    (:func:`vtrain.cost.collectives.tier_time_s`: the tier's all-to-all efficiency, else its own)."""
+    (:func:`vtrain.cost.collectives.collective_time_s`: the tier's all-to-all efficiency, else its own, capped
+    by NCCL's per-GPU all-to-all ceiling ``all_to_all_gb_per_s`` over the GPU's NIC share)."""
     tier = cluster.inter_node
-    return tier.kind_efficiency.get(CollectiveKind.ALL_TO_ALL.value, tier.efficiency)
+    eff = tier.kind_efficiency.get(CollectiveKind.ALL_TO_ALL.value, tier.efficiency)
+    if tier.all_to_all_gb_per_s is None:
+        return eff
+    return min(eff, tier.all_to_all_gb_per_s * cluster.gpus_per_node / tier.bandwidth_gb_per_s)
 
 
 def plan_ep_comms(model: ModelSpec, plan: ParallelPlan, where: GroupPlacement = GroupPlacement(1, 1),

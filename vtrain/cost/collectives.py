@@ -23,13 +23,14 @@ all-gather inside the domain; across domains each GPU gets its share of its node
 GPUs per node: every GPU of a node runs the same collective of its own replica or stage at once).
 ``ClusterSpec.hierarchical_overlap`` hides that share of the shorter phase under the longer (NCCL
 pipelines the phases chunk by chunk; 0 keeps them in sequence, the A100 default). An all-to-all sends
-(k-1)/n of the buffer inside the domain and (n-k)/n across it at the same time: the slower part counts.
+(k-1)/n of the buffer inside the domain and (n-k)/n across it at the same time: the slower part counts;
+across nodes it moves at most the tier's ``all_to_all_gb_per_s`` per GPU (NCCL's point-to-point ceiling).
 """
 from __future__ import annotations
 
 from vtrain.comm.placement import GroupPlacement
 from vtrain.graph.ops import CollectiveKind
-from vtrain.workload.system import ClusterSpec, NetworkTier
+from vtrain.workload.system import GB, ClusterSpec, NetworkTier
 
 FACTOR = {CollectiveKind.ALL_REDUCE: 2.0, CollectiveKind.ALL_GATHER: 1.0, CollectiveKind.REDUCE_SCATTER: 1.0,
           CollectiveKind.ALL_TO_ALL: 1.0, CollectiveKind.P2P: 1.0}
@@ -91,7 +92,11 @@ def collective_time_s(kind: CollectiveKind, nbytes: float, where: GroupPlacement
     if domains == 1:
         return tier_time_s(intra, kind, n, nbytes)
     if kind == CollectiveKind.ALL_TO_ALL:
-        return max(tier_time_s(intra, kind, k, nbytes * k / n), tier_time_s(inter, kind, domains, nbytes, share))
+        net_share = share
+        if inter.all_to_all_gb_per_s is not None:  # NCCL's per-GPU ceiling across nodes, whatever the NIC
+            e = inter.kind_efficiency.get(kind.value, inter.efficiency)
+            net_share = max(share, inter.bandwidth_bytes_per_s * e / (inter.all_to_all_gb_per_s * GB))
+        return max(tier_time_s(intra, kind, k, nbytes * k / n), tier_time_s(inter, kind, domains, nbytes, net_share))
     # hierarchical: intra RS (+ intra AG for all-reduce) around an inter-domain collective on 1/k shards
     t_inter = tier_time_s(inter, kind, domains, nbytes / k, share, nvls=False)
     if kind == CollectiveKind.ALL_REDUCE:

@@ -166,6 +166,11 @@ class NetworkTier:
     nvls_latency_s: float = spec(0.0, unit="s", domain=FIXED_TIME_S, doc="NVLS (NVSwitch SHARP) all-reduce fixed cost")
     nvls_efficiency: float = spec(0.0, domain=NON_NEGATIVE,
                                   doc="NVLS all-reduce: buffer bytes / time as a fraction of the link (0: no NVLS)")
+    all_to_all_gb_per_s: Optional[float] = spec(
+        None, unit="GB/s", domain=RATE_GB_PER_S, none_means="no ceiling: the NIC share at the all-to-all efficiency",
+        doc="scale-out only: the most NCCL's all-to-all moves across nodes per GPU and direction, whatever the NIC "
+            "(grouped point-to-point sends, each remote peer on a fixed number of network channels driven by the "
+            "GPU's proxy thread: ncclTopoGetNchannels); the NIC share still bounds it")
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
