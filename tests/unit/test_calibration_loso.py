@@ -337,3 +337,41 @@ def test_an_unknown_scope_is_a_one_line_error(capfd, tmp_path):
     res = run_inprocess(["task=calibrate", "calibrate.scope=everything", f"hydra.run.dir={tmp_path}"], capfd)
     assert res.code == 2
     assert res.one_line_error() == "vtrain: error: calibrate.scope=everything is not one of a100, all"
+
+
+def test_nccls_all_to_all_ceiling_applies_where_nccls_expert_all_to_all_leaves_the_node_and_is_written_inline(
+        tmp_path, monkeypatch):
+    """cluster:inter_node.all_to_all_gb_per_s (NCCL's per-GPU all-to-all across nodes, docs/moe.md) is fitted per
+    fold on the rows whose Megatron-Core all-to-all dispatcher sends across NVLink domains: EP16 on 8-GPU H100
+    nodes, not EP8 inside one, not DeepEP (its own measured network rate); the fit sets the row's scale-out tier,
+    a lower ceiling makes that row slower, and calibrate.write rewrites the inline tier of each cluster config."""
+    from vtrain import compose
+    from vtrain.calibration.loso import PARAMS, simulate_s, with_values
+    from vtrain.cli.task_calibrate_all import write_tier
+    from vtrain.config.build import build_workload
+
+    base = ["+model=qwen3_235b_a22b", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=8",
+            "parallelism.dp=32", "parallelism.recompute=full", "training.tokens_to_train=1e9"]
+
+    def w(*more):
+        return build_workload(compose(base + list(more)))
+
+    ceiling = next(p for p in PARAMS if p.key == "cluster:inter_node.all_to_all_gb_per_s")
+    across, inside, deepep = (w("parallelism.ep=16"), w("parallelism.ep=8"),
+                              w("parallelism.ep=16", "parallelism.moe_dispatcher=deepep"))
+    assert [ceiling.applies(x) for x in (across, inside, deepep)] == [True, False, False]
+    assert ceiling.value_of(across) == 38.0
+    slow = with_values(across, [ceiling], [12.0])
+    assert slow.cluster.inter_node.all_to_all_gb_per_s == 12.0 and with_values(inside, [ceiling], [12.0]) is inside
+    assert simulate_s(slow) > simulate_s(across) * 1.02
+    conf = tmp_path / "cluster"
+    conf.mkdir()
+    tier = "inter_node: {bandwidth_gb_per_s: 400.0, all_to_all_gb_per_s: 38.0}\n"
+    (conf / "_x.yaml").write_text("gpus_per_node: 8\n" + tier)
+    (conf / "_y.yaml").write_text("gpus_per_node: 8\n")
+    monkeypatch.setattr("vtrain.config.compose.CONF_DIR", tmp_path)
+    assert write_tier("all_to_all_gb_per_s", 41.5, "fitted: here") == ["cluster/_x.yaml"]
+    assert (conf / "_x.yaml").read_text() == ("gpus_per_node: 8\n# all_to_all_gb_per_s: fitted: here\n"
+                                             "inter_node: {bandwidth_gb_per_s: 400.0, all_to_all_gb_per_s: 41.5}\n")
+    write_tier("all_to_all_gb_per_s", 40.0, "fitted: again")  # the provenance line replaced, not stacked
+    assert (conf / "_x.yaml").read_text().count("# all_to_all_gb_per_s: fitted") == 1

@@ -2,8 +2,8 @@
 
 The constants (:data:`PARAMS`) are few and physical: a GPU architecture's share of its benchmarked GEMM rate
 sustained inside a training step, the HBM efficiency of element-wise kernels (one for every GPU), a
-software stack family's host time per launched kernel, and the share of a fused forward/backward pair's
-all-to-all that Megatron-Core's 1F1B all-to-all overlap hides. A constant is fitted only where at least two
+software stack family's host time per launched kernel, the share of a fused forward/backward pair's
+all-to-all that Megatron-Core's 1F1B all-to-all overlap hides, and NCCL's per-GPU all-to-all rate across nodes. A constant is fitted only where at least two
 training sources inform it (have rows it applies to); otherwise it keeps its config value (its provenance says
 why).
 
@@ -54,12 +54,17 @@ class Param:
     members: Tuple[str, ...]
     lo: float
     hi: float
-    plan_flag: str = ""  # a mechanism a plan switches on (a ParallelPlan bool): the constant applies where it is on
+    # a mechanism a plan switches on: a ParallelPlan bool, or a name of SWITCHES; the constant applies where it is on
+    plan_flag: str = ""
+    on_tier: bool = False  # a field of the cluster's scale-out tier (cluster.inter_node), not of the GPU or stack
 
     def applies(self, w: Any) -> bool:
         gpu, stack = w.cluster.gpu, w.stack
-        if self.plan_flag and not getattr(w.plan, self.plan_flag):
+        if self.plan_flag and not (SWITCHES[self.plan_flag](w) if self.plan_flag in SWITCHES
+                                   else getattr(w.plan, self.plan_flag)):
             return False
+        if self.on_tier:
+            return bool(stack.name in self.members) and getattr(w.cluster.inter_node, self.field) is not None
         if not self.on_gpu:
             return bool(stack.name in self.members)
         if gpu.architecture not in self.members:
@@ -69,7 +74,8 @@ class Param:
             stack.gemm_curve_fitted_on and gpu.architecture == stack.gemm_curve_fitted_on)
 
     def value_of(self, w: Any) -> float:
-        return float(getattr(w.cluster.gpu if self.on_gpu else w.stack, self.field))
+        holder = w.cluster.inter_node if self.on_tier else w.cluster.gpu if self.on_gpu else w.stack
+        return float(getattr(holder, self.field))
 
     def from_unit(self, u: float) -> float:
         return float(np.exp(np.log(self.lo) + u * (np.log(self.hi) - np.log(self.lo))))
@@ -77,6 +83,21 @@ class Param:
     def to_unit(self, v: float) -> float:
         return float((np.log(v) - np.log(self.lo)) / (np.log(self.hi) - np.log(self.lo)))
 
+
+def nccl_a2a_across_nodes(w: Any) -> bool:
+    """Whether a run's expert all-to-all is NCCL's and leaves the NVLink domain (the dispatcher Megatron-Core's
+    MoEAlltoAllTokenDispatcher, an EP group spanning domains): where NCCL's per-GPU all-to-all ceiling
+    (``cluster.inter_node.all_to_all_gb_per_s``, docs/moe.md) prices it."""
+    from vtrain.comm.ep import ep_placement
+    from vtrain.workload.enums import MoeDispatcher
+
+    p = w.plan
+    return bool(w.model.is_moe and p.ep > 1 and p.moe_dispatcher == MoeDispatcher.ALLTOALL
+                and ep_placement(p, w.cluster.domain_size).nodes > 1)
+
+
+# mechanisms a Param.plan_flag may name beside a ParallelPlan bool
+SWITCHES: Dict[str, Callable[[Any], bool]] = {"nccl_a2a_across_nodes": nccl_a2a_across_nodes}
 
 _GPUS = ("volta", "ampere", "hopper", "blackwell")
 # eager PyTorch 1.x with apex (Megatron-DeepSpeed 2022, Megatron-LM 2020-21, DeepSpeed of that era); Megatron-Core
@@ -99,6 +120,10 @@ PARAMS: Tuple[Param, ...] = (
     Param("stack:eager_2x.host_time_per_kernel_s", "host_time_per_kernel_s", False, EAGER_2X, 5e-6, 1.5e-4),
     Param("stack:megatron_core_te.ep_overlap_hidden_share", "ep_overlap_hidden_share", False, MCORE_TE, 0.1, 1.0,
           plan_flag="overlap_moe_comm"),
+    # NCCL's all-to-all across nodes per GPU: 10 GB/s (a fifth of a 400 Gb/s NIC share) to 100 GB/s (an 800 Gb/s
+    # NIC's whole line): fitted on the rows whose NCCL expert all-to-all leaves the NVLink domain
+    Param("cluster:inter_node.all_to_all_gb_per_s", "all_to_all_gb_per_s", False, MCORE_TE, 10.0, 100.0,
+          plan_flag="nccl_a2a_across_nodes", on_tier=True),
 )
 
 
@@ -106,12 +131,14 @@ def with_values(w: Any, params: Sequence[Param], values: Sequence[float]) -> Any
     """``w`` with each applicable constant set (its GPU's and its stack's fields replaced)."""
     gpu: Dict[str, Any] = {}
     stack: Dict[str, Any] = {}
+    tier: Dict[str, Any] = {}
     for p, v in zip(params, values):
         if p.applies(w):
-            (gpu if p.on_gpu else stack)[p.field] = float(v)
-    if not gpu and not stack:
+            (tier if p.on_tier else gpu if p.on_gpu else stack)[p.field] = float(v)
+    if not gpu and not stack and not tier:
         return w
-    return replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, **gpu)), stack=replace(w.stack, **stack))
+    cluster = replace(w.cluster, gpu=replace(w.cluster.gpu, **gpu), inter_node=replace(w.cluster.inter_node, **tier))
+    return replace(w, cluster=cluster, stack=replace(w.stack, **stack))
 
 
 def simulate_s(w: Any) -> float:

@@ -163,15 +163,43 @@ def write_configs(constants: Sequence[Dict[str, Any]]) -> List[str]:
         if not c["write"]:
             continue
         p = by_key[c["constant"]]
-        group = "gpu" if p.on_gpu else "stack"
         prov = (f"fitted: one calibration on {len(c['sources'])} sources ({', '.join(c['sources'])}), leave-one-"
                 f"source-out range {c['fold_min']:.4g} .. {c['fold_max']:.4g}; {COMMAND} calibrate.write=true")
+        if p.on_tier:
+            written += write_tier(p.field, float(f"{c['fitted']:.4g}"), prov)
+            continue
+        group = "gpu" if p.on_gpu else "stack"
         for path in sorted((CONF_DIR / group).glob("*.yaml")):
             text = path.read_text()
             if f"\n{p.field}:" not in f"\n{text}" or not _member(p, group, path.stem):
                 continue
             update_yaml(path, {p.field: float(f"{c['fitted']:.4g}")}, {p.field: prov})
             written.append(f"{group}/{path.name}")
+    return written
+
+
+def write_tier(field: str, value: float, prov: str) -> List[str]:
+    """A scale-out tier's fitted field into each cluster/ config that sets it inline (``inter_node: {...}``), the
+    provenance as the comment line above it."""
+    import re
+
+    from vtrain.config.compose import CONF_DIR
+
+    written = []
+    for path in sorted((CONF_DIR / "cluster").glob("*.yaml")):
+        lines = path.read_text().splitlines(keepends=True)
+        at = [i for i, ln in enumerate(lines) if ln.startswith("inter_node:") and f"{field}:" in ln]
+        if not at:
+            continue
+        i = at[0]
+        lines[i] = re.sub(rf"({field}:\s*)[0-9.eE+-]+", rf"\g<1>{value:g}", lines[i])
+        note = f"# {field}: {prov}\n"
+        if i > 0 and lines[i - 1].startswith(f"# {field}: fitted"):
+            lines[i - 1] = note
+        else:
+            lines.insert(i, note)
+        path.write_text("".join(lines))
+        written.append(f"cluster/{path.name}")
     return written
 
 
