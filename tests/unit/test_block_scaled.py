@@ -13,7 +13,13 @@ from vtrain.config.build import gpu_spec
 from vtrain.config.compose import load_gpu_config
 from vtrain.cost.gemm import GemmCurve, borrowed_efficiency
 from vtrain.graph.ops import Gemm, MemoryOp
-from vtrain.graph.torchao_mx import CAST_BYTES_PER_ELEMENT, _rewritten, uses_torchao_mx
+from vtrain.graph.torchao_mx import (
+    CAST_BYTES_PER_ELEMENT,
+    NVFP4_CAST_BYTES_PER_ELEMENT,
+    _rewritten,
+    _rewritten_nvfp4,
+    uses_torchao_mx,
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +64,42 @@ def test_torchao_casts_each_operand_per_gemm():
     assert (q.bytes, q.kernels, q.weight_bytes) == pytest.approx((3.03125 * (tokens * k + k * n), 2, 3.03125 * k * n))
     assert (qb.bytes, qb.kernels) == pytest.approx((3.03125 * (2 * tokens * n + k * n + tokens * k), 4))
     assert uses_torchao_mx(True, "mxfp8") and not uses_torchao_mx(True, "fp8") and not uses_torchao_mx(False, "mxfp8")
+
+
+def test_torchao_nvfp4_casts_each_linear_with_its_own_triton_kernels():
+    """nvfp4_mm_triton: forward, an RHT amax pass and a row+column quantize of the input and of the weight (read 2 +
+    2 B, write 2 x (0.5 + 1/16) B each), 4 kernels; backward, the same two for the output gradient only (the input's
+    and weight's column codes are saved), 2 kernels; eager kernels of their own, never fused."""
+    tokens, n, k = 4096, 1024, 512
+    e = 2.0 + 2.0 + 2.0 * (0.5 + 1.0 / 16.0)
+    fwd = (MemoryOp("wk.quant", 4.0 * k * n, 1, weight_bytes=4.0 * k * n), Gemm("wk", m=tokens, n=n, k=k))
+    bwd = (MemoryOp("wk.quant.bwd", 4.0 * tokens * n), Gemm("wk.dgrad", m=tokens, n=k, k=n))
+    q, qb = _rewritten_nvfp4(fwd)[0], _rewritten_nvfp4(bwd)[0]
+    assert NVFP4_CAST_BYTES_PER_ELEMENT == pytest.approx(e)
+    assert q.eager and (q.bytes, q.kernels, q.weight_bytes) == pytest.approx((e * (tokens * k + k * n), 4, e * k * n))
+    assert qb.eager and (qb.bytes, qb.kernels) == pytest.approx((e * tokens * n, 2))
+
+
+def test_torchtitan_nvfp4_casts_are_not_fused_and_not_shared():
+    """A compiled torchtitan NVFP4 layer: each of wq, wk, wv casts the shared input itself, no cast fused with the
+    norm before it (the generic graph: wk's and wv's casts are their weights' only, wq's fused into norm1)."""
+    from vtrain.config.build import build_workload
+    from vtrain.graph.options import graph_options
+    from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
+
+    cfg = compose(["+model=llama3_8b", "+cluster=gb200_nvl72x16", "training.precision=nvfp4",
+                   "stack=torchtitan_fsdp2_compile", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=4",
+                   "training.global_batch_size=4"])
+    w = build_workload(cfg)
+    shape = shape_key(w.model, w.plan)
+    comm = comm_plan(w, stage_partition(w.model, w.plan, shape))
+    ops = {op.name: op for op in model_graph(w.model, w.plan, comm.tp, comm.cp, comm.ep, graph_options(w.stack),
+                                             shape).layer.forward.ops}
+    for name in ("wq.quant", "wk.quant", "wv.quant", "w1.quant", "w3.quant"):
+        assert ops[name].eager and ops[name].kernels == 4, name
+    inputs = [ops[f"{x}.quant"].bytes - ops[f"{x}.quant"].weight_bytes for x in ("wq", "wk", "wv")]
+    assert inputs[0] > 0 and inputs == pytest.approx([inputs[0]] * 3)  # each casts the same input itself
+    assert not any("+" in n and "quant" in n for n in ops)
 
 
 def test_torchtitan_mxfp8_pays_torchaos_casts():

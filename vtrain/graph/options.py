@@ -28,6 +28,7 @@ class GraphOptions:
     grouped_gemm_streams: int = 0  # StackSpec.grouped_gemm_streams: vtrain.graph.moe
     expert_wgrad_main_grad: bool = False  # StackSpec.expert_wgrad_main_grad: vtrain.graph.moe
     nvfp4_bf16_tail_fraction: float = 0.0  # StackSpec.nvfp4_bf16_tail_fraction: vtrain.graph.builder.tail_layers
+    torchao_casts: bool = False  # StackSpec.torchao_mx_casts: NVFP4's, vtrain.graph.torchao_mx.with_torchao_nvfp4_casts
 
 
 def graph_options(stack: StackSpec) -> GraphOptions:
@@ -40,4 +41,5 @@ def graph_options(stack: StackSpec) -> GraphOptions:
                         train_metric_passes=stack.train_metric_passes,
                         loss_parallel=stack.eager_loss_parallel, grouped_gemm_streams=stack.grouped_gemm_streams,
                         expert_wgrad_main_grad=stack.expert_wgrad_main_grad,
-                        nvfp4_bf16_tail_fraction=stack.nvfp4_bf16_tail_fraction)
+                        nvfp4_bf16_tail_fraction=stack.nvfp4_bf16_tail_fraction,
+                        torchao_casts=stack.torchao_mx_casts)

@@ -14,6 +14,15 @@ Each cast reads the bf16 tensor (2 B per element) and writes the FP8 elements (1
 elements (OCP MX v1.0: block size 32, 8-bit scale): 2 + 1 + 1/32 B. Every ``mx_mm`` casts its own input, so
 torchtitan's separate wq / wk / wv (w1 / w3) each cast the shared input (the generic graph casts it once).
 
+NVFP4 (torchao ``prototype/mx_formats/nvfp4_linear.py``, ``nvfp4_mm_triton``: the autograd function behind
+torchtitan's NVFP4 linears, ``allow_in_graph``) quantizes with its own Triton kernels, which Inductor neither fuses
+with neighbouring ops nor shares between linears: per linear, forward, a pass over the bf16 input for its row and
+column amax after the random Hadamard transform (``triton_rht_amax``: read 2 B) and one kernel writing both
+layouts (``triton_rht_quantize_row_col``: read 2 B, write 2 x (0.5 B + an E4M3 scale per 16)), the same for the
+weight (``x.float().abs().max()``, ``triton_weight_quantize_2d``); backward, the two for the output gradient
+(stochastic rounding), no recast of the input or the weight (their column codes are saved). Applied before fusion
+(:func:`with_torchao_nvfp4_casts`, ``vtrain.sim.structure.model_graph``), the casts eager kernels of their own.
+
 Applied as a rewrite of the built graph (``StackSpec.torchao_mx_casts``) for MXFP8, once per graph: each cast's
 element counts are read off the GEMMs it feeds (``X``: m = tokens, n, k; ``X.dgrad``: n and k swapped).
 """
@@ -32,6 +41,13 @@ BACKWARD_CASTS = 4  # mx_mm.backward: grad_output dim 0 and dim 1, weight dim 1,
 
 _MEMO: Dict[int, Tuple[ModelGraph, ModelGraph]] = {}
 _MAX_ENTRIES = 512  # emptied when it grows past this, as the structure memos (vtrain.sim.structure)
+
+
+# one NVFP4 operand (nvfp4_mm_triton): the amax pass reads bf16 (2 B); the quantize kernel reads it again (2 B) and
+# writes row- and column-major E2M1 codes (2 x 0.5 B) with an E4M3 scale per 16 elements each (2 x 1/16 B)
+NVFP4_CAST_BYTES_PER_ELEMENT = 2.0 + 2.0 + 2.0 * (0.5 + 1.0 / 16.0)
+NVFP4_FORWARD_KERNELS = 4  # input amax and quantize, weight amax and quantize
+NVFP4_BACKWARD_KERNELS = 2  # output gradient amax and quantize
 
 
 def uses_torchao_mx(torchao_mx_casts: bool, precision: str) -> bool:
@@ -73,3 +89,29 @@ def with_torchao_mx_casts(graph: ModelGraph, on: bool) -> ModelGraph:
     out = map_passes(graph, lambda p: PassOps(_rewritten(p.ops)))
     _MEMO[id(graph)] = (graph, out)
     return out
+
+
+def _nvfp4_cast(op: MemoryOp, gemm: Gemm, backward: bool) -> MemoryOp:
+    b, e = gemm.batch, NVFP4_CAST_BYTES_PER_ELEMENT
+    if backward:  # X.dgrad: m = tokens, k = the layer's n: the output gradient, cast once for both GEMMs
+        return MemoryOp(op.name, e * b * gemm.m * gemm.k, NVFP4_BACKWARD_KERNELS, eager=True)
+    tokens, n, k = gemm.m, gemm.n, gemm.k
+    return MemoryOp(op.name, e * b * (tokens * k + k * n), NVFP4_FORWARD_KERNELS, eager=True,
+                    weight_bytes=e * b * k * n)
+
+
+def _rewritten_nvfp4(ops: Tuple[Op, ...]) -> Tuple[Op, ...]:
+    gemms = {op.name: op for op in ops if isinstance(op, Gemm)}
+    out = []
+    for op in ops:
+        if isinstance(op, MemoryOp) and op.name.endswith(".quant.bwd") and op.name[:-10] + ".dgrad" in gemms:
+            op = _nvfp4_cast(op, gemms[op.name[:-10] + ".dgrad"], backward=True)
+        elif isinstance(op, MemoryOp) and op.name.endswith(".quant") and op.name[:-6] in gemms:
+            op = _nvfp4_cast(op, gemms[op.name[:-6]], backward=False)
+        out.append(op)
+    return tuple(out)
+
+
+def with_torchao_nvfp4_casts(graph: ModelGraph) -> ModelGraph:
+    """``graph`` (unfused) with torchao's NVFP4 casts: per linear, eager Triton kernels (``nvfp4_mm_triton``)."""
+    return map_passes(graph, lambda p: PassOps(_rewritten_nvfp4(p.ops)))
