@@ -2,7 +2,7 @@
 
   python bench/mutation_sample.py sample N SEED   # print N mutant names drawn with SEED from mutants/**/*.meta
   python bench/mutation_sample.py score FILE      # tally the verdicts of the names listed in FILE
-  python bench/mutation_sample.py pending FILE    # the names listed in FILE that are not killed (yet)
+  python bench/mutation_sample.py pending FILE    # the names listed in FILE not killed (yet) nor equivalent
 
 Mutants judged equivalent (no input can change an output) are listed in bench/mutation_equivalent.txt, one a line:
 ``name | the mutated line as mutmut writes it | why``. An entry counts only while that line is still in the named
@@ -72,7 +72,7 @@ def equivalent(names: list[str]) -> dict[str, str]:
         if _squash(mutated) in _squash(mutant_source(name)):
             out[name] = why
         else:
-            print(f"stale equivalence entry (its line is not in the mutant any more): {name}")
+            print(f"stale equivalence entry (its line is not in the mutant any more): {name}", file=sys.stderr)
     return out
 
 
@@ -100,8 +100,10 @@ def score(names: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "sample":
         print("\n".join(sample(int(sys.argv[2]), int(sys.argv[3]))))
-    elif sys.argv[1] == "pending":
+    elif sys.argv[1] == "pending":  # neither killed nor listed equivalent (each of those runs every test it maps)
         codes = verdicts()
-        print("\n".join(n for n in Path(sys.argv[2]).read_text().split() if codes.get(n) not in KILLED))
+        names = Path(sys.argv[2]).read_text().split()
+        same = equivalent(names)
+        print("\n".join(n for n in names if codes.get(n) not in KILLED and n not in same))
     else:
         score(Path(sys.argv[2]).read_text().split())
