@@ -120,6 +120,13 @@ RECIPES: Tuple[Recipe, ...] = (
     Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
            {"num_gpus": 256, "tp": 2, "pp": 8, "virtual_stages": 4, "ep": 32, "global_batch": 8192}, "h100_sxm",
            releases=_BRIDGE_26),  # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V2
+    # ... and on 256 GB300 (PP4 EP32, micro-batch 2 from V1) and GB200 (PP8 EP32): the flex dispatcher with
+    # HybridEP and TE CUDA graphs of attention, router and dispatch preprocessing (QWEN3_235B_A22B_PRETRAIN_CONFIG_
+    # {GB300,GB200}_FP8_CS_V2; the B300 and B200 V2 presets keep NCCL's all-to-all without graphs, vtrain's default)
+    Recipe("megatron_bridge", "qwen3_235b_a22b", {**_ROUTER_GRAPHS, **_ALL_GRAPHS},
+           {"num_gpus": 256, "tp": 1, "pp": 4, "ep": 32, "global_batch": 8192}, "gb300", releases=_BRIDGE_26),
+    Recipe("megatron_bridge", "qwen3_235b_a22b", {**_ROUTER_GRAPHS, **_ALL_GRAPHS},
+           {"num_gpus": 256, "tp": 1, "pp": 8, "ep": 32, "global_batch": 8192}, "gb200", releases=_BRIDGE_26),
     # scripts/performance/configs/llama/llama3_workload_base_configs.py, LLAMA3_70B_PRETRAIN_CONFIG_{GB300,B300}_FP8_MX
     # (V1 and V2): pipeline 4 x virtual 5 on tensor 1 (GB200 and B200: tensor 2, their rows state vp 5)
     Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5"}, {"num_gpus": 64, "tp": 1, "pp": 4}, "gb300",
