@@ -178,15 +178,13 @@ def calibration_run(calibration_dir):
 
 
 # each source's leave-one-source-out MAPE (%) as `python -m vtrain task=calibrate calibrate.scope=all` printed it
-# (docs/calibration.md), + 1 point of slack for changes elsewhere in the model
+# (docs/calibration.md, 2026-12-07), + 0.5 point of slack for changes elsewhere in the model
 LOSO_MAPE_BOUND = {
-    # weak scaling: 1.7% before llm-foundry's train metrics were priced; its fold's Ampere share is now fitted on
-    # llm-foundry's rows, whose checkpointed 7B-30B models read best at a higher share (docs/accuracy.md)
-    "a100_single_node": 6.9, "megatron_2021_weak_scaling": 4.2, "torchtitan": 19.1, "megatron_moe_qwen3_h100": 5.3,
-    "published:megatron_readme_sep2020": 7.8, "published:nemo_24.07": 7.4, "published:nemo_launcher_24.05": 8.2,
-    "published:megatron_bridge_25.09": 10.4, "published:megatron_bridge_25.11": 14.4,
-    "published:megatron_bridge_26.02": 15.3, "published:megatron_bridge_26.02.01": 13.2,
-    "published:mosaic_llm_foundry": 6.9,
+    "a100_single_node": 6.4, "megatron_2021_weak_scaling": 3.5, "torchtitan": 17.8, "megatron_moe_qwen3_h100": 5.3,
+    "published:megatron_readme_sep2020": 8.5, "published:nemo_24.07": 6.5, "published:nemo_launcher_24.05": 7.7,
+    "published:megatron_bridge_25.09": 9.5, "published:megatron_bridge_25.11": 12.7,
+    "published:megatron_bridge_26.02": 10.6, "published:megatron_bridge_26.02.01": 10.9,
+    "published:mosaic_llm_foundry": 6.6,
 }
 
 
@@ -197,9 +195,9 @@ def test_loso_headline_figures_hold_out_of_sample(calibration_run):
     by, _, _ = calibration_run
     for name, bound in LOSO_MAPE_BOUND.items():
         assert by[name]["loso"]["mape_pct"] <= bound, (name, by[name]["loso"])
-    assert by["pooled published runs"]["loso"]["mape_pct"] <= 10.3
-    # the published rows simulated: 5 skipped of 247 (4 hybrid Mamba, one EP64/DP32 layout Megatron-Core cannot build)
-    assert by["pooled published runs"]["n"] >= 242
+    assert by["pooled published runs"]["loso"]["mape_pct"] <= 9.0
+    # the published rows simulated: 4 skipped of 247 (hybrid Mamba; the EP64 row a stage cannot hold runs at EP32)
+    assert by["pooled published runs"]["n"] == 243
 
 
 @pytest.mark.slow
@@ -237,10 +235,10 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
 # (docs/search.md, "Ranking accuracy"): (pairs measured > 5% apart, of them ordered as measured, Kendall's tau-b),
 # held out; a regression loses more than max(1, 1%) of the pairs or 0.05 of tau-b
 LOSO_RANKING = {
-    "a100_single_node": (9108, 8633, 0.849), "torchtitan": (56, 56, 0.905), "megatron_moe_qwen3_h100": (9, 9, 0.949),
+    "a100_single_node": (9108, 8634, 0.847), "torchtitan": (56, 56, 0.905), "megatron_moe_qwen3_h100": (9, 9, 0.949),
     "published:megatron_bridge_26.02.01": (11, 11, 1.0), "published:megatron_bridge_26.02": (11, 11, 1.0),
     "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (4, 4, 0.6),
-    "pooled (every row)": (9219, 8736, 0.847), "pooled published runs": (46, 44, 0.733),
+    "pooled (every row)": (9221, 8744, 0.846), "pooled published runs": (48, 45, 0.714),
 }
 
 
