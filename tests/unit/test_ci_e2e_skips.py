@@ -34,7 +34,9 @@ def test_e2e_skip_fails_only_under_ci(tmp_path, ci, code, words):
     (tmp_path / "test_e2e.py").write_text(TEST)
     (tmp_path / "test_plain.py").write_text(PLAIN)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: needs external programs\n")
-    env = {**os.environ, "CI": ci}
+    # the suite's conftest imports tests.composecache (its compose memo): the repository root on the path
+    root = str(CONFTEST.parents[1])
+    env = {**os.environ, "CI": ci, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rA",
                         str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == code, p.stdout[-2000:]
