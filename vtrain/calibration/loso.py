@@ -3,7 +3,8 @@
 The constants (:data:`PARAMS`) are few and physical: a GPU architecture's share of its benchmarked GEMM rate
 sustained inside a training step, the HBM efficiency of element-wise kernels (one for every GPU), a
 software stack family's host time per launched kernel, the share of a fused forward/backward pair's
-all-to-all that Megatron-Core's 1F1B all-to-all overlap hides, and NCCL's per-GPU all-to-all rate across nodes. A constant is fitted only where at least two
+all-to-all that Megatron-Core's 1F1B all-to-all overlap hides, and NCCL's per-GPU all-to-all rate across nodes.
+A constant is fitted only where at least two
 training sources inform it (have rows it applies to); otherwise it keeps its config value (its provenance says
 why).
 
