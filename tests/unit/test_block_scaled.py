@@ -16,8 +16,9 @@ from vtrain.graph.ops import Gemm, MemoryOp
 from vtrain.graph.torchao_mx import (
     CAST_BYTES_PER_ELEMENT,
     NVFP4_CAST_BYTES_PER_ELEMENT,
+    _cast,
+    _nvfp4_cast,
     _rewritten,
-    _rewritten_nvfp4,
     uses_torchao_mx,
 )
 
@@ -59,7 +60,7 @@ def test_torchao_casts_each_operand_per_gemm():
     tokens, n, k = 4096, 1024, 512
     fwd = (MemoryOp("wk.quant", 4.0 * k * n, 1, weight_bytes=4.0 * k * n), Gemm("wk", m=tokens, n=n, k=k))
     bwd = (MemoryOp("wk.quant.bwd", 4.0 * tokens * n), Gemm("wk.dgrad", m=tokens, n=k, k=n))
-    q, qb = _rewritten(fwd)[0], _rewritten(bwd)[0]
+    q, qb = _rewritten(fwd, _cast)[0], _rewritten(bwd, _cast)[0]
     assert CAST_BYTES_PER_ELEMENT == pytest.approx(3.03125)
     assert (q.bytes, q.kernels, q.weight_bytes) == pytest.approx((3.03125 * (tokens * k + k * n), 2, 3.03125 * k * n))
     assert (qb.bytes, qb.kernels) == pytest.approx((3.03125 * (2 * tokens * n + k * n + tokens * k), 4))
@@ -74,7 +75,7 @@ def test_torchao_nvfp4_casts_each_linear_with_its_own_triton_kernels():
     e = 2.0 + 2.0 + 2.0 * (0.5 + 1.0 / 16.0)
     fwd = (MemoryOp("wk.quant", 4.0 * k * n, 1, weight_bytes=4.0 * k * n), Gemm("wk", m=tokens, n=n, k=k))
     bwd = (MemoryOp("wk.quant.bwd", 4.0 * tokens * n), Gemm("wk.dgrad", m=tokens, n=k, k=n))
-    q, qb = _rewritten_nvfp4(fwd)[0], _rewritten_nvfp4(bwd)[0]
+    q, qb = _rewritten(fwd, _nvfp4_cast)[0], _rewritten(bwd, _nvfp4_cast)[0]
     assert NVFP4_CAST_BYTES_PER_ELEMENT == pytest.approx(e)
     assert q.eager and (q.bytes, q.kernels, q.weight_bytes) == pytest.approx((e * (tokens * k + k * n), 4, e * k * n))
     assert qb.eager and (qb.bytes, qb.kernels) == pytest.approx((e * tokens * n, 2))

@@ -29,7 +29,7 @@ element counts are read off the GEMMs it feeds (``X``: m = tokens, n, k; ``X.dgr
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 from vtrain.graph.blocks import ModelGraph, PassOps, map_passes
 from vtrain.graph.ops import Gemm, MemoryOp, Op
@@ -65,14 +65,16 @@ def _cast(op: MemoryOp, gemm: Gemm, backward: bool) -> MemoryOp:
     return replace(op, bytes=e * b * (tokens * k + k * n), kernels=FORWARD_CASTS, weight_bytes=e * b * k * n)
 
 
-def _rewritten(ops: Tuple[Op, ...]) -> Tuple[Op, ...]:
+def _rewritten(ops: Tuple[Op, ...], cast: Callable[[MemoryOp, Gemm, bool], MemoryOp]) -> Tuple[Op, ...]:
+    """``ops`` with each GEMM's cast (``X.quant`` before ``X``, ``X.quant.bwd`` before ``X.dgrad``) priced by
+    ``cast`` (the recipe's kernels), every other op as it was."""
     gemms = {op.name: op for op in ops if isinstance(op, Gemm)}
     out = []
     for op in ops:
         if isinstance(op, MemoryOp) and op.name.endswith(".quant.bwd") and op.name[:-10] + ".dgrad" in gemms:
-            op = _cast(op, gemms[op.name[:-10] + ".dgrad"], backward=True)
+            op = cast(op, gemms[op.name[:-10] + ".dgrad"], True)
         elif isinstance(op, MemoryOp) and op.name.endswith(".quant") and op.name[:-6] in gemms:
-            op = _cast(op, gemms[op.name[:-6]], backward=False)
+            op = cast(op, gemms[op.name[:-6]], False)
         out.append(op)
     return tuple(out)
 
@@ -86,7 +88,7 @@ def with_torchao_mx_casts(graph: ModelGraph, on: bool) -> ModelGraph:
         return hit[1]
     if len(_MEMO) >= _MAX_ENTRIES:
         _MEMO.clear()
-    out = map_passes(graph, lambda p: PassOps(_rewritten(p.ops)))
+    out = map_passes(graph, lambda p: PassOps(_rewritten(p.ops, _cast)))
     _MEMO[id(graph)] = (graph, out)
     return out
 
@@ -100,18 +102,6 @@ def _nvfp4_cast(op: MemoryOp, gemm: Gemm, backward: bool) -> MemoryOp:
                     weight_bytes=e * b * k * n)
 
 
-def _rewritten_nvfp4(ops: Tuple[Op, ...]) -> Tuple[Op, ...]:
-    gemms = {op.name: op for op in ops if isinstance(op, Gemm)}
-    out = []
-    for op in ops:
-        if isinstance(op, MemoryOp) and op.name.endswith(".quant.bwd") and op.name[:-10] + ".dgrad" in gemms:
-            op = _nvfp4_cast(op, gemms[op.name[:-10] + ".dgrad"], backward=True)
-        elif isinstance(op, MemoryOp) and op.name.endswith(".quant") and op.name[:-6] in gemms:
-            op = _nvfp4_cast(op, gemms[op.name[:-6]], backward=False)
-        out.append(op)
-    return tuple(out)
-
-
 def with_torchao_nvfp4_casts(graph: ModelGraph) -> ModelGraph:
     """``graph`` (unfused) with torchao's NVFP4 casts: per linear, eager Triton kernels (``nvfp4_mm_triton``)."""
-    return map_passes(graph, lambda p: PassOps(_rewritten_nvfp4(p.ops)))
+    return map_passes(graph, lambda p: PassOps(_rewritten(p.ops, _nvfp4_cast)))
