@@ -67,16 +67,22 @@ def shipped_ratio() -> float:
     return float(gpu_spec(load_gpu_config("b200")).block_scaled_gemm_ratio)
 
 
-def predicted_ms(w: Any, ratio: float) -> float:
-    """The workload's simulated iteration time (ms) with ``ratio`` on its GPU."""
-    w = replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, block_scaled_gemm_ratio=ratio)))
+def predicted_ms(w: Any, ratio: float, field: str = "block_scaled_gemm_ratio") -> float:
+    """The workload's simulated iteration time (ms) with ``ratio`` as its GPU's ``field``."""
+    w = replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, **{field: ratio})))
     return float(simulate_workload(w, AnalyticalCostModel(w))[0].iteration_time_s * 1e3)
+
+
+def pair_error(pair: Any, ratio: float, field: str) -> float:
+    """log(predicted / measured) of a pair's step-time ratio (low / ref; each a (row, workload, measured ms)) with
+    ``ratio`` as the GPU's ``field``: the fits of vtrain.calibration.block_scaled and .rowwise_kernel."""
+    (_, wr, mr), (_, wl, ml) = pair.ref, pair.low
+    return math.log((predicted_ms(wl, ratio, field) / predicted_ms(wr, ratio, field)) / (ml / mr))
 
 
 def error(pair: Pair, ratio: float) -> float:
     """log(predicted / measured) of the pair's step-time ratio (low / ref)."""
-    (_, wr, mr), (_, wl, ml) = pair.ref, pair.low
-    return math.log((predicted_ms(wl, ratio) / predicted_ms(wr, ratio)) / (ml / mr))
+    return pair_error(pair, ratio, "block_scaled_gemm_ratio")
 
 
 def _torchtitan_pairs() -> List[Pair]:

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from typing import Any, Dict, List, Sequence, Tuple
 
 from vtrain.calibration.block_scaled import fit as golden_fit
+from vtrain.calibration.block_scaled import pair_error
 from vtrain.calibration.yaml_write import provenance_path, update_yaml
 from vtrain.config.compose import CONF_DIR, compose, load_gpu_config, load_stack_config
-from vtrain.cost.analytical import AnalyticalCostModel
-from vtrain.sim.simulator import simulate_workload
 from vtrain.validation.csv_io import MeasuredRow, read_measurements
 from vtrain.validation.datasets import resolve_dataset, shipped_defaults
 from vtrain.validation.run import measured_ms, simulate_row
@@ -62,16 +61,9 @@ class Pair:
         return f"{self.job}{async_tp} fp8->fp8_rowwise (rows {self.ref[0].index}/{self.low[0].index})"
 
 
-def predicted_ms(w: Any, ratio: float) -> float:
-    """The workload's simulated iteration time (ms) with ``ratio`` on its GPU."""
-    w = replace(w, cluster=replace(w.cluster, gpu=replace(w.cluster.gpu, rowwise_cutlass_gemm_ratio=ratio)))
-    return float(simulate_workload(w, AnalyticalCostModel(w))[0].iteration_time_s * 1e3)
-
-
 def error(pair: Pair, ratio: float) -> float:
     """log(predicted / measured) of the pair's step-time ratio (rowwise / per-tensor)."""
-    (_, wr, mr), (_, wl, ml) = pair.ref, pair.low
-    return math.log((predicted_ms(wl, ratio) / predicted_ms(wr, ratio)) / (ml / mr))
+    return pair_error(pair, ratio, "rowwise_cutlass_gemm_ratio")
 
 
 def load_pairs() -> List[Pair]:
