@@ -210,6 +210,10 @@ def test_an_expert_parallel_size_no_stage_holds_runs_at_the_largest_one_it_holds
                      "tp x dp x cp of a stage); simulated at ep=32, the largest that stage holds"]
     wide, _ = pasted_row(_row(num_gpus=96, tp=1, pp=4, ep=16))  # 24 ranks a stage: 8 divides both
     assert wide.values["ep"] == "8"
+    twelve, _ = pasted_row(_row(num_gpus=96, tp=1, pp=8, ep=16))  # 12 ranks a stage: 4 divides both
+    assert twelve.values["ep"] == "4"
+    odd, none = pasted_row(_row(num_gpus=100, tp=1, pp=8, ep=16))  # no whole stage: row_workload names it
+    assert odd.values["ep"] == "16" and none == []
     for fits in (_row(num_gpus=256, tp=2, pp=8, ep=16), _row(num_gpus=256, tp=1, pp=4, ep=64),
                  _row(num_gpus=64, tp=2, dp=4, pp=2, ep=8)):  # tp x dp x cp = 8 holds ep 8
         kept, none = pasted_row(fits)

@@ -149,7 +149,7 @@ def _expert_layout(row: MeasuredRow, notes: List[str]) -> MeasuredRow:
     dp = _int_cell(row, "dp", 0)
     stage = tp * dp * cp if dp else gpus // pp  # the ranks of one pipeline stage
     etp = _int_cell(row, "etp", 1)  # the Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1
-    if stage % pp and not dp or stage % (etp * ep) == 0 or stage % etp:
+    if (not dp and gpus % pp) or stage % (etp * ep) == 0 or stage % etp:
         return row  # a layout error of another kind (or none): row_workload names it
     held = max(e for e in range(1, ep + 1) if ep % e == 0 and stage % (etp * e) == 0)
     notes.append(f"ep={ep} cannot be laid out on a pipeline stage of {stage} ranks (Megatron-Core: ep x etp must "
