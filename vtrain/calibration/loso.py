@@ -138,7 +138,9 @@ def with_values(w: Any, params: Sequence[Param], values: Sequence[float]) -> Any
             (tier if p.on_tier else gpu if p.on_gpu else stack)[p.field] = float(v)
     if not gpu and not stack and not tier:
         return w
-    cluster = replace(w.cluster, gpu=replace(w.cluster.gpu, **gpu), inter_node=replace(w.cluster.inter_node, **tier))
+    cluster = replace(w.cluster, gpu=replace(w.cluster.gpu, **gpu))
+    if tier:  # the scale-out tier only where a tier constant applies: every other row keeps its tier object
+        cluster = replace(cluster, inter_node=replace(w.cluster.inter_node, **tier))
     return replace(w, cluster=cluster, stack=replace(w.stack, **stack))
 
 
