@@ -11,6 +11,11 @@ from vtrain.validation.csv_io import MeasuredRow
 from vtrain.validation.names import cell_number, enum_key, gpu_key, model_name, table_key
 from vtrain.workload.enums import Precision
 
+# The micro-batch a preset runs, a cell no table prints: where a row states another one that fits only by a
+# recompute the preset does not run (Megatron-Core recomputes nothing unless told, and runs out of memory rather
+# than recompute unasked), vtrain.validation.run.simulate_row simulates the preset's micro-batch in its place
+PRESET_MICRO_BATCH = "preset_micro_batch"
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -128,11 +133,17 @@ RECIPES: Tuple[Recipe, ...] = (
     Recipe("megatron_bridge", "qwen3_235b_a22b", {**_ROUTER_GRAPHS, **_ALL_GRAPHS},
            {"num_gpus": 256, "tp": 1, "pp": 8, "ep": 32, "global_batch": 8192}, "gb200", releases=_BRIDGE_26),
     # scripts/performance/configs/llama/llama3_workload_base_configs.py, LLAMA3_70B_PRETRAIN_CONFIG_{GB300,B300}_FP8_MX
-    # (V1 and V2): pipeline 4 x virtual 5 on tensor 1 (GB200 and B200: tensor 2, their rows state vp 5)
-    Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5"}, {"num_gpus": 64, "tp": 1, "pp": 4}, "gb300",
-           ("mxfp8",), _BRIDGE_26),
-    Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5"}, {"num_gpus": 64, "tp": 1, "pp": 4}, "b300",
-           ("mxfp8",), _BRIDGE_26),
+    # (V1 and V2): pipeline 4 x virtual 5 on tensor 1 (GB200 and B200: tensor 2, their rows state vp 5), no
+    # recompute, and the micro-batch WorkloadBaseConfig defaults to (micro_batch_size=1; the preset sets none)
+    Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5", PRESET_MICRO_BATCH: "1"},
+           {"num_gpus": 64, "tp": 1, "pp": 4}, "gb300", ("mxfp8",), _BRIDGE_26),
+    Recipe("megatron_bridge", "llama3_70b", {"virtual_stages": "5", PRESET_MICRO_BATCH: "1"},
+           {"num_gpus": 64, "tp": 1, "pp": 4}, "b300", ("mxfp8",), _BRIDGE_26),
+    # GB200's MXFP8 preset in every version read: tensor 2 x pipeline 4 x virtual 5, micro_batch_size=1, no recompute
+    # (the 25.09 layout's llama3/llama3_70b_llm_pretrain.py, llama3_70b_gb200_fp8_config with fp8_recipe "mx", and
+    # its parallelism_configs.py LLAMA3_70B_GB200_64GPUS_FP8_MX_PARALLEL_CONFIG; the FP8-CS preset beside it runs 2)
+    Recipe("megatron_bridge", "llama3_70b", {PRESET_MICRO_BATCH: "1"},
+           {"num_gpus": 64, "tp": 2, "pp": 4, "virtual_stages": 5}, "gb200", ("mxfp8",)),
     # scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py, GPT-OSS 120B BF16 V2 presets (64 GPUs,
     # global batch 1280, micro-batch 4; H100: PP4, micro-batch 1): TE CUDA graphs of attention, router and dispatch
     # preprocessing on GB300 and B300 (B300: EP8 with HybridEP), selective recompute of the norms and the expert

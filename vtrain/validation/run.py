@@ -16,6 +16,7 @@ from vtrain.validation.csv_io import MEASURED, MeasuredRow
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.published import pasted_row
 from vtrain.validation.ranking import ranking_group, ranking_plan
+from vtrain.validation.recipes import PRESET_MICRO_BATCH
 from vtrain.validation.rows import RowDefaults, cell_number, defaults_of, row_workload, states_recompute
 from vtrain.workload.enums import Recompute
 from vtrain.workload.workload import Workload
@@ -249,11 +250,22 @@ def _with_recompute(row: MeasuredRow, mode: Recompute) -> MeasuredRow:
     return MeasuredRow(row.index, {**row.values, "recompute": mode.value})
 
 
+def _at_preset_micro_batch(row: MeasuredRow) -> Optional[MeasuredRow]:
+    """The row at its framework preset's micro-batch (:data:`vtrain.validation.recipes.PRESET_MICRO_BATCH`, from
+    the recipe of its framework, model, GPU, precision and layout) where it states another one; else None."""
+    preset, stated = row.get(PRESET_MICRO_BATCH), row.get("micro_batch")
+    if preset is None or stated is None or cell_number("micro_batch", stated) == cell_number("micro_batch", preset):
+        return None
+    return _with_micro_batch(row, int(cell_number("micro_batch", preset)))
+
+
 def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, defaults: Optional[RowDefaults],
                  stack: Optional[str]) -> Tuple[Workload, Report, Optional[float]]:
     """The row's workload and report, and its recompute mode's predicted peak (bytes) when that mode was ruled
     out (else None). A row silent on recompute whose defaults say so (``RowDefaults.recompute_to_fit``) takes
-    the first of :func:`vtrain.sim.recompute_fit.recompute_steps` that fits; a row whose mode needs more than
+    the first of :func:`vtrain.sim.recompute_fit.recompute_steps` that fits, unless the preset of its framework
+    runs another micro-batch that fits without (:func:`_at_preset_micro_batch`: a stated micro-batch that fits
+    only by a recompute the preset does not run is not what ran); a row whose mode needs more than
     :data:`RULED_OUT_MEMORY_FACTOR` x its GPU's memory the first mode of that ladder (or
     :data:`RECOMPUTE_LADDER`) that fits at a lower peak; a row silent on its micro-batch the fastest of
     :func:`_micro_batch_choices` that fits (else the fastest)."""
@@ -288,7 +300,11 @@ def simulate_row(row: MeasuredRow, cfg: Any, load_gpu: Any, load_stack: Any, def
 
     silent = modes and not states_recompute(row)
     w, report = fastest(row, {"recompute": modes[0]} if silent else None)
-    if silent and not report.fits:
+    preset = _at_preset_micro_batch(row) if silent and not report.fits else None
+    at_preset = tried(preset, {"recompute": modes[0]}) if preset is not None else None
+    if at_preset is not None and at_preset[1].fits:  # the preset's micro-batch, as its recompute runs it
+        w, report = at_preset
+    elif silent and not report.fits:
         got = first_fitting(recompute_steps(modes, w.model, w.plan)[1:], lambda s: tried(row, s))
         if got is not None:
             w, report = got
