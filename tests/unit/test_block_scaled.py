@@ -104,10 +104,39 @@ def test_torchtitan_nvfp4_casts_are_not_fused_and_not_shared():
 
 
 def test_torchtitan_mxfp8_pays_torchaos_casts():
-    base = ["+model=llama3_8b", "+cluster=gb200_nvl72x16", "training.precision=mxfp8", "stack=torchtitan_fsdp2",
-            "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=8", "training.global_batch_size=8"]
-    on, off = (simulate(compose(base + [f"stack.torchao_mx_casts={v}"])).iteration_time_s for v in ("true", "false"))
-    assert 1.02 < on / off < 1.2  # memory-bound casts beside compute-bound GEMMs: a few percent of the step
+    """Compiled, torchao's casts (6 a GEMM, unfused) cost a few percent of the step over the generic casts fused
+    into their neighbours; eager, they are single kernels where the generic cast pays the eager stack's traffic."""
+    base = ["+model=llama3_8b", "+cluster=gb200_nvl72x16", "training.precision=mxfp8", "parallelism.tp=1",
+            "parallelism.pp=1", "parallelism.dp=8", "training.global_batch_size=8"]
+
+    def ratio(stack):
+        on, off = (simulate(compose(base + [f"stack={stack}", f"stack.torchao_mx_casts={v}"])).iteration_time_s
+                   for v in ("true", "false"))
+        return on / off
+    assert 1.02 < ratio("torchtitan_fsdp2_compile") < 1.2  # memory-bound casts beside compute-bound GEMMs
+    assert 0.9 < ratio("torchtitan_fsdp2") < 1.0
+
+
+def test_torchtitan_mxfp8_casts_are_not_fused_and_not_shared():
+    """A compiled torchtitan MXFP8 layer: every GEMM's input cast is torchao's own kernel (Triton along dim 0, CUDA
+    along dim 1), none fused with the norm, SwiGLU or residual beside it (the rewrite ran after fusion before, and
+    a fused run such as norm1+wq.quant kept the generic price)."""
+    from vtrain.config.build import build_workload
+    from vtrain.graph.options import graph_options
+    from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
+
+    cfg = compose(["+model=llama3_8b", "+cluster=gb200_nvl72x16", "training.precision=mxfp8",
+                   "stack=torchtitan_fsdp2_compile", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=4",
+                   "training.global_batch_size=4"])
+    w = build_workload(cfg)
+    shape = shape_key(w.model, w.plan)
+    comm = comm_plan(w, stage_partition(w.model, w.plan, shape))
+    layer = model_graph(w.model, w.plan, comm.tp, comm.cp, comm.ep, graph_options(w.stack), shape).layer
+    fwd, bwd = ({op.name: op for op in p.ops} for p in (layer.forward, layer.backward))
+    for name in ("wq", "wk", "wv", "proj", "w1", "w3", "fc2"):
+        assert fwd[f"{name}.quant"].eager and fwd[f"{name}.quant"].kernels == 2, name
+        assert bwd[f"{name}.quant.bwd"].eager and bwd[f"{name}.quant.bwd"].kernels == 4, name
+    assert not any("+" in n and "quant" in n for n in (*fwd, *bwd))
 
 
 def test_pairs_of_both_sources(pairs):
@@ -127,12 +156,11 @@ def test_shipped_ratio_is_the_two_source_fit(pairs):
 
 def test_in_sample_and_leave_one_source_out(pairs):
     """Each source's pairs alone ask for a ratio below 1 and read closer there than at fp8's efficiency (1.0);
-    pooled, and torchtitan's at the pooled ratio, read closer too. The Bridge pairs at the pooled ratio do not (3.9%
-    against 3.5% at 1.0): with the MXFP8 norm's own cast priced (TE fuses it for per-tensor FP8 alone,
-    vtrain.graph.te_quant) they ask for 0.94, and their FP8-CS partner's amax pass, unpriced, would lower that.
-    Out of sample the sources disagree: torchtitan alone asks for a lower ratio than Megatron-Bridge alone;
-    torchtitan predicted from the Bridge pairs alone still reads closer than at 1.0 (the Bridge pairs from
-    torchtitan's alone do not: printed)."""
+    pooled, each source's pairs at the pooled ratio read closer too (Megatron-Bridge 2.6% against 3.6% at 1.0, since
+    torchao's casts are priced unfused in torchtitan's pairs: before, 3.9% against 3.5%). Out of sample the sources
+    still differ: torchtitan alone asks for a lower ratio than Megatron-Bridge alone (0.845 against 0.936);
+    torchtitan predicted from the Bridge pairs alone reads closer than at 1.0 (the Bridge pairs from torchtitan's
+    alone do not: printed)."""
     dense = bs.fitted_pairs(pairs)
     ratio = bs.fit(dense)
     by = {s: [p for p in dense if p.source == s] for s in (bs.TORCHTITAN, bs.BRIDGE)}
@@ -141,7 +169,8 @@ def test_in_sample_and_leave_one_source_out(pairs):
     for s, ps in by.items():
         assert own[s] < 1.0 and bs.mean_abs_pct(ps, own[s]) < bs.mean_abs_pct(ps, 1.0), s
     assert bs.mean_abs_pct(dense, ratio) < bs.mean_abs_pct(dense, 1.0)
-    assert bs.mean_abs_pct(by[bs.TORCHTITAN], ratio) < bs.mean_abs_pct(by[bs.TORCHTITAN], 1.0)
+    for ps in by.values():
+        assert bs.mean_abs_pct(ps, ratio) < bs.mean_abs_pct(ps, 1.0)
     print("\n" + "\n".join(bs.report(pairs, ratio, bs.shipped_ratio())))
     assert held[bs.BRIDGE] < ratio < held[bs.TORCHTITAN]  # held[s]: fitted without s
     assert bs.mean_abs_pct(by[bs.TORCHTITAN], held[bs.TORCHTITAN]) < bs.mean_abs_pct(by[bs.TORCHTITAN], 1.0)

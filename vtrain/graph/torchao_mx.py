@@ -23,13 +23,18 @@ weight (``x.float().abs().max()``, ``triton_weight_quantize_2d``); backward, the
 (stochastic rounding), no recast of the input or the weight (their column codes are saved). Applied before fusion
 (:func:`with_torchao_nvfp4_casts`, ``vtrain.sim.structure.model_graph``), the casts eager kernels of their own.
 
-Applied as a rewrite of the built graph (``StackSpec.torchao_mx_casts``) for MXFP8, once per graph: each cast's
-element counts are read off the GEMMs it feeds (``X``: m = tokens, n, k; ``X.dgrad``: n and k swapped).
+Both are applied to the unfused graph (``StackSpec.torchao_mx_casts``; ``vtrain.sim.structure.model_graph``), each
+cast an eager kernel of its own: torchtitan's MXFP8 path (``_to_mxfp8_then_scaled_mm``) casts along dim 0 with
+torchao's Triton kernel (``MXFP8Dim0CastKernelChoice.TRITON``) and along dim 1 with its CUDA kernel, custom ops
+inside ``mx_mm`` (``torch._dynamo.allow_in_graph``) that Inductor does not fuse with the norm, SwiGLU or residual
+beside them (rewritten after fusion, a cast fused into such a run kept the generic price: 7 of a Llama layer's
+16). Each cast's element counts are read off the GEMMs it feeds (``X``: m = tokens, n, k; ``X.dgrad``: n and k
+swapped).
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Dict, Tuple
+from typing import Callable, Tuple
 
 from vtrain.graph.blocks import ModelGraph, PassOps, map_passes
 from vtrain.graph.ops import Gemm, MemoryOp, Op
@@ -38,10 +43,6 @@ from vtrain.graph.ops import Gemm, MemoryOp, Op
 CAST_BYTES_PER_ELEMENT = 2.0 + 1.0 + 1.0 / 32.0
 FORWARD_CASTS = 2  # mx_mm.forward: input dim 0, weight dim 0
 BACKWARD_CASTS = 4  # mx_mm.backward: grad_output dim 0 and dim 1, weight dim 1, input dim 1
-
-_MEMO: Dict[int, Tuple[ModelGraph, ModelGraph]] = {}
-_MAX_ENTRIES = 512  # emptied when it grows past this, as the structure memos (vtrain.sim.structure)
-
 
 # one NVFP4 operand (nvfp4_mm_triton): the amax pass reads bf16 (2 B); the quantize kernel reads it again (2 B) and
 # writes row- and column-major E2M1 codes (2 x 0.5 B) with an E4M3 scale per 16 elements each (2 x 1/16 B)
@@ -60,9 +61,11 @@ def _cast(op: MemoryOp, gemm: Gemm, backward: bool) -> MemoryOp:
     if backward:  # X.dgrad: m = tokens, n = the layer's k, k = the layer's n
         tokens, k, n = gemm.m, gemm.n, gemm.k
         grad, weight, inputs = 2 * tokens * n, k * n, tokens * k  # grad_output twice (dim 0, dim 1)
-        return replace(op, bytes=e * b * (grad + weight + inputs), kernels=BACKWARD_CASTS, weight_bytes=0.0)
+        return replace(op, bytes=e * b * (grad + weight + inputs), kernels=BACKWARD_CASTS, weight_bytes=0.0,
+                       eager=True)
     tokens, n, k = gemm.m, gemm.n, gemm.k
-    return replace(op, bytes=e * b * (tokens * k + k * n), kernels=FORWARD_CASTS, weight_bytes=e * b * k * n)
+    return replace(op, bytes=e * b * (tokens * k + k * n), kernels=FORWARD_CASTS, weight_bytes=e * b * k * n,
+                   eager=True)
 
 
 def _rewritten(ops: Tuple[Op, ...], cast: Callable[[MemoryOp, Gemm, bool], MemoryOp]) -> Tuple[Op, ...]:
@@ -79,18 +82,9 @@ def _rewritten(ops: Tuple[Op, ...], cast: Callable[[MemoryOp, Gemm, bool], Memor
     return tuple(out)
 
 
-def with_torchao_mx_casts(graph: ModelGraph, on: bool) -> ModelGraph:
-    """``graph`` with torchao's per-GEMM MX casts where ``on`` (:func:`uses_torchao_mx`); else the same graph."""
-    if not on:
-        return graph
-    hit = _MEMO.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
-    if len(_MEMO) >= _MAX_ENTRIES:
-        _MEMO.clear()
-    out = map_passes(graph, lambda p: PassOps(_rewritten(p.ops, _cast)))
-    _MEMO[id(graph)] = (graph, out)
-    return out
+def with_torchao_mx_casts(graph: ModelGraph) -> ModelGraph:
+    """``graph`` (unfused) with torchao's MXFP8 casts: per GEMM, eager kernels (``mx_mm``), never fused."""
+    return map_passes(graph, lambda p: PassOps(_rewritten(p.ops, _cast)))
 
 
 def _nvfp4_cast(op: MemoryOp, gemm: Gemm, backward: bool) -> MemoryOp:

@@ -16,7 +16,6 @@ from vtrain.errors import ConfigError
 from vtrain.graph.blocks import ModelGraph
 from vtrain.graph.options import graph_options
 from vtrain.graph.te_quant import te_switches, with_te_quantization
-from vtrain.graph.torchao_mx import uses_torchao_mx, with_torchao_mx_casts
 from vtrain.graph.weight_cache import weight_cast_share, with_cached_weights
 from vtrain.report import Report, StageBreakdown, StreamUsage
 from vtrain.sim.busy import stage_busy
@@ -255,7 +254,6 @@ def _graph(w: Workload, comm: CommPlan, shape: Tuple[Any, ...]) -> ModelGraph:
     model, plan, stack = w.model, w.plan, w.stack
     graph = model_graph(model, plan, comm.tp, comm.cp, comm.ep, graph_options(stack), shape)
     graph = with_te_quantization(graph, te_switches(stack, plan, w.cluster.gpu.architecture))  # TE's casts
-    graph = with_torchao_mx_casts(graph, uses_torchao_mx(stack.torchao_mx_casts, plan.precision.value))
     return with_cached_weights(graph, weight_cast_share(stack, plan))  # TE's weight cast on a step's first micro-batch
 
 

@@ -22,7 +22,7 @@ from vtrain.graph.collectives import CpComms, TpComms, TpOperator
 from vtrain.graph.fusion import fuse_elementwise
 from vtrain.graph.layout import with_symm_mem_copies, with_tp_layout_copies
 from vtrain.graph.options import GraphOptions
-from vtrain.graph.torchao_mx import with_torchao_nvfp4_casts
+from vtrain.graph.torchao_mx import uses_torchao_mx, with_torchao_mx_casts, with_torchao_nvfp4_casts
 from vtrain.workload.enums import Precision
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.partition import StagePartition, partition
@@ -74,6 +74,8 @@ def model_graph(model: ModelSpec, plan: ParallelPlan, tp: TpComms, cp: Optional[
         graph = build_model_graph(model, plan, tp, cp, ep, opts)
         if opts.torchao_casts and plan.precision is Precision.NVFP4:  # torchao's own Triton casts: never fused
             graph = with_torchao_nvfp4_casts(graph)
+        elif uses_torchao_mx(opts.torchao_casts, plan.precision.value):  # its MXFP8 Triton / CUDA casts: the same
+            graph = with_torchao_mx_casts(graph)
         # a cat beside a collective does not fuse into it
         graph = fuse_elementwise(graph) if opts.fuse_elementwise else graph
         graph = with_tp_layout_copies(graph) if opts.layout_copies and plan.tp > 1 else graph
