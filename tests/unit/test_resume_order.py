@@ -80,11 +80,11 @@ def test_a_trial_without_a_worker_record_is_abandoned_under_the_lock_only(tmp_pa
     study = optuna.create_study(storage=JournalStorage(JournalFileBackend(str(tmp_path / "j"))))
     study.ask()  # a process killed right after Optuna created its trial: no worker attr
     t = study.trials[0]
-    assert not lg.orphan(t), "a trial this young may be a live worker's first instant"
-    assert lg.others_running(study)
     # under the study lock a worker asks and records itself in one hold: no record there means its creator died
     assert lg.abandoned(t, locked=True, stale_s=600.0)
+    assert not lg.others_running([t], None, locked=True, stale_s=600.0), "no live worker's, however young"
     assert not lg.abandoned(t, locked=False, stale_s=600.0), "without the lock: within its grace"
+    assert lg.others_running([t], None, locked=False, stale_s=600.0), "without the lock: may be a live worker's"
 
 
 def test_a_trial_with_a_live_worker_is_not_abandoned_until_stale(tmp_path):
@@ -92,8 +92,9 @@ def test_a_trial_with_a_live_worker_is_not_abandoned_until_stale(tmp_path):
     trial = study.ask()
     trial.set_user_attr(lg.WORKER, lg.me())
     t = study.trials[0]
-    assert not lg.orphan(t, grace_s=-1.0)
     assert not lg.abandoned(t, locked=True, stale_s=600.0)  # our own live process
+    assert lg.others_running([t], None, locked=True, stale_s=600.0), "a live worker's trial in flight"
+    assert not lg.others_running([t], t.number, locked=True, stale_s=600.0), "the trial handed out is not another's"
     assert 0.0 <= lg.held_s(t) < 600.0
     assert lg.abandoned(t, locked=True, stale_s=-1.0), "held past search.stale_trial_s: another host's dead worker"
     trial.set_user_attr(lg.WORKER, {**lg.me(), "pid": 2**22 + 1})  # above Linux's pid_max: no such process

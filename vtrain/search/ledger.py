@@ -21,7 +21,7 @@ import datetime
 import os
 import socket
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -33,12 +33,10 @@ CLAIM = "vtrain.plan"
 WORKER = "vtrain.worker"
 SLOT = "vtrain.slot"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# A worker sets its attr right after Optuna's ask, which runs the sampler first (NSGA-II
-# children: at most 200 draws with a ~0.1 ms memory bound each, so well under 0.1 s). 5 s is 50x that.
-ORPHAN_GRACE_S = 5.0
-# Between trials a worker waits longer: three workers on one journal file back off on its lock up to 1 s a
-# try (Optuna's JournalFileOpenLock), and on a loaded 2-core machine a live worker's first attr came later
-# than 5 s (CI, stop 28: its trial was failed under it). Only a worker that dies mid-run leaves such orphans.
+# Without the study lock (a database server), a trial without a worker attr may be a live worker's between
+# Optuna's ask and its attr: three workers on one journal file back off on its lock up to 1 s a try (Optuna's
+# JournalFileOpenLock), and on a loaded 2-core machine a live worker's first attr came later than 5 s (CI, stop
+# 28: its trial was failed under it). Only a worker that dies mid-run leaves such orphans.
 LIVE_ORPHAN_GRACE_S = 60.0
 
 
@@ -87,12 +85,6 @@ def age_s(t: FrozenTrial) -> float:
     return (now - start).total_seconds()
 
 
-def orphan(t: FrozenTrial, grace_s: float = ORPHAN_GRACE_S) -> bool:
-    """A RUNNING trial that has had no worker attr for ``grace_s``: its process died between Optuna's
-    creating the trial and the objective's first line (a live worker sets the attr within milliseconds)."""
-    return t.state == TrialState.RUNNING and WORKER not in t.user_attrs and age_s(t) > grace_s
-
-
 def held_s(t: FrozenTrial) -> float:
     """Seconds since the trial's present worker took it (a trial taken over from a dead worker counts from
     the takeover, not from its start)."""
@@ -112,10 +104,12 @@ def abandoned(t: FrozenTrial, locked: bool, stale_s: float) -> bool:
     return dead_here(t) or held_s(t) > stale_s
 
 
-def others_running(study: optuna.Study, number: Optional[int] = None) -> bool:
-    """Another live worker has a trial in flight."""
-    return any(t.number != number and not dead_here(t) and not orphan(t)
-               for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+def others_running(trials: Sequence[FrozenTrial], number: Optional[int], locked: bool, stale_s: float) -> bool:
+    """Another live worker has a trial in flight: a RUNNING trial other than ``number`` that is not
+    :func:`abandoned` (the test a worker takes trials over by, so that a trial it is about to take over, or
+    will take next, never counts as a live worker's)."""
+    return any(t.state == TrialState.RUNNING and t.number != number and not abandoned(t, locked, stale_s)
+               for t in trials)
 
 
 OVER_BUDGET = "vtrain.over_budget"

@@ -54,9 +54,14 @@ class Loop:
         self.taken_over = 0  # trials of dead workers this worker finished
         self.bar: Any = None
 
-    def _next_sampler(self) -> None:
-        k = lg.finished_count(self.study)
-        salt = self.salt if lg.others_running(self.study) else 0
+    def _sampler_for(self, trials: Sequence[FrozenTrial], number: Optional[int]) -> None:
+        """The sampler of the trial about to be handed out (``number``: a trial taken over; None: a new one),
+        seeded from the finished count and, only while another live worker holds a trial, this worker's salt.
+        Chosen under the study lock from the trials read in the same hold, with the takeover's own test of a
+        live worker: a trial a killed process left without its worker record is no other worker's, however
+        young (its own replacement draws it, and must draw what the uninterrupted study drew)."""
+        k = sum(1 for t in trials if t.state in lg.FINISHED and lg.counted(t))
+        salt = self.salt if lg.others_running(trials, number, self.locked, self.stale_s) else 0
         self.study.sampler = make_sampler(self.search, trial_seed(int(self.search.seed), k, salt),
                                           self.objective.accept)
 
@@ -66,33 +71,40 @@ class Loop:
             with study_lock(self.spec):
                 self.phases.plan(self.study)
 
-    def _take(self, trials: Sequence[FrozenTrial]) -> Optional[optuna.Trial]:
-        """Take over the first abandoned trial, if any (under the study lock)."""
+    def _left(self, trials: Sequence[FrozenTrial]) -> Optional[FrozenTrial]:
+        """The first abandoned trial, if any (under the study lock)."""
         here = lg.me()
         for t in trials:
             w = t.user_attrs.get(lg.WORKER) or {}
             ours = t.state == TrialState.RUNNING and (w.get("host"), w.get("pid")) == (here["host"], here["pid"])
             if ours or lg.abandoned(t, self.locked, self.stale_s):  # ours: this process evaluates none now
-                trial = optuna.trial.Trial(self.study, t._trial_id)
-                trial.set_user_attr(lg.WORKER, lg.me())
-                trial.set_user_attr(TAKEN_OVER, t.user_attrs.get(lg.WORKER) or "no worker record")
-                self.taken_over += 1
-                return trial
+                return t
         return None
+
+    def _take(self, t: FrozenTrial) -> optuna.Trial:
+        """Take over the abandoned trial ``t`` (under the study lock)."""
+        dead = t.user_attrs.get(lg.WORKER) or "no worker record"  # read first: ``t`` is the storage's own copy,
+        trial = optuna.trial.Trial(self.study, t._trial_id)  # which the next write updates in place
+        trial.set_user_attr(lg.WORKER, lg.me())
+        trial.set_user_attr(TAKEN_OVER, dead)
+        self.taken_over += 1
+        return trial
 
     def _ask(self) -> Optional[optuna.Trial]:
         """The next trial to evaluate; None once the study has ``n_trials`` finished trials."""
         while True:
             with study_lock(self.spec):
                 trials = self.study.get_trials(deepcopy=False)
-                taken = self._take(trials)
-                if taken is not None:
-                    return taken
+                left = self._left(trials)
+                if left is not None:
+                    self._sampler_for(trials, left.number)
+                    return self._take(left)
                 finished = sum(1 for t in trials if t.state in lg.FINISHED and lg.counted(t))
                 running = sum(1 for t in trials if t.state == TrialState.RUNNING)
                 if finished >= self.n_trials:
                     return None
                 if finished + running < self.n_trials:
+                    self._sampler_for(trials, None)
                     trial = self.study.ask()
                     trial.set_user_attr(lg.WORKER, lg.me())
                     return trial
@@ -125,7 +137,6 @@ class Loop:
             self.bar.update(1)
         if lg.finished_count(self.study) < self.n_trials:
             self._plan()
-            self._next_sampler()
 
     def run(self, progress_bar: bool) -> None:
         optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -133,7 +144,6 @@ class Loop:
         if done >= self.n_trials:
             return
         self._plan(force=True)
-        self._next_sampler()
         if progress_bar and sys.stderr.isatty():
             from tqdm import tqdm
 

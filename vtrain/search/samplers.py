@@ -4,11 +4,13 @@ uninterrupted one would have drawn.
 A sampler's random generator advances with every draw, so a study resumed after a kill would start it
 again from ``search.seed`` and draw different plans than the uninterrupted run. Instead, the sampler of
 each trial is built with the seed ``hash(search.seed, k, salt)``, where ``k`` is the number of finished
-(COMPLETE + PRUNED) trials when the trial is asked: the trial a killed process left RUNNING is failed
-and asked again with the same ``k``, so it draws the same plan. Everything else NSGA-II uses
-(generations, parent populations) is kept in the study by Optuna itself. ``salt`` is 0 for a worker
-alone on its study and the worker's own number when others are running (two workers must not draw the
-same plans): see :func:`worker_salt`.
+(COMPLETE + PRUNED) trials when the trial is asked: the trial a killed process left RUNNING is taken
+over with the same ``k``, so it draws the same plan. Everything else NSGA-II uses (generations, parent
+populations) is kept in the study by Optuna itself. ``salt`` is 0 for a worker alone on its study and the
+worker's own number while another live worker holds a trial (two workers must not draw the same plans):
+see :func:`worker_salt`. Both are read under the study lock in the hold that hands the trial out
+(:meth:`vtrain.search.loop.Loop._sampler_for`), where a trial left without a worker record is a dead
+worker's: counted as a live one, it gave the resumed trial a salt and another plan (issue 44's flake).
 """
 from __future__ import annotations
 
