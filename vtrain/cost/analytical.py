@@ -11,7 +11,8 @@ Tensor Core requirements). The penalty is graded by the alignment a (the largest
 that divides every dimension): CUTLASS/cuBLAS kernels load 16, 8, 4 or 2 bytes per access for
 a = 8, 4, 2, 1, so each halving of the load width costs the same factor and
 eta_align(a) = gemm_misaligned_efficiency ** (log2(8 / a) / 3) (1 at a = 8, the full penalty at a = 1).
-Memory-bound ops move their bytes at eta_mem · HBM bw.
+Memory-bound ops move their bytes at eta_mem · HBM bw; those on PyTorch's non-vectorized element-wise path (an
+operand broadcast or sliced along its last dimension: ``MemoryOp.strided``) at ``strided_memory_efficiency`` · HBM bw.
 
 The GEMM efficiency curve per GPU and precision (size terms, a fixed kernel time, wave quantization) is
 :class:`vtrain.cost.gemm.GemmCurve`. In a plan at a low precision (fp8, fp8_blockwise, mxfp8, nvfp4) the
@@ -87,6 +88,8 @@ class AnalyticalCostModel:
         self.curves = {"": self.attn_curve, prec.value: self.curve}
         self.peak = self.attn_curve.peak_flops_per_s  # non-GEMM FLOPs run in high precision
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
+        strided = gpu.strided_memory_efficiency  # PyTorch's non-vectorized element-wise path (MemoryOp.strided)
+        self.strided_bw = self.mem_bw if strided is None else gpu.hbm_bandwidth_bytes_per_s * strided
         self.eta_max = self.curve.eta_max
         self.wave = True
         self.attn_eff = gpu.attention_efficiency
@@ -135,7 +138,7 @@ class AnalyticalCostModel:
             t = max(op.flops / rate, op.bytes / self.mem_bw)
         else:
             traffic = 1.0 if op.eager else self.elementwise
-            t = max(op.flops / self.peak, op.bytes * traffic / self.mem_bw)
+            t = max(op.flops / self.peak, op.bytes * traffic / (self.strided_bw if op.strided else self.mem_bw))
             return max(t, op.kernels * traffic * self.kernel_s)
         return max(t, op.kernels * self.kernel_s)
 

@@ -27,7 +27,11 @@ of the two-sided one at 2-byte activations), and the chunk's backward concatenat
 (the input's size read and written): 7.5 moves of the input in 7 kernels.
 
 Both run outside any fused or compiled region (``eager``: the stack's elementwise traffic factor does not
-apply). Their bytes are counted from the code, not fitted.
+apply). Their bytes are counted from the code, not fitted. Both take PyTorch's non-vectorized element-wise path
+(``strided``): YaRN multiplies by cos / sin tables broadcast over batch and heads and negates a ``chunk`` half, the
+clamp reads the two ``chunk`` halves of the gated input; such a kernel moves its bytes at
+``gpu.strided_memory_efficiency`` of the HBM bandwidth (measured on the lent H200 on the same chains:
+:mod:`vtrain.calibration.strided_elementwise`).
 """
 from __future__ import annotations
 
@@ -54,9 +58,9 @@ def yarn_ops(model: ModelSpec, rotated_elems: float, dtype_bytes: float) -> Tupl
     if model.position_embedding != PositionEmbedding.YARN:
         return (), ()
     return ((MemoryOp("rope.yarn", YARN_FORWARD_MOVES * rotated_elems * dtype_bytes, 2 * YARN_FORWARD_KERNELS,
-                      eager=True),),
+                      eager=True, strided=True),),
             (MemoryOp("rope.yarn.bwd", YARN_BACKWARD_MOVES * rotated_elems * dtype_bytes,
-                      2 * YARN_BACKWARD_KERNELS, eager=True),))
+                      2 * YARN_BACKWARD_KERNELS, eager=True, strided=True),))
 
 
 def clamp_ops(model: ModelSpec, gated_elems: float, dtype_bytes: float, prefix: str) -> Tuple[
@@ -66,6 +70,6 @@ def clamp_ops(model: ModelSpec, gated_elems: float, dtype_bytes: float, prefix: 
     if not model.activation_clamp or not model.gated_mlp:
         return (), ()
     return ((MemoryOp(f"{prefix}.clamp", CLAMP_FORWARD_MOVES * gated_elems * dtype_bytes, CLAMP_FORWARD_KERNELS,
-                      eager=True, host_sync=True),),
+                      eager=True, host_sync=True, strided=True),),
             (MemoryOp(f"{prefix}.clamp.bwd", CLAMP_BACKWARD_MOVES * gated_elems * dtype_bytes,
-                      CLAMP_BACKWARD_KERNELS, eager=True),))
+                      CLAMP_BACKWARD_KERNELS, eager=True, strided=True),))

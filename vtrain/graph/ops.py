@@ -71,6 +71,10 @@ class MemoryOp:
     # the host waits for the GPU before issuing it (a blocking copy between host and device: PyTorch completes a
     # copy from pageable host memory with a stream synchronize)
     host_sync: bool = False
+    # its kernels take PyTorch's non-vectorized element-wise path: an operand is a broadcast or a slice of the last
+    # dimension (``chunk``), so each thread loads one element at a time and the kernel reaches
+    # ``GpuSpec.strided_memory_efficiency`` of the HBM bandwidth, not ``memory_efficiency``
+    strided: bool = False
 
 
 def windowed_keys(window: int, keys: int) -> float:
