@@ -211,18 +211,25 @@ def test_qwen3_235b_h100_table():
     assert errors == pytest.approx([-5.6, -6.0, +0.0, -18.0, -1.3], abs=0.5)
 
 
-def test_hybridep_sends_deepeps_bytes_with_the_permutations_inside_its_kernels():
-    """Megatron-Core's _HybridEPManager permutes in its dispatch and unpermutes in its combine
-    (dispatch_with_permute / combine_with_unpermute): DeepEP's wire bytes, no permutation kernel, 24 SMs held
-    (moe_hybridep_num_sms)."""
+def test_hybridep_sends_deepeps_bytes_and_permutes_what_it_received():
+    """Megatron-Core's _HybridEPManager calls dispatch_with_permute / combine_with_unpermute; DeepEP's hybrid-ep
+    executor runs them as the dispatch kernel then a permute kernel on the received buffer, and an unpermute
+    kernel then the combine kernel (executor.cu dispatch_postprocess / combine_preprocess): DeepEP's wire bytes
+    and DeepEP's received-token permutations, 24 SMs held (moe_hybridep_num_sms)."""
     from vtrain.comm.ep import DISPATCH_SMS
 
     hybrid, deepep = plan("hybridep"), plan("deepep")
-    assert permutations(QWEN3, hybrid) == (type(permutations(QWEN3, hybrid)[0])(),) * 2
+    rows = 4096 * 4096 * 2.0 * 8
+    received = rows * distinct_rank_fraction(128, 8, 8)
+    assert permutations(QWEN3, hybrid) == permutations(QWEN3, deepep)
+    fwd, _ = permutations(QWEN3, hybrid)
+    assert _names_bytes(fwd.after_dispatch) == [("moe.received.permute", received + rows, 2)]
+    assert _names_bytes(fwd.before_combine) == [("moe.received.unpermute", rows + received, 1)]
     for where in (GroupPlacement(8, 8), GroupPlacement(32, 8)):
         a, b = plan_ep_comms(QWEN3, hybrid, where), plan_ep_comms(QWEN3, deepep, where)
         assert [c.bytes for c in a.enter + a.exit] == [c.bytes for c in b.enter + b.exit]
     names = [op.name for op in moe_block(QWEN3, hybrid, *_comms(hybrid)).forward]
-    assert not any("permute" in n or "sort_chunks" in n for n in names)
-    assert names.index("moe.dispatch") < names.index("moe.expert.fc1") < names.index("moe.combine")
+    assert not any(n.startswith("moe.permute") or "sort_chunks" in n for n in names)  # no all-to-all kernels
+    assert names.index("moe.dispatch") < names.index("moe.received.permute") < names.index("moe.expert.fc1")
+    assert names.index("moe.received.unpermute") < names.index("moe.combine")
     assert DISPATCH_SMS[MoeDispatcher.HYBRIDEP] == 24

@@ -6,10 +6,11 @@ pipeline stage are regrouped as etp x ep x edp; an EP group is ``ep`` ranks ``et
 (dense gradients over dp as before). Each GPU routes its tokens (b·s/tp with sequence parallelism) to
 top-k experts; per MoE layer and micro-batch (forward; the backward mirrors it):
 
-- ``alltoall`` / ``deepep``: all-to-all dispatch of tokens·k rows of h over the EP group, all-gather over
-  ETP (etp > 1), the grouped expert GEMMs, reduce-scatter over ETP, all-to-all combine. DeepEP fuses the
-  permute/unpermute into its kernels (no separate permutation kernels) and holds SMs while it runs
-  (``DISPATCH_SMS``), which slows the compute it overlaps with.
+- ``alltoall`` / ``deepep`` / ``hybridep``: all-to-all dispatch of tokens·k rows of h over the EP group (the
+  flex backends: each token once per destination rank), all-gather over ETP (etp > 1), the grouped expert
+  GEMMs, reduce-scatter over ETP, all-to-all combine. The permutation kernels around them are the graph's
+  (:func:`vtrain.graph.moe.permutations`); DeepEP and HybridEP hold SMs while they run (``DISPATCH_SMS``),
+  which slows the compute they overlap with.
 - ``allgather``: every GPU all-gathers the EP group's tokens (ep·tokens rows), keeps those routed to its
   experts, and the outputs are reduce-scattered back.
 

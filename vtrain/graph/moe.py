@@ -9,9 +9,12 @@ the routing weights; shared experts as a tensor-parallel MLP on every token. Bac
 as activation-grad + weight-grad. The permutations as Megatron-Core runs them with ``--moe-permute-fusion``
 (one fused kernel each, moe_utils.permute / unpermute / sort_chunks_by_idxs): the all-to-all dispatcher
 permutes the k copies before sending and, with several local experts behind ep > 1, sorts the received
-chunks by expert (and back after the experts); the DeepEP (flex) dispatcher sends each token once per
-destination rank and permutes the received tokens into expert order after it (_DeepepManager.
-get_permuted_hidden_states_by_experts), unpermuting (summing the k copies) before the combine.
+chunks by expert (and back after the experts); the flex dispatcher's backends send each token once per
+destination rank and permute the received tokens into expert order after it, unpermuting (summing the k copies)
+before the combine: DeepEP in _DeepepManager.get_permuted_hidden_states_by_experts, HybridEP inside its
+dispatch_with_permute / combine_with_unpermute calls, as kernels of their own in its executor (DeepEP's hybrid-ep
+csrc/hybrid_ep/executor/executor.cu: dispatch_postprocess runs permute_launcher on the received buffer after
+the dispatch kernel, combine_preprocess unpermute_launcher before the combine kernel).
 """
 from __future__ import annotations
 
@@ -115,17 +118,15 @@ def permutations(model: ModelSpec, plan: ParallelPlan) -> Tuple[Permutations, Pe
     the code. The all-to-all (and all-gather) dispatcher permutes each token into its k rows before sending
     (read the tokens, write the rows) and unpermutes after the combine (read the rows, write the weighted
     sums); the all-to-all one, with ep > 1 and several local experts, also sorts the received chunks by expert
-    after the dispatch and back before the combine (sort_chunks_by_idxs: read and write the rows). DeepEP
-    receives each token once per rank (:func:`vtrain.comm.ep.distinct_rank_fraction`), permutes those into the
-    k rows after its dispatch and unpermutes before its combine (_DeepepManager); HybridEP does both inside its
-    dispatch and combine kernels (_HybridEPManager), so it has none. The backward of each kernel moves the
-    same bytes the other way."""
+    after the dispatch and back before the combine (sort_chunks_by_idxs: read and write the rows). The flex
+    dispatcher's backends receive each token once per rank (:func:`vtrain.comm.ep.distinct_rank_fraction`),
+    permute those into the k rows after the dispatch and unpermute before the combine: DeepEP in
+    _DeepepManager, HybridEP in its executor's permute / unpermute kernels around its dispatch and combine
+    kernels (the module docstring). The backward of each kernel moves the same bytes the other way."""
     dt, h, k, e = plan.dtype_bytes, model.hidden_size, model.moe_top_k, model.num_experts
     tokens = float(moe_tokens(plan) * h * dt)
     rows = tokens * k * expert_load(model)
-    if plan.moe_dispatcher == MoeDispatcher.HYBRIDEP:  # permuted inside its dispatch and combine kernels
-        return Permutations(), Permutations()
-    if plan.moe_dispatcher == MoeDispatcher.DEEPEP:
+    if plan.moe_dispatcher in (MoeDispatcher.DEEPEP, MoeDispatcher.HYBRIDEP):
         received = rows * distinct_rank_fraction(e, k, plan.ep)
         # named apart from the all-to-all's pre-dispatch permute: they run after the host sync, outside
         # the moe_preprocess CUDA graph (vtrain.graph.cuda_graphs)
