@@ -12,11 +12,12 @@ Objective: the mean over training sources of each source's MAPE (each source wei
 single-node runs do not drown 10 published rows), minimised by Nelder-Mead (Nelder & Mead 1965) in the logit
 of each constant's log-position inside its bounds. Each evaluation reads every row's iteration time off a
 cached grid of exact simulations: each constant's log-range cut into ``GRID - 1`` equal steps, the time
-interpolated multilinearly in log time over the (at most four) constants a row depends on (a host-bound
+interpolated multilinearly in log time over the (at most six) constants a row depends on (a host-bound
 time is proportional to the host time, a GEMM-bound one to 1 / the sustained share: linear in log-log,
 so the interpolation is exact away from the kink between the regimes). A constant of a mechanism a plan
 switches on (``Param.plan_flag``: the overlap's share) is fitted after the shared ones, at their fitted values,
-on the rows that switch it on (:func:`fit_switched`), so that a handful of rows neither moves the shared
+on the rows that switch it on (:func:`fit_switched`; several such constants by coordinate descent), so that
+a handful of rows neither moves the shared
 constants nor is drowned by their sources' other rows. Every figure reported is an exact simulation at the
 fitted constants, never the surrogate.
 
@@ -35,6 +36,8 @@ from vtrain.calibration.sources import Source, ape_pct
 # 13% of the memory efficiency, 1.8x of the host time; a finer grid visits more nodes (each an exact simulation
 # of ~10 ms on a large plan) for optima that move by less than the folds' spread
 GRID = 7
+# passes of coordinate descent over the constants a plan switches on (fit_switched), each at the others' latest values
+SWITCHED_ROUNDS = 2
 # a constant that moves a row's time by less than this (relative) across its whole range is inert for that row
 # (a GPU-bound plan's host time): the row is interpolated over its other constants only
 INERT = 1e-3
@@ -120,6 +123,11 @@ PARAMS: Tuple[Param, ...] = (
     Param("stack:megatron_core_te.host_time_per_kernel_s", "host_time_per_kernel_s", False, MCORE_TE, 5e-6, 1.5e-4),
     Param("stack:eager_2x.host_time_per_kernel_s", "host_time_per_kernel_s", False, EAGER_2X, 5e-6, 1.5e-4),
     Param("stack:megatron_core_te.ep_overlap_hidden_share", "ep_overlap_hidden_share", False, MCORE_TE, 0.1, 1.0,
+          plan_flag="overlap_moe_comm"),
+    # the combined 1F1B's host time per schedule-node call (vtrain.sim.schedule_nodes): 20 us (an event wait and
+    # record and a stream switch) to 1 ms (a Python call with an autograd-engine run of its own), fitted on the rows
+    # that switch the overlap on
+    Param("stack:megatron_core_te.ep_overlap_node_host_s", "ep_overlap_node_host_s", False, MCORE_TE, 2e-5, 1e-3,
           plan_flag="overlap_moe_comm"),
     # NCCL's all-to-all across nodes per GPU: 10 GB/s (a fifth of a 400 Gb/s NIC share) to 100 GB/s (an 800 Gb/s
     # NIC's whole line): fitted on the rows whose NCCL expert all-to-all leaves the NVLink domain
@@ -300,8 +308,14 @@ def fit(sources: Sequence[Source], surrogate: Surrogate, max_evals: int = 600, m
     for i, xi in zip(active, res.x):
         u[i] = float(1.0 / (1.0 + np.exp(-xi)))
         values[i] = params[i].from_unit(u[i])
-    for i in switched:
-        values[i] = params[i].from_unit(fit_switched(sources, surrogate, active, i, u))
+    # the switched constants by coordinate descent, each at the others' latest values (a row with the overlap and a
+    # cross-node all-to-all depends on three of them): SWITCHED_ROUNDS passes in order
+    done: List[int] = []
+    for _ in range(SWITCHED_ROUNDS if len(switched) > 1 else 1):
+        for i in switched:
+            u[i] = fit_switched(sources, surrogate, [*active, *(j for j in done if j != i)], i, u)
+            values[i] = params[i].from_unit(u[i])
+            done = done if i in done else [*done, i]
     return Fit(tuple(values), tuple(s.name for s in sources), evals[0])
 
 

@@ -48,20 +48,22 @@ def _groups(graph: ModelGraph) -> Tuple[Group, ...]:
 def stage_costs(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                 microbatch_overhead_s: float, split: bool = False, fuse: Optional[Tuple[float, float]] = None,
                 overlap_slowdown: float = 0.0, graph_scopes: Tuple[str, ...] = (),
-                recompute_layers: int = 0) -> StageCosts:
+                recompute_layers: int = 0, node_host_s: float = 0.0) -> StageCosts:
     """The priced passes of each stage with the pipeline transfers, the priced passes shared by plans whose passes
     see the same inputs. ``split``: price B (recompute + input gradient) and W (weight gradient) apart; ``fuse``:
     (SM share of the dispatcher, share of the all-to-all the pair hides) to price fused forward/backward pairs
     (:func:`vtrain.sim.overlap.fused_pass`); ``overlap_slowdown``: the compute slowdown while an overlapped
-    collective runs beside it; ``recompute_layers``: :func:`vtrain.sim.stage_costs.recomputed_layers`."""
+    collective runs beside it; ``recompute_layers``: :func:`vtrain.sim.stage_costs.recomputed_layers`;
+    ``node_host_s``: the host time of each node call of Megatron-Core's combined 1F1B
+    (:mod:`vtrain.sim.schedule_nodes`)."""
     sides = side_streams(comm, cost, overlap_slowdown)
     key = (id(graph), id(part), id(cost), tuple(comm.where(g) for g in _groups(graph)), sides,
-           microbatch_overhead_s, split, fuse, overlap_slowdown, graph_scopes, recompute_layers)
+           microbatch_overhead_s, split, fuse, overlap_slowdown, graph_scopes, recompute_layers, node_host_s)
     hit = _PASSES.get(key)
     if hit is not None and hit[0] is graph and hit[1] is part and hit[2] is cost:
         return with_p2p(hit[3], part, comm, cost)
     passes = priced_passes(graph, part, comm, cost, microbatch_overhead_s, split, fuse, overlap_slowdown, sides,
-                           graph_scopes, recompute_layers)
+                           graph_scopes, recompute_layers, node_host_s)
     if len(_PASSES) >= _MAX_ENTRIES:
         _PASSES.clear()
     _PASSES[key] = (graph, part, cost, passes)

@@ -275,7 +275,8 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
     sc = with_offload(stage_costs(graph, part, comm, cost, stack.microbatch_overhead_s,
                                   split=splits_backward(plan.schedule), fuse=fuse,
                                   overlap_slowdown=gpu.overlap_slowdown, graph_scopes=plan.cuda_graph_scopes,
-                                  recompute_layers=plan.recompute_num_layers), w)
+                                  recompute_layers=plan.recompute_num_layers,
+                                  node_host_s=stack.ep_overlap_node_host_s if plan.overlap_moe_comm else 0.0), w)
     m = plan.num_microbatches
     durations, latencies, host_times = sc.engine_inputs()
     full = keep_trace and 2 * plan.pp * plan.chunks * m <= TRACE_TASKS
@@ -297,7 +298,6 @@ def simulate_workload(w: Workload, cost: CostModel, keep_trace: bool = False
                                     shared) for s in range(plan.pp))
     peak_stage = max(range(plan.pp), key=lambda i: mems[i].total_bytes)
     peak = mems[peak_stage].total_bytes
-
     gpus = plan.num_gpus
     # MFU against the bf16 peak also for low-precision runs (as torchtitan and Megatron report it)
     peak_flops = gpu.peak_flops_per_s(plan.precision.activation.value)

@@ -2,7 +2,7 @@
 pass priced by the launch queue of :mod:`vtrain.sim.launch`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vtrain.comm.plan import CommPlan
@@ -13,6 +13,7 @@ from vtrain.graph.ops import Op, is_weight_grad
 from vtrain.sim.host_sync import price_pass
 from vtrain.sim.launch import NO_SIDE, NO_SYNC_S, Part, PassCost, PrefixMemo, SideStream, Timed, price_chunk, timed_ops
 from vtrain.sim.overlap import fused_pass
+from vtrain.sim.schedule_nodes import dense_layer_nodes, moe_layer_nodes
 from vtrain.workload.partition import StagePartition
 
 __all__ = ["PassCost", "StageCosts", "price_chunk"]
@@ -230,6 +231,19 @@ def _timed_passes(graph: ModelGraph, cost: CostModel, comm: CommPlan, overlap_sl
                   timed(mtp.backward, "mtp") if mtp else [], bw, tail_f, tail_b, tail_b_kept)
 
 
+def _with_node_calls(t: _Timed, node_host_s: float) -> _Timed:
+    """The layers' launch queues with the combined 1F1B's node calls (:mod:`vtrain.sim.schedule_nodes`; the
+    recompute before a backward keeps its plain queue)."""
+    def both(f: List[Timed], whole: List[Timed], kept: List[Timed], nodes: Callable[..., List[Timed]]
+             ) -> Tuple[List[Timed], List[Timed], List[Timed]]:
+        b = nodes(kept, True, node_host_s) if kept else kept
+        return (nodes(f, False, node_host_s) if f else f), whole[:len(whole) - len(kept)] + b, b
+    layer_f, layer_b, layer_b_kept = both(t.layer_f, t.layer_b, t.layer_b_kept, dense_layer_nodes)
+    moe_f, moe_b, moe_b_kept = both(t.moe_f, t.moe_b, t.moe_b_kept, moe_layer_nodes)
+    return replace(t, layer_f=layer_f, layer_b=layer_b, layer_b_kept=layer_b_kept, moe_f=moe_f, moe_b=moe_b,
+                   moe_b_kept=moe_b_kept)
+
+
 def _layer_passes(c: Optional[ComponentGraph], timed: Callable[[PassOps, str], List[Timed]], name: str
                   ) -> Tuple[List[Timed], List[Timed], List[Timed]]:
     """A layer component's timed forward, backward and recompute + backward (all empty without it)."""
@@ -311,12 +325,16 @@ def _priced_rows(part: StagePartition, price: Callable[[ChunkKey], Priced], tail
 def priced_passes(graph: ModelGraph, part: StagePartition, comm: CommPlan, cost: CostModel,
                   microbatch_overhead_s: float, split: bool, fuse: Optional[Tuple[float, float]],
                   overlap_slowdown: float, sides: Tuple[SideStream, ...], graph_scopes: Tuple[str, ...] = (),
-                  recompute_layers: int = 0) -> StageCosts:
+                  recompute_layers: int = 0, node_host_s: float = 0.0) -> StageCosts:
     """Every pass of every (stage, chunk), no p2p times: what depends on the graph, the partition, the
     placement of the in-pass collectives' groups (``comm.where``), the side streams ``sides``
     (:func:`side_streams`), the CUDA graphs' scopes (``graph_scopes``, :mod:`vtrain.graph.cuda_graphs`) and the
-    layers that run their recompute (``recompute_layers``: :func:`recomputed_layers`) only."""
+    layers that run their recompute (``recompute_layers``: :func:`recomputed_layers`) only; ``node_host_s``: the
+    host time of each schedule-node call of Megatron-Core's combined 1F1B (:mod:`vtrain.sim.schedule_nodes`; 0:
+    the plain layers)."""
     t = _timed_passes(graph, cost, comm, overlap_slowdown, graph_scopes, split)
+    if node_host_s > 0.0 and graph.moe_layer is not None:
+        t = _with_node_calls(t, node_host_s)
     if not split and fuse is None and graph.moe_layer is None and graph.mtp is None and graph.tail_layer is None:
         return _dense_stage_costs(part, microbatch_overhead_s, t.layer_f, t.layer_b, t.emb_f, t.emb_b, t.head_f,
                                   t.head_b, sides[0], sides[1], t.layer_b_kept, recompute_layers)

@@ -132,6 +132,21 @@ RECIPES: Tuple[Recipe, ...] = (
            {"num_gpus": 256, "tp": 1, "pp": 4, "ep": 32, "global_batch": 8192}, "gb300", releases=_BRIDGE_26),
     Recipe("megatron_bridge", "qwen3_235b_a22b", {**_ROUTER_GRAPHS, **_ALL_GRAPHS},
            {"num_gpus": 256, "tp": 1, "pp": 8, "ep": 32, "global_batch": 8192}, "gb200", releases=_BRIDGE_26),
+    # ... and on 256 B300 (PP8 VP4 EP8, the layout the 26.02 and 26.02.01 tables state): until PR #2669 (2026-03-05,
+    # cherry-picked to the release branch as #2706: "disabling VP and moe_a2a_overlap" on B300 to match B200) the
+    # B300 presets paired the virtual stages with the 1F1B all-to-all overlap (moe_a2a_overlap=True; Megatron-Core
+    # runs it under a pipeline only with virtual stages); the later V1/V2 presets read above no longer do
+    Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
+           {"num_gpus": 256, "tp": 1, "pp": 8, "virtual_stages": 4, "ep": 8, "global_batch": 8192}, "b300",
+           releases=_BRIDGE_26),
+    # 25.11 on 64 B200 (PP8 VP2 EP8, global batch 1024): the overlap on, which PR #1760 (2025-12-17, after 25.11)
+    # turned off for BF16 and MXFP8 "due to CPU overhead", with the virtual stages for MXFP8
+    Recipe("megatron_bridge", "qwen3_235b_a22b", {"overlap_moe_comm": "true"},
+           {"num_gpus": 64, "tp": 1, "pp": 8, "virtual_stages": 2, "ep": 8, "global_batch": 1024}, "b200",
+           releases=("25.11",)),
+    # every release's recipe (src/megatron/bridge/recipes/qwen/qwen3_moe.py, qwen3_235b_a22b_pretrain_config)
+    # counts the embedding and the loss as pipeline-split slots: 94 layers + 2 over the stages and virtual stages
+    Recipe("megatron_bridge", "qwen3_235b_a22b", {"account_for_embedding": "true", "account_for_loss": "true"}),
     # scripts/performance/configs/llama/llama3_workload_base_configs.py, LLAMA3_70B_PRETRAIN_CONFIG_{GB300,B300}_FP8_MX
     # (V1 and V2): pipeline 4 x virtual 5 on tensor 1 (GB200 and B200: tensor 2, their rows state vp 5), no
     # recompute, and the micro-batch WorkloadBaseConfig defaults to (micro_batch_size=1; the preset sets none)

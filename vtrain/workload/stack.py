@@ -174,6 +174,11 @@ class StackSpec:
         1.0, domain=FRACTION,
         doc="MoE with overlap_moe_comm (Megatron-Core's combined 1F1B): the share of a fused forward/backward "
             "pair's all-to-all that runs beside the other pass's compute; the rest runs exposed (vtrain.sim.overlap)")
+    ep_overlap_node_host_s: float = spec(
+        0.0, unit="s", domain=SECONDS,
+        doc="MoE with overlap_moe_comm: host time of one schedule-node call of Megatron-Core's combined 1F1B (event "
+            "wait and record, stream switch, detached inputs, a separate autograd run per backward node; 4 calls "
+            "per MoE layer in forward, 6 in backward: vtrain.sim.schedule_nodes)")
     te_quantization: bool = spec(False, doc="low-precision casts as Transformer Engine runs them "
                                             "(vtrain.graph.te_quant): the norm before the QKV and FC1 GEMMs writes "
                                             "their quantized input (LayerNormLinear), and on Blackwell a per-tensor "
