@@ -72,3 +72,30 @@ def test_a_host_bound_layer_shows_its_calls():
     nodes = price_chunk([(moe_layer_nodes(ops, False, CALL), 1, NO_SIDE)], 0.0)
     assert plain.latency_s == pytest.approx(0.465)
     assert nodes.latency_s == pytest.approx(1.525)
+
+
+def test_the_b300_preset_shows_most_of_its_node_calls():
+    """Qwen3-235B on 256 B300 as the 26.02 releases' preset ran it (PP8 VP4 EP8, micro-batch 1, batch 8192, the
+    1F1B all-to-all overlap): each stage runs 12 MoE layers for each of 256 micro-batches, 10 node calls per layer
+    and micro-batch (4 forward, 6 backward): 30,720 calls a step. The plan is host-bound (small expert GEMMs on a
+    fast GPU), so most of their host time (11.1 s at 0.36 ms a call) shows in the step (7.1 s), none of it twice."""
+    from dataclasses import replace
+
+    from vtrain import compose
+    from vtrain.api import cost_model_for
+    from vtrain.config.build import build_workload
+    from vtrain.sim.simulator import simulate_workload
+
+    w = build_workload(compose(["+model=qwen3_235b_a22b", "+cluster=b300x1024", "cluster.num_nodes=32",
+                                "parallelism.tp=1", "parallelism.pp=8", "parallelism.dp=32", "parallelism.ep=8",
+                                "parallelism.schedule=interleaved", "parallelism.virtual_stages=4",
+                                "parallelism.overlap_moe_comm=true", "parallelism.distributed_optimizer=true",
+                                "parallelism.account_for_embedding=true", "parallelism.account_for_loss=true",
+                                "training.precision=mxfp8", "training.seq_len=4096",
+                                "training.global_batch_size=8192", "stack.ep_overlap_node_host_s=3.6e-4"]))
+    shipped, _ = simulate_workload(w, cost_model_for(w))
+    without = replace(w, stack=replace(w.stack, ep_overlap_node_host_s=0.0))
+    plain, _ = simulate_workload(without, cost_model_for(without))
+    calls_s = 256 * 12 * (MOE_FORWARD_CALLS + MOE_BACKWARD_CALLS) * 3.6e-4
+    shown = shipped.iteration_time_s - plain.iteration_time_s
+    assert 0.4 * calls_s < shown <= calls_s
