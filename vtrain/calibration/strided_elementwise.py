@@ -1,5 +1,5 @@
-"""The fraction of HBM bandwidth PyTorch's non-vectorized element-wise kernels reach
-(``gpu.strided_memory_efficiency``), measured on the lent H200's op profile.
+"""The HBM traffic per SM of PyTorch's non-vectorized element-wise kernels (``gpu.strided_gb_per_s_per_sm``),
+measured on the lent H200's op profile.
 
 PyTorch's CUDA element-wise loop vectorizes (16-byte loads per thread) only when every operand is contiguous. An
 operand broadcast along a dimension (RoPE's cos / sin tables over batch and heads) or sliced along the last one (the
@@ -15,10 +15,11 @@ busy) timed two such chains as vtrain's profiler runs them (vtrain.profiler.laye
   ``_apply_rotary_pos_emb_bshd`` runs;
 - ``swiglu``: ``silu(gate) * up`` on the chunk halves of [tokens, 2 x 14,336]: 5 moves per output element.
 
-Each point's rate over the H200's 4.8 TB/s is a measured fraction; the constant is their median. A contiguous add in
-the same profile (``residual1``) reaches 0.89. The fraction is transferred to the other GPUs unchanged: a kernel
-bound by its bytes in flight per SM gains nothing from a GPU with more bandwidth per SM (B200: 54 GB/s per SM
-against the H200's 36), so the H200's fraction is, if anything, an upper bound there.
+Each point's rate over the H200's 4.8 TB/s is a measured fraction (0.30-0.39; a contiguous add in the same profile,
+``residual1``, reaches 0.89); their median over the H200's 132 SMs is the constant. Such a kernel is bound by the
+bytes each SM keeps in flight over the memory latency (Little's law), not by the HBM: the same rate per SM transfers
+to every GPU (capped by its ``memory_efficiency`` x HBM), a lower fraction of a GPU with more bandwidth per SM
+(B200: 54 GB/s per SM of HBM against the H200's 36, H100's 25).
 
     python -c "from vtrain.calibration.strided_elementwise import fit; print(fit())"
 """
@@ -31,6 +32,7 @@ from typing import Dict, List, Tuple
 
 PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "measured" / "h200-llama" / "ops.csv"
 H200_HBM_BYTES_PER_S = 4.8e12  # vtrain/conf/gpu/h200.yaml (datasheet)
+H200_SMS = 132  # vtrain/conf/gpu/h200.yaml (datasheet)
 BYTES_PER_ELEMENT = 2.0  # bf16
 ROPE_MOVES = 10.0  # per rotated element of q and k (module docstring)
 SWIGLU_MOVES = 5.0  # per output element
@@ -56,5 +58,5 @@ def points(path: Path = PROFILE) -> List[Tuple[str, int, int, float]]:
 
 
 def fit(path: Path = PROFILE) -> float:
-    """The median fraction over the profiled chains."""
-    return statistics.median(p[-1] for p in points(path))
+    """GB/s per SM: the median fraction over the profiled chains, times the H200's HBM bandwidth over its SMs."""
+    return statistics.median(p[-1] for p in points(path)) * H200_HBM_BYTES_PER_S / H200_SMS / 1e9

@@ -12,7 +12,8 @@ that divides every dimension): CUTLASS/cuBLAS kernels load 16, 8, 4 or 2 bytes p
 a = 8, 4, 2, 1, so each halving of the load width costs the same factor and
 eta_align(a) = gemm_misaligned_efficiency ** (log2(8 / a) / 3) (1 at a = 8, the full penalty at a = 1).
 Memory-bound ops move their bytes at eta_mem · HBM bw; those on PyTorch's non-vectorized element-wise path (an
-operand broadcast or sliced along its last dimension: ``MemoryOp.strided``) at ``strided_memory_efficiency`` · HBM bw.
+operand broadcast or sliced along its last dimension: ``MemoryOp.strided``) at min(``strided_gb_per_s_per_sm`` · SMs,
+eta_mem · HBM bw): latency-bound, their rate is the bytes each SM keeps in flight, not the HBM's.
 
 The GEMM efficiency curve per GPU and precision (size terms, a fixed kernel time, wave quantization) is
 :class:`vtrain.cost.gemm.GemmCurve`. In a plan at a low precision (fp8, fp8_blockwise, mxfp8, nvfp4) the
@@ -88,8 +89,8 @@ class AnalyticalCostModel:
         self.curves = {"": self.attn_curve, prec.value: self.curve}
         self.peak = self.attn_curve.peak_flops_per_s  # non-GEMM FLOPs run in high precision
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
-        strided = gpu.strided_memory_efficiency  # PyTorch's non-vectorized element-wise path (MemoryOp.strided)
-        self.strided_bw = self.mem_bw if strided is None else gpu.hbm_bandwidth_bytes_per_s * strided
+        per_sm = gpu.strided_gb_per_s_per_sm  # PyTorch's non-vectorized element-wise path (MemoryOp.strided)
+        self.strided_bw = self.mem_bw if per_sm is None else min(self.mem_bw, per_sm * 1e9 * gpu.num_sms)
         self.eta_max = self.curve.eta_max
         self.wave = True
         self.attn_eff = gpu.attention_efficiency

@@ -29,8 +29,8 @@ of the two-sided one at 2-byte activations), and the chunk's backward concatenat
 Both run outside any fused or compiled region (``eager``: the stack's elementwise traffic factor does not
 apply). Their bytes are counted from the code, not fitted. Both take PyTorch's non-vectorized element-wise path
 (``strided``): YaRN multiplies by cos / sin tables broadcast over batch and heads and negates a ``chunk`` half, the
-clamp reads the two ``chunk`` halves of the gated input; such a kernel moves its bytes at
-``gpu.strided_memory_efficiency`` of the HBM bandwidth (measured on the lent H200 on the same chains:
+clamp reads the two ``chunk`` halves of the gated input; such a kernel is latency-bound and moves
+``gpu.strided_gb_per_s_per_sm`` per SM (measured on the lent H200 on the same chains:
 :mod:`vtrain.calibration.strided_elementwise`).
 """
 from __future__ import annotations

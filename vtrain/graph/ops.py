@@ -72,8 +72,8 @@ class MemoryOp:
     # copy from pageable host memory with a stream synchronize)
     host_sync: bool = False
     # its kernels take PyTorch's non-vectorized element-wise path: an operand is a broadcast or a slice of the last
-    # dimension (``chunk``), so each thread loads one element at a time and the kernel reaches
-    # ``GpuSpec.strided_memory_efficiency`` of the HBM bandwidth, not ``memory_efficiency``
+    # dimension (``chunk``), so each thread loads one element at a time and the kernel moves
+    # ``GpuSpec.strided_gb_per_s_per_sm`` per SM (latency-bound), not ``memory_efficiency`` of the HBM
     strided: bool = False
 
 

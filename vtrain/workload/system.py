@@ -118,10 +118,11 @@ class GpuSpec:
         doc="GPU-host copy bandwidth per direction and GPU with every GPU copying at once (PCIe, or NVLink-C2C "
             "shared by a superchip's GPUs; datasheet)")
     memory_efficiency: float = spec(0.7, domain=FRACTION, doc="fraction of HBM bandwidth of element-wise kernels")
-    strided_memory_efficiency: Optional[float] = spec(
-        None, domain=FRACTION, none_means="the GPU's memory_efficiency",
-        doc="fraction of HBM bandwidth of PyTorch's non-vectorized element-wise kernels (an operand broadcast or "
-            "sliced along its last dimension, MemoryOp.strided): one element per load, so fewer bytes in flight")
+    strided_gb_per_s_per_sm: Optional[float] = spec(
+        None, unit="GB/s", domain=RATE_GB_PER_S, none_means="such kernels move at memory_efficiency",
+        doc="HBM traffic per SM of PyTorch's non-vectorized element-wise kernels (an operand broadcast or sliced "
+            "along its last dimension, MemoryOp.strided): one element per load, so a kernel is bound by its bytes "
+            "in flight per SM over the memory latency; it moves at min(this x SMs, memory_efficiency x HBM)")
     kernel_time_s: float = spec(2.0e-6, unit="s", domain=FIXED_TIME_S, doc="minimum GPU time of one kernel")
     overlap_slowdown: float = spec(0.1, domain=Domain(lo=0.0, hi=1.0),
                                    doc="compute slowdown while a collective runs beside it (a TP collective "
