@@ -28,6 +28,7 @@ from vtrain.graph.eager_paths import clamp_ops
 from vtrain.graph.expert_bias import expert_bias_ops
 from vtrain.graph.ops import Gemm, MemoryOp, Op
 from vtrain.graph.options import GraphOptions
+from vtrain.graph.router import dispatch_bookkeeping, gating_backward_casts, router_ops
 from vtrain.workload.enums import MoeDispatcher
 from vtrain.workload.model import ModelSpec
 from vtrain.workload.moe_load import distinct_rank_fraction, expert_load, moe_tokens
@@ -150,10 +151,13 @@ def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator,
               opts: GraphOptions = GraphOptions()) -> Block:
     dt, h, e = plan.dtype_bytes, model.hidden_size, model.num_experts
     tokens = moe_tokens(plan)
-    router, router_b = gemm_fwd_bwd("moe.router", tokens, e, h, dt)
-    scores = float(tokens * e * 4)  # fp32 router logits (Megatron-Core moe_router_dtype=fp32)
-    topk = MemoryOp("moe.router.topk", 3 * scores, 2)  # score function + top-k (+ load-balancing loss)
-    topk_b = MemoryOp("moe.router.topk.bwd", 3 * scores, 2)
+    # the gating GEMM (Megatron-Core's RouterGatingLinearFunction through Transformer Engine's GEMM): bf16 in,
+    # fp32 logits out; its backward GEMMs take fp32 operands (cast around them: graph.router)
+    router, (dgrad, wgrad) = gemm_fwd_bwd("moe.router", tokens, e, h, dt)
+    router_b = (replace(dgrad, dtype_bytes=4), replace(wgrad, dtype_bytes=4))
+    route_f, route_b = router_ops(model, plan, tokens, opts.router_fusion)
+    casts = gating_backward_casts(model, tokens)
+    splits, probs, probs_b = dispatch_bookkeeping(model, plan)
     local = e // plan.ep
     pf, pb = permutations(model, plan)
     rows = expert_rows(model, plan)
@@ -165,10 +169,11 @@ def moe_block(model: ModelSpec, plan: ParallelPlan, tp: TpComms, ep: TpOperator,
     at = [op.name for op in exp_b].index(f"{act.name}.bwd") + 1
     exp_b[at:at] = clamp_b
     bias_f, bias_b = expert_bias_ops(model, rows, local, dt)  # fc2's bias, eager (graph.expert_bias)
-    forward: List[Op] = [router, topk, *pf.before_dispatch, *ep.enter, *pf.after_dispatch, *exp_f, *bias_f,
-                         *pf.before_combine, *ep.exit, *pf.after_combine]
+    forward: List[Op] = [router, *route_f, *splits, *pf.before_dispatch, *ep.enter, *probs, *pf.after_dispatch,
+                         *exp_f, *bias_f, *pf.before_combine, *ep.exit, *pf.after_combine]
     backward: List[Op] = [*pb.after_combine, *ep.exit_backward, *pb.before_combine, *bias_b, *exp_b,
-                          *pb.after_dispatch, *ep.enter_backward, *pb.before_dispatch, topk_b, *router_b]
+                          *pb.after_dispatch, *probs_b, *ep.enter_backward, *pb.before_dispatch, *route_b, casts,
+                          *router_b]
     shared: List[Op] = []
     if model.shared_ffn:  # a tensor-parallel MLP on the whole (gathered) sequence
         seq = tokens * plan.tp if plan.sequence_parallel else tokens

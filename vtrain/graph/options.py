@@ -27,6 +27,7 @@ class GraphOptions:
     loss_parallel: bool = False  # StackSpec.eager_loss_parallel: vtrain.graph.builder.build_head
     grouped_gemm_streams: int = 0  # StackSpec.grouped_gemm_streams: vtrain.graph.moe
     expert_wgrad_main_grad: bool = False  # StackSpec.expert_wgrad_main_grad: vtrain.graph.moe
+    router_fusion: bool = False  # StackSpec.moe_router_fusion: vtrain.graph.router
     nvfp4_bf16_tail_fraction: float = 0.0  # StackSpec.nvfp4_bf16_tail_fraction: vtrain.graph.builder.tail_layers
     torchao_casts: bool = False  # StackSpec.torchao_mx_casts: NVFP4's, vtrain.graph.torchao_mx.with_torchao_nvfp4_casts
 
@@ -40,6 +41,6 @@ def graph_options(stack: StackSpec) -> GraphOptions:
                         symm_mem_tp=stack.tp_overlap_symm_mem, fused_loss=stack.fused_loss,
                         train_metric_passes=stack.train_metric_passes,
                         loss_parallel=stack.eager_loss_parallel, grouped_gemm_streams=stack.grouped_gemm_streams,
-                        expert_wgrad_main_grad=stack.expert_wgrad_main_grad,
+                        expert_wgrad_main_grad=stack.expert_wgrad_main_grad, router_fusion=stack.moe_router_fusion,
                         nvfp4_bf16_tail_fraction=stack.nvfp4_bf16_tail_fraction,
                         torchao_casts=stack.torchao_mx_casts)

@@ -110,6 +110,15 @@ class MoeRouter(StrEnum):
     SIGMOID = "sigmoid"  # top-k of sigmoid scores with a bias for auxiliary-loss-free balancing (DeepSeek-V3)
 
 
+class MoeAuxLoss(StrEnum):
+    """The router's load-balancing loss (Megatron-Core's moe_router_load_balancing_type with a non-zero
+    moe_aux_loss_coeff): kernels of its own in every MoE layer's forward and backward (vtrain.graph.router)."""
+
+    NONE = "none"  # no loss (coefficient 0, or balancing by expert bias alone: GPT-OSS's Megatron-Bridge recipe)
+    AUX = "aux_loss"  # the micro-batch's Switch loss (Megatron-Bridge's Qwen3 recipes, coefficient 1e-3)
+    SEQ = "seq_aux_loss"  # per sequence, divided by the batch (Megatron-Bridge's DeepSeek-V3, coefficient 1e-4)
+
+
 class MoeDispatcher(StrEnum):
     ALLTOALL = "alltoall"  # NCCL all-to-all dispatch and combine around permute/unpermute kernels
     ALLGATHER = "allgather"  # all-gather every token over the EP group, reduce-scatter the outputs

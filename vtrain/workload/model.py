@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from vtrain.workload import bounds as B
-from vtrain.workload.enums import AttentionKind, MoeRouter, NormType, PositionEmbedding
+from vtrain.workload.enums import AttentionKind, MoeAuxLoss, MoeRouter, NormType, PositionEmbedding
 from vtrain.workload.fields import spec
 
 
@@ -85,6 +85,8 @@ class ModelSpec:
     moe_layer_freq: int = spec(1, domain=B.LAYERS, doc="every n-th layer after first_dense_layers is MoE")
     first_dense_layers: int = spec(0, domain=B.OPTIONAL_LAYERS, doc="leading dense layers (DeepSeek's first_k_dense)")
     moe_router: MoeRouter = spec(MoeRouter.SOFTMAX, doc="softmax | sigmoid top-k router")
+    moe_aux_loss: MoeAuxLoss = spec(MoeAuxLoss.AUX, doc="the router's load-balancing loss: none | aux_loss | "
+                                    "seq_aux_loss (its kernels: vtrain.graph.router)")
     capacity_factor: Optional[float] = spec(None, domain=B.CAPACITY, none_means="dropless",
                                             doc="expert capacity / mean tokens per expert (tokens padded to it)")
     moe_imbalance: float = spec(1.0, domain=B.LOAD_FACTOR, doc="routing imbalance: tokens of the busiest "

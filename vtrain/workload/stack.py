@@ -167,6 +167,9 @@ class StackSpec:
         doc="MoE: how the local experts' GEMMs run. 0: one grouped kernel for all of them (torch._grouped_mm, "
             "CUTLASS grouped GEMM); n: one GEMM launch per expert over n CUDA streams (Transformer Engine's "
             "GroupedLinear: multi_stream_cublas_gemm over its 4 compute streams; vtrain.graph.moe)")
+    moe_router_fusion: bool = spec(False, doc="MoE: the router's score function, top-k and load-balancing loss run "
+                                              "as Transformer Engine's fused kernels (Megatron-Core's "
+                                              "moe_router_fusion), else as eager PyTorch ops (vtrain.graph.router)")
     expert_wgrad_main_grad: bool = spec(False, doc="MoE: the experts' weight gradients accumulate into fp32 main "
                                                    "gradients inside the GEMM (Megatron-Core's "
                                                    "gradient_accumulation_fusion: read and write 8 B per element)")
