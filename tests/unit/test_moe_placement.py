@@ -194,8 +194,9 @@ def test_blackwell_moe_table_in_sample():
     # PP8 EP8 row, host-bound already, +30.9 -> +33.5%); 15.37% with Blackwell Ultra's power-limited GEMM clock
     # (the GB300 row +0.8 -> -3.2%; 14.43% without the host sync); 17.36% with the router's kernels as Megatron-Core
     # runs them (vtrain.graph.router: more eager launches at the shipped 55 us host time per kernel, which the
-    # calibration refits to 50.0 us: 13.88% in sample, 14.84% held out)
-    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 17.4
+    # calibration refits to 50.0 us: 13.88% in sample, 14.84% held out); 17.87% with the flex dispatcher's routing
+    # metadata (HybridEP's routing-map all-gather and preprocessing kernel; 14.46% in sample, 14.90% held out)
+    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 17.9
 
 
 @pytest.mark.slow
@@ -206,14 +207,16 @@ def test_qwen3_235b_h100_table():
     assert _mape(pairs) <= 4.5
     assert max(abs(p / m - 1.0) for m, p in pairs[5:]) < 0.07  # the long-context rows (+6.6% the worst)
     main = [p for _, p in pairs[:5]]
-    assert min(main) == main[1]  # the measured fastest plan (row 2, 17.6 s) is predicted fastest
+    assert min(main) in (main[1], main[2])  # the measured fastest plans (rows 2 and 3, 17.6 s each) predicted fastest
     assert max(main) == main[4]  # the measured slowest plan (row 5, 29.0 s) is predicted slowest
-    assert sorted(range(5), key=lambda i: main[i]) == [1, 2, 0, 3, 4]  # the measured order: 2 = 3 < 1 < 4 < 5
+    # the measured order: 2 = 3 < 1 < 4 < 5 (rows 2 and 3 within 0.3% of each other)
+    assert sorted(range(5), key=lambda i: main[i]) in ([1, 2, 0, 3, 4], [2, 1, 0, 3, 4])
+    assert abs(main[1] / main[2] - 1.0) < 0.01
     # each main row's signed error (%), +-0.5 point; open: row 4 (PP32 VP3, EP8, NCCL all-to-all) -18.0 (docs/moe.md)
     errors = [100.0 * (p / m - 1.0) for m, p in pairs[:5]]
-    # (row 2 read -0.2% on main 3403fa3 already, not -6.0; the router's kernels and the all-to-all dispatcher's
-    # bookkeeping, vtrain.graph.router, add +0.6-0.8, row 4 +1.1: -18.0 -> -16.9)
-    assert errors == pytest.approx([-4.9, +0.6, +0.6, -16.9, -0.5], abs=0.5)
+    # (row 2 read -0.2% on main 3403fa3 already, not -6.0; the router's kernels and the dispatchers' bookkeeping,
+    # vtrain.graph.router, add +0.6-1.4, row 4 +1.1: -18.0 -> -16.9)
+    assert errors == pytest.approx([-4.8, +0.9, +0.6, -16.9, +0.1], abs=0.5)
 
 
 def test_hybridep_sends_deepeps_bytes_and_permutes_what_it_received():

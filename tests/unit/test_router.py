@@ -101,10 +101,24 @@ def test_all_to_all_dispatcher_gathers_the_tokens_per_expert_and_sends_the_proba
     # the permuted probabilities, fp32, one per row: a second all-to-all each way
     assert [op.name for op in probs + probs_b] == ["moe.dispatch.probs", "moe.dispatch.probs.bwd"]
     assert probs[0].bytes == T * 8 * 4.0
-    # padded to capacity: one fill, no gather; the flex dispatcher: nothing counted here
+    # padded to capacity: one fill, no gather
     pre, _, _ = dispatch_bookkeeping(replace(QWEN3_30B, capacity_factor=1.0), _plan())
     assert [op.name for op in pre] == ["moe.permute.capacity_fill"]
-    assert dispatch_bookkeeping(QWEN3_30B, replace(_plan(), moe_dispatcher=MoeDispatcher.HYBRIDEP)) == ([], [], [])
+
+
+def test_flex_dispatcher_routing_metadata():
+    # HybridEP: every forward all-gathers the EP group's bool routing maps (8 ranks x 4,096 tokens x 128 experts)
+    # and runs its metadata-preprocessing kernel on them; then the tokens per expert are summed
+    pre, after, back = dispatch_bookkeeping(QWEN3_30B, replace(_plan(), moe_dispatcher=MoeDispatcher.HYBRIDEP))
+    gather = pre[0]
+    assert isinstance(gather, Collective) and gather.kind == CollectiveKind.ALL_GATHER
+    assert gather.bytes == 8 * T * 128 and pre[1].bytes == 8 * T * 128
+    assert [op.name for op in after] == ["moe.dispatch.tokens_per_expert"] and back == []
+    # DeepEP: top-k indices from the probabilities, get_dispatch_layout + notify_dispatch, the received multihot
+    pre, after, back = dispatch_bookkeeping(QWEN3_30B, replace(_plan(), moe_dispatcher=MoeDispatcher.DEEPEP))
+    assert [op.kernels for op in pre] == [1, 2] and [op.kernels for op in after + back] == [1, 1, 2]
+    assert dispatch_bookkeeping(QWEN3_30B, replace(_plan(), ep=1, dp=8, moe_dispatcher=MoeDispatcher.DEEPEP)) \
+        == ([], [], [])
 
 
 def test_gating_backward_casts_the_input_and_weight_to_fp32_and_back():

@@ -28,12 +28,12 @@ fp32 whatever the logits' type):
 4. the expert bias of a sigmoid router (``moe_router_enable_expert_bias``): ``local_tokens_per_expert +=
    routing_map.sum(dim=0)``.
 
-Beside them, the all-to-all dispatcher's bookkeeping of the routing map and its all-to-all of the probabilities
-(:func:`dispatch_bookkeeping`). Each kernel is a PyTorch op issued from Megatron-Core's Python (``MemoryOp.eager``:
-the stack's host time per eager op), priced as vtrain prices small kernels: its bytes at the memory rate, never
-under one kernel time each. Z-loss (``moe_z_loss_coeff``) is off in every recipe read and not modelled;
-Megatron-Bridge's benchmarks also run ``moe_router_force_load_balancing`` (two more kernels, a clone and
-``normal_`` of the logits), which is not a property of the model and is left out.
+Beside them, the dispatchers' bookkeeping of the routing map (the all-to-all dispatcher's, with its all-to-all of the
+probabilities, and the flex dispatcher's: :func:`dispatch_bookkeeping`). Each kernel is a PyTorch op issued from
+Megatron-Core's Python (``MemoryOp.eager``: the stack's host time per eager op), priced as vtrain prices small
+kernels: its bytes at the memory rate, never under one kernel time each. Z-loss (``moe_z_loss_coeff``) is off in
+every recipe read and not modelled; Megatron-Bridge's benchmarks also run ``moe_router_force_load_balancing`` (two
+more kernels, a clone and ``normal_`` of the logits), which is not a property of the model and is left out.
 """
 from __future__ import annotations
 
@@ -144,6 +144,26 @@ def gating_backward_casts(model: ModelSpec, tokens: int) -> MemoryOp:
     return _eager("moe.router.bwd_casts", 12.0 * (tokens * h + e * h), 4)
 
 
+def _flex_bookkeeping(model: ModelSpec, plan: ParallelPlan, tokens: int) -> Tuple[List[Op], List[Op], List[Op]]:
+    """The flex dispatcher's routing metadata (Megatron-Core's _DeepepManager / _HybridEPManager). HybridEP's
+    ``dispatch_with_permute`` all-gathers every rank's bool routing map over the EP group
+    (``all_gather_into_tensor``, ep x T x E bytes) and runs its metadata-preprocessing kernel on it in every
+    forward (the backward reuses the handle), then Megatron-Core sums the tokens per expert. DeepEP's manager turns
+    the probabilities back into top-k indices (``torch.topk`` over the experts), DeepEP lays out the dispatch and
+    notifies the ranks (``get_dispatch_layout``, ``notify_dispatch``: two kernels beside its dispatch kernel), and
+    the received indices become a routing map again (``fused_indices_to_multihot``); backward: the multihot's and
+    the top-k's (zeros + scatter)."""
+    e, k, ep = model.num_experts, model.moe_top_k, plan.ep
+    if plan.moe_dispatcher == MoeDispatcher.HYBRIDEP:
+        gathered = float(ep * tokens * e)
+        return ([Collective("moe.dispatch.routing_map.ag", CollectiveKind.ALL_GATHER, gathered, Group.EP, ep),
+                 _eager("moe.dispatch.metadata", gathered)], [_eager("moe.dispatch.tokens_per_expert", 8.0 * e)], [])
+    s, rows = float(tokens * e * SCORE_BYTES), float(tokens * k) * expert_load(model)
+    return ([_eager("moe.dispatch.topk_indices", s + tokens * k * 12.0), _eager("moe.dispatch.layout", s / 2, 2)],
+            [_eager("moe.dispatch.multihot", rows * 13.0)],
+            [_eager("moe.dispatch.multihot.bwd", rows * 8.0), _eager("moe.dispatch.topk_indices.bwd", 2 * s, 2)])
+
+
 def dispatch_bookkeeping(model: ModelSpec, plan: ParallelPlan) -> Tuple[List[Op], List[Op], List[Op]]:
     """(before the permutation, after the dispatch, in the dispatch's backward) of Megatron-Core's all-to-all
     dispatcher beside its token all-to-all (``MoEAlltoAllTokenDispatcher``). Dropless, ``preprocess`` counts the
@@ -151,12 +171,14 @@ def dispatch_bookkeeping(model: ModelSpec, plan: ParallelPlan) -> Tuple[List[Op]
     them over the EP x TP group (E int64 per rank) and slices and sums what it received (``.contiguous()``, three
     sums): 2 or 7 kernels and the all-gather, before the copies to the host that the dispatch waits for; padded to
     capacity it fills one tensor with the capacity. ``token_dispatch`` sends the permuted probabilities (fp32, one
-    per row) by a second all-to-all after the tokens', and its backward returns their gradients. Other
-    dispatchers: nothing here (the flex dispatcher's layout and metadata kernels are not counted)."""
-    if plan.moe_dispatcher != MoeDispatcher.ALLTOALL:
-        return [], [], []
+    per row) by a second all-to-all after the tokens', and its backward returns their gradients. The flex
+    dispatcher: :func:`_flex_bookkeeping`; the all-gather dispatcher: nothing here."""
     e, ep, etp = model.num_experts, plan.ep, plan.expert_tp
     tokens = moe_tokens(plan)
+    if plan.moe_dispatcher in (MoeDispatcher.DEEPEP, MoeDispatcher.HYBRIDEP):
+        return _flex_bookkeeping(model, plan, tokens) if ep > 1 else ([], [], [])
+    if plan.moe_dispatcher != MoeDispatcher.ALLTOALL:
+        return [], [], []
     if model.capacity_factor is not None:  # drop and pad: torch.full of the capacity (no sync, no gather)
         pre: List[Op] = [_eager("moe.permute.capacity_fill", 8.0 * e * etp)]
     elif ep > 1 or etp > 1:
