@@ -7,11 +7,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 def _compose_once_per_session() -> None:
     """Hydra's composition once per distinct set of config-group choices; value overrides applied to a copy
-    the way Hydra applies them (tests/composecache.py). VTRAIN_TEST_FRESH_COMPOSE=1 turns this off."""
+    the way Hydra applies them (tests/composecache.py); Hydra's defaults list kept per set of group choices
+    and its merge per defaults list, for the composes that go to Hydra (tests/hydramemo.py). VTRAIN_TEST_FRESH_COMPOSE=1
+    turns this off."""
     import vtrain.config.compose as composing
+    from tests import hydramemo
     from tests.composecache import make_compose
 
     composing.compose = make_compose(composing)
+    hydramemo.install(str(composing.CONF_DIR.resolve()))  # the composes that go to Hydra (the command line's)
 
 
 if os.environ.get("VTRAIN_TEST_FRESH_COMPOSE") != "1":

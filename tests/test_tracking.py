@@ -6,7 +6,6 @@ import socket
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from vtrain.cli.task_search import run
 from vtrain.config.compose import compose
@@ -15,6 +14,13 @@ from vtrain.tracking.mlflow_logger import TrackingError, read_table
 
 SMALL = ["+model=gpt_1_7b", "+cluster=h200x8", "training.global_batch_size=32", "search.progress_bar=false",
          "search.n_trials=5", "search.population_size=4", "search.study_name=tracked"]
+
+
+def _client(uri: str):
+    """MLflow's client, imported here rather than at collection (~1.8 s of CPU in each pytest worker)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
 
 
 def _cfg(tmp_path: Path, uri: str, *extra: str):
@@ -36,7 +42,7 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
     assert f"mlflow ui --backend-store-uri {uri}" in out
     assert "child runs logged in" in out and "/#/experiments/" in out and "/runs" in out
 
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     exp = client.get_experiment_by_name("vtrain-test")
     parents, children = _runs(client, exp)
     assert len(parents) == 1 and len(children) == 5
@@ -87,7 +93,7 @@ def test_search_logs_parent_and_child_runs(tmp_path, capsys):
 def test_default_logs_one_child_run_per_trial_with_distinct_names_and_trimmed_params(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert run(_cfg(tmp_path, uri, "search.n_trials=12"), tmp_path / "run1") == 0
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     parents, children = _runs(client, client.get_experiment_by_name("vtrain-test"))
     assert len(parents) == 1 and len(children) == 12  # every trial, not only the front
     assert sorted(int(c.data.tags["vtrain.trial"]) for c in children) == list(range(12))
@@ -116,7 +122,7 @@ def test_front_child_runs_are_the_front_and_top_plans_and_an_orphan_is_healed(tm
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = _cfg(tmp_path, uri, "search.n_trials=12", "tracking.top_k=1", "tracking.child_runs=front")
     assert run(cfg, tmp_path / "run1") == 0
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     exp = client.get_experiment_by_name("vtrain-test")
     parents, children = _runs(client, exp)
     front = len((tmp_path / "run1" / "pareto.csv").read_text().strip().splitlines()) - 1
@@ -173,7 +179,7 @@ def test_a_multirun_sweep_lands_in_one_experiment(tmp_path):
     out = subprocess.run([sys.executable, "-m", "vtrain", *args], cwd=tmp_path, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     exps = [e for e in client.search_experiments() if e.name != "Default"]
     assert [e.name for e in exps] == ["vtrain-sweep-sweeps-s1"]
     parents, children = _runs(client, exps[0])
@@ -189,7 +195,7 @@ def test_simulate_is_tracked_as_one_run(tmp_path):
     cfg = compose(["task=simulate", "+model=gpt_1_7b", "+cluster=h200x8", "parallelism.tp=1", "parallelism.pp=1",
                    "parallelism.dp=8", "training.global_batch_size=64", f"tracking.uri={uri}"])
     assert simulate(cfg, tmp_path / "run") == 0
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     exp = client.get_experiment_by_name("vtrain-gpt_1_7b-h200x8")  # beside the searches of this model and cluster
     (r,) = client.search_runs([exp.experiment_id])
     assert r.info.status == "FINISHED" and r.data.tags["vtrain.kind"] == "simulate"
