@@ -217,6 +217,8 @@ def test_a_bad_config_file_is_named_by_file_line_and_key(tmp_path, capfd, name, 
     assert victim.read_text() == "keep me\n" and not (tmp_path / "run").exists()
 
 
+# a CLI run on a user folder; the fast loop keeps test_config_dir.py::test_a_simulation_on_configs_of_ones_own
+@pytest.mark.slow
 def test_a_good_config_dir_still_runs(tmp_path, capfd):
     _config_dir(tmp_path, "model/mine.yaml", "defaults:\n  - gpt_1_7b\n  - _self_\nname: mine\nnum_layers: 12\n")
     res = run_inprocess(["--config-dir", str(tmp_path / "conf"), "task=simulate", "+model=mine", "+cluster=a100x1024",

@@ -108,6 +108,7 @@ def test_mistake_is_one_line_with_exit_2(tmp_path, capfd, overrides, message):
     assert not run_dir.exists()  # nothing half-written, no run directory left
 
 
+@pytest.mark.slow  # a CLI run; the fast loop keeps test_mistake_is_one_line_with_exit_2's sample
 def test_a_presets_choice_is_replaced_without_plus(tmp_path, capfd):
     """+experiment=... selects model and cluster in its defaults list: Hydra replaces that choice with model=<name>
     and refuses a second +model= ("Multiple values for model. To override a value use 'override model: ...'")."""
@@ -160,7 +161,7 @@ MEASURED_CELLS = [("abc", "row 1: iteration_time_ms=abc is not a number"),
                   ("", "row 1: iteration_time_ms, iteration_time_s, step_time_s, tokens_per_s_per_gpu")]
 
 
-@pytest.mark.parametrize("cell,message", MEASURED_CELLS, ids=[c or "empty" for c, _ in MEASURED_CELLS])
+@pytest.mark.parametrize("cell,message", fast_every(3, MEASURED_CELLS), ids=[c or "empty" for c, _ in MEASURED_CELLS])
 def test_calibrate_checks_the_measured_column_as_validate_does(tmp_path, capfd, cell, message):
     data = tmp_path / "runs.csv"
     head = "global_batch,micro_batch,hidden_size,num_heads,num_layers,seq_len,tp,pp,dp,iteration_time_ms\n"
@@ -170,7 +171,7 @@ def test_calibrate_checks_the_measured_column_as_validate_does(tmp_path, capfd, 
     assert f"calibrate.data={data}: {message}" in line and not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("value", ["abc", "null", "0", "1.5"])
+@pytest.mark.parametrize("value", fast_every(2, ["abc", "null", "0", "1.5"]))
 def test_calibrate_max_evals_is_a_positive_integer(tmp_path, capfd, value):
     line = run_inprocess(["task=calibrate", "+cluster=vtrain_a100", "calibrate.folds=none",
                           f"+extra.max_evals={value}", f"hydra.run.dir={tmp_path}/r"], capfd).one_line_error()
@@ -253,7 +254,7 @@ def test_an_unusable_run_directory_is_one_line(tmp_path, capfd):
     assert blocker.read_text() == "mine"
 
 
-@pytest.mark.parametrize("device", ["nope", "cuda:-1"])
+@pytest.mark.parametrize("device", fast_every(2, ["nope", "cuda:-1"]))
 def test_a_bad_profile_device_is_one_line(tmp_path, capfd, device):
     run_dir = tmp_path / "run"
     res = run_inprocess(["task=profile", "+model=tiny", f"profile.device={device}", f"hydra.run.dir={run_dir}"], capfd)
@@ -359,6 +360,9 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path, capfd):
     assert res.code == 2 and f"cannot write {tmp_path}/r/report.json (Is a directory)" in res.one_line_error()
 
 
+# two CLI runs; the fast loop keeps
+# test_cli_outputs.py::test_bad_input_in_the_current_directory_removes_only_what_it_wrote
+@pytest.mark.slow
 def test_a_bad_input_puts_back_the_previous_runs_config(tmp_path, capfd):
     """A second run into a run directory that fails on its input leaves the first run's .hydra copies (Hydra
     had overwritten them with the failed run's overrides)."""
@@ -370,6 +374,7 @@ def test_a_bad_input_puts_back_the_previous_runs_config(tmp_path, capfd):
     assert {p.name: p.read_bytes() for p in (tmp_path / "r" / ".hydra").iterdir()} == before
 
 
+@pytest.mark.slow  # a CLI run; the fast loop keeps test_mistake_is_one_line_with_exit_2's sample
 def test_a_gpu_without_bf16_refuses_it(tmp_path, capfd):
     """V100 inherits the A100's efficiency constants, not its bf16 and tf32 peaks (fuzzed: bf16 ran on it)."""
     line = run_inprocess(["task=simulate", "+model=gpt_1_7b", "+cluster=h100x1024", "cluster.gpu=v100",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import run_inprocess
+from tests.sampling import fast_every
 
 BASE = ["task=simulate", "+model=gpt175b", "+cluster=a100x1024"]
 PLAN = ["parallelism.tp=8", "parallelism.pp=16", "parallelism.dp=8", "parallelism.micro_batch_size=1"]
@@ -99,7 +100,7 @@ def test_clean_up_keeps_what_another_process_wrote(tmp_path):
     assert rundir.discard() == [] and (run / "report.json").is_file()
 
 
-@pytest.mark.parametrize("preset,fits", [("gpt3_megatron", True), ("llama3_405b_h100", True)])
+@pytest.mark.parametrize("preset,fits", fast_every(2, [("llama3_405b_h100", True), ("gpt3_megatron", True)]))
 def test_experiment_presets(tmp_path, capfd, preset, fits):
     res = run_inprocess([f"+experiment={preset}", f"hydra.run.dir={tmp_path}/r"], capfd)
     assert res.code == 0, res.err

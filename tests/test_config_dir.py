@@ -68,6 +68,7 @@ def test_the_search_reproduce_command_finds_the_configs_again(tmp_path):
     assert json.loads((tmp_path / "again" / "report.json").read_text())["gpu"] == "my_gpu"
 
 
+@pytest.mark.slow  # a CLI run on a user folder; the fast loop keeps test_a_simulation_on_configs_of_ones_own
 def test_hydra_flags_may_follow_the_overrides(tmp_path, capfd):
     """Hydra's parser reads its flags before the overrides only; the CLI puts them there (before, a flag
     among the overrides printed argparse's usage and 'unrecognized arguments')."""
@@ -89,6 +90,7 @@ def test_the_python_api_takes_the_same_folders(tmp_path):
         compose([*OWN, *PLAN])
 
 
+@pytest.mark.slow  # a CLI run on a user folder; the fast loop keeps test_a_simulation_on_configs_of_ones_own
 def test_a_validation_table_names_configs_of_ones_own(tmp_path, capfd):
     own = _own_configs(tmp_path / "conf")
     table = tmp_path / "own.csv"

@@ -13,7 +13,7 @@ def test_every_model_composes(model):
     assert cfg.model.name == model
 
 
-@pytest.mark.parametrize("cluster", group_options("cluster"))
+@pytest.mark.parametrize("cluster", fast_every(3, group_options("cluster")))
 def test_every_cluster_composes(cluster):
     cfg = compose(["+model=gpt_1_7b", f"+cluster={cluster}"])
     assert cfg.gpu.name == cfg.cluster.gpu
@@ -40,15 +40,18 @@ def test_every_gpu_composes(gpu):
             assert cfg.gpu[key] == own[key]
 
 
-@pytest.mark.parametrize("group", ["parallelism", "training", "pricing", "search", "tracking", "cost"])
-def test_every_group_option_composes(group):
+GROUP_OPTIONS = [(g, o) for g in ("parallelism", "training", "pricing", "search", "tracking", "cost")
+                 for o in group_options(g)]
+
+
+@pytest.mark.parametrize("group, option", fast_every(3, GROUP_OPTIONS), ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
+def test_every_group_option_composes(group, option):
     from omegaconf import OmegaConf
 
-    for option in group_options(group):
-        cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"{group}={option}"])
-        got = OmegaConf.to_container(cfg[group], resolve=True)
-        for key, value in own_values(group, option).items():  # every value the option sets took effect
-            assert got[key] == (float(value) if isinstance(got[key], float) else value), (group, option, key)
+    cfg = compose(["+model=gpt_1_7b", "+cluster=a100x1024", f"{group}={option}"])
+    got = OmegaConf.to_container(cfg[group], resolve=True)
+    for key, value in own_values(group, option).items():  # every value the option sets took effect
+        assert got[key] == (float(value) if isinstance(got[key], float) else value), (group, option, key)
 
 
 def test_wrong_key_fails_at_compose_time():

@@ -16,6 +16,9 @@ def _grid(tmp_path, *extra):
     return run_search(compose(SMALL + ["search=grid", "search.workers=1", *extra]), tmp_path)
 
 
+# a grid search per constraint (~2 s of CPU); the fast loop keeps
+# test_nsgaii_sets_optuna_constraints_and_honours_a_deadline
+@pytest.mark.slow
 def test_grid_best_plans_under_each_constraint_match_brute_force(tmp_path):
     free = _grid(tmp_path)
     feas = free.feasible

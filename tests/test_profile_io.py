@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sampling import fast_every
 from vtrain.api import cost_model_for, simulate
 from vtrain.config.build import build_workload
 from vtrain.config.compose import compose
@@ -234,7 +235,7 @@ def test_profile_modules_do_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-@pytest.mark.parametrize("folder, iterations", [("h200", 8), ("h200-llama", 3)])
+@pytest.mark.parametrize("folder, iterations", fast_every(2, [("h200-llama", 3), ("h200", 8)]))
 def test_measured_h200_iterations_from_the_shipped_profile(folder: str, iterations: int) -> None:
     """Validation against measured data: the single-GPU H200 training iterations of profiles/measured/h200 (GPT, 8) and
     profiles/measured/h200-llama (Llama-3 8B's layers, 3, measured after the sustained table: held out), predicted from

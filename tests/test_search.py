@@ -198,6 +198,7 @@ def test_a_study_of_another_search_is_not_resumed(tmp_path):
     assert again.resumed_trials == 3
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_trial_params_hold_the_plan_values_and_metric_names(tmp_path):
     run_search(small(tmp_path, "search.n_trials=6", "search.study_name=names"), tmp_path)
     study = optuna.load_study(study_name="names", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
@@ -416,6 +417,7 @@ def test_a_file_that_is_no_journal_is_left_as_it_is(tmp_path):
     assert not (tmp_path / "notes.txt.torn").exists()
 
 
+@pytest.mark.slow  # an Optuna study; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_the_pessimistic_quantile_ranks_everything_on_its_values(tmp_path):
     """search.objective_quantile=hi: the fastest and cheapest plans, the constraints and the tables use the
     slow end of the intervals the front was built on (fuzzed: they were picked on the point predictions)."""
@@ -429,6 +431,7 @@ def test_the_pessimistic_quantile_ranks_everything_on_its_values(tmp_path):
     assert res.best["time"].plan_key in front_keys and res.best["cost"].plan_key in front_keys
 
 
+@pytest.mark.slow  # a grid search; the fast loop keeps test_five_trial_search_is_stored_in_optuna
 def test_a_small_grid_counts_each_simulation_once(tmp_path):
     res = run_search(small(tmp_path, "search=grid", "search.workers=1"), tmp_path)
     simulated = sum(1 for r in res.records if "iteration_time_s" in r.metrics)

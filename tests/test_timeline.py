@@ -83,6 +83,9 @@ def test_merge_intervals_is_exact():
     assert ms.tolist() == [0.0] and me.tolist() == [6.0]
 
 
+# draws 200,000 spans (~1.5 s of CPU); the fast loop draws a trace in
+# test_cli_outputs.py::test_simulate_writes_strict_report_trace_png_and_log
+@pytest.mark.slow
 def test_huge_trace_is_capped_and_covers_the_same_time(tmp_path):
     """200,000 alternating tiny spans on 8 stages: at most max_bars rectangles are drawn, and every
     drawn bar lies within the extent of the spans it stands for."""
@@ -153,6 +156,9 @@ def test_exposed_tp_comm_is_drawn_on_the_compute_lane_inside_its_pass(gpt3_trace
     assert any(e.get("cat") == "exposed tp comm" and e["tid"] == 0 for e in ct["traceEvents"])
 
 
+# draws GPT-3's 1,210-span trace (~1.7 s of CPU); the fast loop draws one in
+# test_cli_outputs.py::test_simulate_writes_strict_report_trace_png_and_log
+@pytest.mark.slow
 def test_many_microbatches_get_warm_up_steady_and_cool_down_panels(gpt3_trace, tmp_path):
     from matplotlib.colors import to_rgb
     from matplotlib.image import imread

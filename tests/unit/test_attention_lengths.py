@@ -80,6 +80,8 @@ def _table(path, device="NVIDIA H200", fwd_s=None, clock=True):
         w.writerows(rows)
 
 
+# the fit script on a written table (~2 s of CPU); the fast loop keeps its refusals (test_fit_refuses_in_one_line)
+@pytest.mark.slow
 def test_fit_reads_the_implied_factor(tmp_path):
     _table(tmp_path / "t.csv")
     p = subprocess.run([sys.executable, "bench/fit_attention.py", "--table", str(tmp_path / "t.csv")],

@@ -139,12 +139,14 @@ def test_torchtitan_mxfp8_casts_are_not_fused_and_not_shared():
     assert not any("+" in n and "quant" in n for n in (*fwd, *bwd))
 
 
+@pytest.mark.slow  # the pairs simulate 12 measured rows; the fast loop keeps the pricing tests above
 def test_pairs_of_both_sources(pairs):
     dense = bs.fitted_pairs(pairs)
     assert sum(p.source == bs.TORCHTITAN for p in dense) == 4 and sum(p.source == bs.BRIDGE for p in dense) == 8
     assert all(p.low[1].cluster.gpu.name == p.ref[1].cluster.gpu.name for p in pairs)
 
 
+@pytest.mark.slow  # a fit over the pairs; CI runs it
 def test_shipped_ratio_is_the_two_source_fit(pairs):
     ratio = bs.fit(bs.fitted_pairs(pairs))
     for gpu in bs.WRITTEN:
@@ -154,6 +156,7 @@ def test_shipped_ratio_is_the_two_source_fit(pairs):
             "python -m vtrain task=calibrate calibrate.scope=all calibrate.write=true")
 
 
+@pytest.mark.slow  # a fit over the pairs and its leave-one-source-out folds (~3.5 s of CPU); CI runs it
 def test_in_sample_and_leave_one_source_out(pairs):
     """Each source's pairs alone ask for a ratio below 1 and read closer there than at fp8's efficiency (1.0);
     pooled, each source's pairs at the pooled ratio read closer too (Megatron-Bridge 2.6% against 3.6% at 1.0, since
@@ -176,6 +179,7 @@ def test_in_sample_and_leave_one_source_out(pairs):
     assert bs.mean_abs_pct(by[bs.TORCHTITAN], held[bs.TORCHTITAN]) < bs.mean_abs_pct(by[bs.TORCHTITAN], 1.0)
 
 
+@pytest.mark.slow  # a fit over the pairs; CI runs it
 def test_held_out_pairs(pairs):
     """Not fitted on: the MoE pairs of both sources, torchtitan's NVFP4 pairs (the ratio transferred)."""
     ratio = bs.shipped_ratio()

@@ -25,6 +25,7 @@ def check(report):
         assert names[:5] == ["compute", "fsdp", "dp_comm", "pp_p2p", "host"] and names[5:] in ([], ["ep_comm"])
 
 
+@pytest.mark.slow  # 18 simulations; the fast loop keeps test_breakdown_adds_up_on_the_weak_scaling_rows
 def test_breakdown_adds_up_on_the_shipped_single_node_runs():
     cfg = compose(["+cluster=vtrain_a100"], require=False)
     ws, _, _ = single_node_workloads(cfg.cluster)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import pytest
+
 from vtrain.config.compose import compose
 from vtrain.search.grid import evaluate_grid, grid_tasks
 from vtrain.search.plans import canonical, plan_key, plan_values
@@ -47,6 +49,8 @@ def test_plan_groups_give_the_loop_order_even_with_repeated_choices():
         assert [plan_key(p) for p in enumerate_plans(space)] == [plan_key(p) for p in _loop_then_sort(space)]
 
 
+# grids in worker processes; the fast loop keeps test_plan_groups_give_the_loop_order_even_with_repeated_choices
+@pytest.mark.slow
 def test_rows_are_the_evaluated_plans_in_order_with_any_number_of_workers():
     ctx = prepare(compose(SMALL))
     groups, tasks = grid_tasks(ctx.space)

@@ -60,12 +60,13 @@ def test_a_command_lines_config_is_hydras(monkeypatch, overrides, mode):
         _fresh(monkeypatch, overrides, RunMode.MULTIRUN if mode == RunMode.RUN else RunMode.RUN))
 
 
+@pytest.mark.slow  # the fast loop keeps a MULTIRUN-mode compose in test_a_command_lines_config_is_hydras
 def test_a_sweep_in_multirun_mode_is_hydras(monkeypatch):
     sweep = ["+model=gpt175b,llama3_70b", "+cluster=a100x1024", "parallelism.tp=4,8"]
     assert _text(_load(sweep, RunMode.MULTIRUN)) == _text(_fresh(monkeypatch, sweep, RunMode.MULTIRUN))
 
 
-@pytest.mark.parametrize("overrides", fast_every(2, BAD), ids=[" ".join(o) for o in BAD])
+@pytest.mark.parametrize("overrides", fast_every(4, BAD), ids=[" ".join(o) for o in BAD])
 def test_a_bad_command_line_fails_as_hydra_fails_every_time(monkeypatch, overrides):
     with pytest.raises(Exception) as fresh:
         _fresh(monkeypatch, overrides, RunMode.RUN)

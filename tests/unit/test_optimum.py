@@ -85,6 +85,9 @@ def test_sensitivity_steps_every_knob_keeping_the_gpus():
     assert not any(k.startswith("ep") for _, k, _ in knob_steps(plan, moe=False))
 
 
+# a whole search run (~1.7 s of CPU); the fast loop keeps
+# test_a_composed_search_whose_gain_is_inside_the_interval_says_so
+@pytest.mark.slow
 def test_the_search_summary_json_holds_the_shape_of_the_optimum(tmp_path, capfd):
     from vtrain.cli.task_search import run
 
@@ -100,6 +103,8 @@ def test_the_search_summary_json_holds_the_shape_of_the_optimum(tmp_path, capfd)
     assert doc["best"]["time"]["plan"] == opt["best"]
 
 
+# a search (~1.2 s of CPU); the fast loop keeps test_a_composed_search_whose_gain_is_inside_the_interval_says_so
+@pytest.mark.slow
 def test_the_search_prunes_plans_above_the_memory_margin_with_the_reason(tmp_path):
     result = run_search(compose([*SMALL, "cluster.usable_hbm_fraction=0.3"]), tmp_path)
     cluster = result.context.workload.cluster

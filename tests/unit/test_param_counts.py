@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.sampling import fast_every
 from vtrain.config.build import model_spec
 from vtrain.config.compose import compose
 
@@ -45,7 +46,7 @@ GPT_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(GPT_SHAPES))
+@pytest.mark.parametrize("name", fast_every(2, sorted(GPT_SHAPES)))
 def test_gpt_shapes_count_exactly_the_closed_form(name):
     assert spec(name).total_params() == gpt_closed_form(*GPT_SHAPES[name])
 
@@ -81,7 +82,7 @@ DENSE_HF = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DENSE_HF))
+@pytest.mark.parametrize("name", fast_every(2, sorted(DENSE_HF)))
 def test_dense_hf_models_count_exactly(name):
     hand, hub = DENSE_HF[name]
     if hub is not None:
@@ -155,7 +156,7 @@ MOE_HF = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MOE_HF))
+@pytest.mark.parametrize("name", fast_every(2, sorted(MOE_HF)))
 def test_moe_hf_models_count_exactly(name):
     hand, hub, rounded_b = MOE_HF[name]
     if hub is not None:
@@ -171,14 +172,14 @@ LLAMA4 = {  # meta-llama/Llama-4-{Scout-17B-16E, Maverick-17B-128E} text_config
 }
 
 
-@pytest.mark.parametrize("name", sorted(LLAMA4))
+@pytest.mark.parametrize("name", fast_every(2, sorted(LLAMA4)))
 @pytest.mark.xfail(strict=True, reason="vtrain gives every sigmoid router a score bias (DeepSeek's "
                    "e_score_correction_bias); Llama 4's router (nn.Linear(h, E, bias=False)) has none")
 def test_llama4_counts_exactly(name):
     assert spec(name).total_params() == LLAMA4[name]
 
 
-@pytest.mark.parametrize("name", sorted(LLAMA4))
+@pytest.mark.parametrize("name", fast_every(2, sorted(LLAMA4)))
 def test_llama4_counts_all_but_a_router_bias(name):
     m = spec(name)
     assert m.total_params() == LLAMA4[name] + m.num_moe_layers * m.num_experts
@@ -234,7 +235,7 @@ def test_kimi_k2_is_the_published_one_trillion():
     assert round(MLA["kimi_k2"][0] / 1e12, 1) == 1.0  # model card: "1T total parameters" (1.026e12 counted)
 
 
-@pytest.mark.parametrize("name", sorted(MLA))
+@pytest.mark.parametrize("name", fast_every(2, sorted(MLA)))
 def test_mla_models_count_exactly(name):
     hand, published_b = MLA[name]
     if published_b:

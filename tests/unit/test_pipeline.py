@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.sampling import fast_every
 from tests.simruns import extrapolated_and_full
 from vtrain import compose
 from vtrain.api import cost_model_for
@@ -36,7 +37,7 @@ def test_extrapolated_and_full_runs_agree_on_a_sample_of_the_gpt3_grid():
                 assert _close(x, y, 1e-8) or abs(x - y) < 1e-12, (plan, f)
 
 
-@pytest.mark.parametrize("schedule,v", [(Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2)])
+@pytest.mark.parametrize("schedule,v", fast_every(2, [(Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED, 2)]))
 def test_simulated_micro_batches_do_not_grow_with_the_batch(schedule, v):
     """The simulated schedule stays a few periods long from global batch 256 to 65,536."""
     sizes = []

@@ -117,6 +117,8 @@ def test_grid_is_capped_and_bad_lists_name_the_field():
             check_search(compose([*DENSE, bad]).search)
 
 
+# an Optuna search (~2 s of CPU); the fast loop keeps test_search.py::test_five_trial_search_is_stored_in_optuna
+@pytest.mark.slow
 def test_small_deepseek_like_search_returns_a_pareto_front(tmp_path: Path):
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     cfg = compose([*MOE, f"search.storage=sqlite:///{tmp_path / 'o.db'}", "search.n_trials=16",

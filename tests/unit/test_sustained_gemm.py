@@ -59,6 +59,9 @@ def test_steady_ratio_is_the_second_half_median_over_the_burst():
     assert steady_ratio(rows[:1]) is None
 
 
+# a real profiler process (torch's import, ~4 s of CPU); the fast loop measures in process
+# (test_a_burst_row_then_sustained_windows_for_each_recipe_and_shape)
+@pytest.mark.slow
 def test_the_table_is_written_whole(tmp_path):
     p = subprocess.run([sys.executable, "-m", "vtrain.profiler.sustained_gemm", "--gpu", "h200", "--out", str(tmp_path),
                         "--device", "cpu", "--seconds", "1", "--window-ms", "200", "--cool-s", "0", "--warmup", "0",
