@@ -60,6 +60,7 @@ if "pytest" in sys.modules:
         if not out:
             return
         me, kids = _cpu()
+        os.makedirs(out, exist_ok=True)  # (it failed at the session's end when the folder was missing)
         with open(os.path.join(out, os.environ.get("PYTEST_XDIST_WORKER", "main") + ".tsv"), "w") as f:
             f.write(f"#process\t{me + kids:.3f}\t{kids:.3f}\t{_composes[0]:.3f}\t{_composes[1]}\n")
             for row in _rows:

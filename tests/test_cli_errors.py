@@ -98,7 +98,7 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("overrides,message", fast_every(6, CORE_RULES + MISTAKES),
+@pytest.mark.parametrize("overrides,message", fast_every(12, CORE_RULES + MISTAKES),
                          ids=[" ".join(o) for o, _ in CORE_RULES + MISTAKES])
 def test_mistake_is_one_line_with_exit_2(tmp_path, capfd, overrides, message):
     run_dir = tmp_path / "run"

@@ -7,7 +7,7 @@ from vtrain.config.compose import group_options
 from vtrain.errors import ConfigError
 
 
-@pytest.mark.parametrize("model", fast_every(4, group_options("model")))
+@pytest.mark.parametrize("model", fast_every(8, group_options("model")))
 def test_every_model_composes(model):
     cfg = compose([f"+model={model}", "+cluster=a100x1024"])
     assert cfg.model.name == model

@@ -9,11 +9,13 @@ import pytest
 
 from tests.bench_scripts import load_bench
 from tests.clirun import run_main_inprocess
+from tests.lazy import Lazy, needs_torch
 from vtrain.graph.ops import FlashAttention
+from vtrain.profiler.table_run import write_table
 
-torch = pytest.importorskip("torch")
-from vtrain.profiler import attention_lengths as al  # noqa: E402
-from vtrain.profiler.table_run import write_table  # noqa: E402
+pytestmark = needs_torch()
+torch = Lazy("torch")  # imported by the tests that run, not at collection (tests/lazy.py)
+al = Lazy("vtrain.profiler.attention_lengths")
 
 ROOT = Path(__file__).resolve().parents[2]
 

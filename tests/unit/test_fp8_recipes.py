@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.clirun import run_main_inprocess
+from tests.lazy import Lazy, needs_torch
 from vtrain.calibration.fp8_recipes import (
     GEMM_FAST_ACCUM,
     ScaledTable,
@@ -22,10 +23,11 @@ from vtrain.config.build import gpu_spec
 from vtrain.config.compose import load_gpu_config
 from vtrain.cost.gemm import GemmCurve, borrowed_efficiency
 from vtrain.errors import VtrainError
+from vtrain.profiler.table_run import write_table
 
-torch = pytest.importorskip("torch")
-from vtrain.profiler import scaled_gemm as sg  # noqa: E402
-from vtrain.profiler.table_run import write_table  # noqa: E402
+pytestmark = needs_torch()
+torch = Lazy("torch")  # imported by the tests that run, not at collection (tests/lazy.py)
+sg = Lazy("vtrain.profiler.scaled_gemm")
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = GemmParams(0.8, 29.74, 181.2, 5.15e-6, 0.348)  # the H100 curve shape (gpu/h100_sxm.yaml)

@@ -16,7 +16,7 @@ def test_gpt3_175b_parameters():
     assert spec("gpt175b").total_params() == pytest.approx(174.6e9, rel=2e-3)
 
 
-@pytest.mark.parametrize("name,published_b", fast_every(2, [("mtnlg530b", 530), ("gpt_3_6b", 3.6), ("gpt_18_4b", 18.4),
+@pytest.mark.parametrize("name,published_b", fast_every(4, [("mtnlg530b", 530), ("gpt_3_6b", 3.6), ("gpt_18_4b", 18.4),
                                               ("gpt_39_1b", 39.1), ("gpt1t", 1008), ("llama2_7b", 6.74),
                                               ("llama2_70b", 68.98), ("llama3_8b", 8.03), ("llama3_70b", 70.55),
                                               ("llama3_405b", 405.8),

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.clirun import run_main_inprocess
+from tests.lazy import Lazy, needs_torch
+from vtrain.cost.profile_io import steady_ratio
 
-torch = pytest.importorskip("torch")
-from vtrain.cost.profile_io import steady_ratio  # noqa: E402
-from vtrain.profiler import sustained_gemm as sg  # noqa: E402
-from vtrain.profiler.scaled_gemm import Recipe  # noqa: E402
+pytestmark = needs_torch()
+torch = Lazy("torch")  # imported by the tests that run, not at collection (tests/lazy.py)
+sg = Lazy("vtrain.profiler.sustained_gemm")
+Recipe = Lazy("vtrain.profiler.scaled_gemm", "Recipe")
 
 ROOT = Path(__file__).resolve().parents[2]
 
