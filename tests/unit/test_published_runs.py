@@ -322,27 +322,6 @@ def test_a_recipe_for_one_gpu_precision_and_release():
     assert recipe_cells(_row(**{**gb200, "moe_dispatcher": "alltoall"})) == graphs  # a stated dispatcher is the row's
 
 
-@pytest.mark.parametrize("raw,recipe", [
-    ("FP8-CS", "tensorwise"), ("fp8_cs", "tensorwise"), ("bf16_with_fp8_current_scaling_mixed", "tensorwise"),
-    ("FP8 (current scaling)", "tensorwise"), ("FP8 (delayed)", "delayed"), ("fp8_ds", "delayed"),
-    ("FP8", None), ("FP8 (per-tensor; recipe not stated)", None), ("FP8-MX", None), ("MXFP8", None),
-])
-def test_a_precision_cell_states_its_fp8_scaling_recipe(raw, recipe):
-    from vtrain.validation.spellings import fp8_recipe_cell
-
-    assert fp8_recipe_cell(raw) == recipe
-
-
-def test_megatron_bridge_runs_per_tensor_fp8_with_current_scaling_nemo_with_delayed():
-    """Megatron-Bridge's FP8 rows (25.09's "recipe not stated" too) run current scaling, its performance scripts'
-    recipe; NeMo 24.x's run TE's delayed scaling, the plan's default; a stated recipe is the row's."""
-    rows = {r.index: r for r in read_measurements(resolve_dataset("published_runs"))}
-    recipe = {i: pasted_row(rows[i])[0].get("fp8_recipe") for i in (13, 28, 110, 150, 151, 161)}
-    assert recipe == {13: None, 28: None, 110: "tensorwise", 150: "tensorwise", 151: None, 161: "tensorwise"}
-    stated = MeasuredRow(150, {**rows[150].values, "precision": "FP8 (delayed)"})
-    assert pasted_row(stated)[0].get("fp8_recipe") == "delayed"
-
-
 def test_an_a100_40gb_row_runs_on_the_dgx_a100_platform_of_the_80gb_part(tmp_path):
     """llm-foundry's A100-40GB rows ("RoCE 1600 Gbps") on the DGX A100 fabric (conf/cluster/_dgx_a100.yaml: NVLink
     300 GB/s, 8 x 200 Gb/s), not on the H100 nodes of the cluster named on the command line."""

@@ -44,8 +44,7 @@ def test_releases_before_26_02_run_nccl_all_to_all_on_blackwell():
 def test_h100_runs_deepep_with_the_a2a_overlap_and_its_own_layout():
     got = _cells(**H100)
     assert got == {"optimizer_moments": "bf16", "pipeline_layout": "Et|(tt|)*30mL", "moe_dispatcher": "deepep",
-                   "recompute_modules": "mla_up_proj,mlp", "overlap_moe_comm": "true", "overlap_grad_reduce": "false",
-                   "fp8_recipe": "tensorwise"}
+                   "recompute_modules": "mla_up_proj,mlp", "overlap_moe_comm": "true", "overlap_grad_reduce": "false"}
     assert layout_layers(got["pipeline_layout"], 61, 8, 4, mtp_layers=1) == (1,) + (2,) * 30 + (0,)
 
 

@@ -33,14 +33,12 @@ def test_the_gb300_and_b300_mxfp8_presets_interleave_five_chunks_at_micro_batch_
 def test_the_gb200_mxfp8_preset_runs_micro_batch_1_in_every_release():
     assert recipe_cells(_row(**GB200_25_09)) == {PRESET_MICRO_BATCH: "1"}
     assert recipe_cells(_row(**{**GB200_25_09, "framework_release": "26.02"})) == {PRESET_MICRO_BATCH: "1"}
-    # FP8-CS: Megatron FSDP at 2 (current scaling, every Megatron-Bridge FP8 row)
-    assert recipe_cells(_row(**{**GB200_25_09, "precision": "FP8"})) == {"fp8_recipe": "tensorwise"}
+    assert recipe_cells(_row(**{**GB200_25_09, "precision": "FP8"})) == {}  # FP8-CS: Megatron FSDP at 2
 
 
 def test_only_rows_of_that_gpu_precision_release_and_layout():
     assert recipe_cells(_row(**{**ROW, "virtual_stages": "2"})) == {PRESET_MICRO_BATCH: "1"}  # stated: the row's
-    # the FP8-CS preset runs Megatron FSDP instead (and current scaling)
-    assert recipe_cells(_row(**{**ROW, "precision": "FP8"})) == {"fp8_recipe": "tensorwise"}
+    assert recipe_cells(_row(**{**ROW, "precision": "FP8"})) == {}  # the FP8-CS preset runs Megatron FSDP instead
     assert recipe_cells(_row(**{**ROW, "gpu": "GB200 (NVL72)"})) == {}  # GB200's preset is tensor 2
     assert recipe_cells(_row(**{**ROW, "pp": "1"})) == {}
     assert recipe_cells(_row(**{**ROW, "framework_release": "25.11"})) == {}

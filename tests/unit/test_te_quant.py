@@ -1,14 +1,12 @@
 """Transformer Engine's casts (vtrain.graph.te_quant): the norm writes the QKV and FC1 inputs quantized
 (LayerNormLinear) for per-tensor FP8 alone, per-tensor FP8 on Blackwell writes no transposed copy, and NVFP4 reads
-each activation and gradient three times (amax, row-wise cast, column-wise Hadamard cast); per-tensor FP8 with
-current scaling (fp8_recipe=tensorwise) reads each cast's input once more for its amax, the norm's output aside."""
+each activation and gradient three times (amax, row-wise cast, column-wise Hadamard cast)."""
 import pytest
 
 from vtrain import compose
 from vtrain.api import simulate
 from vtrain.comm.plan import build_comm_plan
 from vtrain.config.build import build_workload
-from vtrain.graph.blocks import ComponentGraph, ModelGraph, PassOps
 from vtrain.graph.builder import build_model_graph
 from vtrain.graph.ops import MemoryOp
 from vtrain.graph.options import graph_options
@@ -35,17 +33,13 @@ def _ops(graph, backward=False):
 
 
 @pytest.mark.parametrize("cluster,extra,switches", [
-    ("h100x1024", (), (True, False, 1.0, False)),  # Hopper: FP8 columnwise tensors are transposed copies
-    ("b200x1024", (), (True, True, 1.0, False)),
-    # current scaling: the norm writes bf16 and its amax, the linear layer casts; Blackwell: still no transpose
-    ("h100x1024", ("training.fp8_recipe=tensorwise",), (False, False, 1.0, True)),
-    ("b200x1024", ("training.fp8_recipe=tensorwise",), (False, True, 1.0, True)),
+    ("h100x1024", (), (True, False, 1.0)),  # Hopper: FP8 columnwise tensors are transposed copies
+    ("b200x1024", (), (True, True, 1.0)),
     # MX scales differ by layout: both written; TE's norm writes bf16 for an MXFP8 output (no cuDNN norm)
-    ("b200x1024", ("training.precision=mxfp8",), (False, False, 1.0, False)),
-    ("b200x1024", ("training.precision=mxfp8", "training.fp8_recipe=tensorwise"), (False, False, 1.0, False)),
-    ("b200x1024", ("training.precision=nvfp4",), (False, False, 7.0 / 4.0, False)),  # amax, row-wise, Hadamard col.
-    ("b200x1024", ("training.precision=bf16",), (False, False, 1.0, False)),
-    ("b200x1024", ("stack=torchtitan_fsdp2",), (False, False, 1.0, False)),  # torchao casts as the graph prices them
+    ("b200x1024", ("training.precision=mxfp8",), (False, False, 1.0)),
+    ("b200x1024", ("training.precision=nvfp4",), (False, False, 7.0 / 4.0)),  # amax, row-wise, Hadamard column-wise
+    ("b200x1024", ("training.precision=bf16",), (False, False, 1.0)),
+    ("b200x1024", ("stack=torchtitan_fsdp2",), (False, False, 1.0)),  # torchao casts as the graph prices them
 ])
 def test_which_casts_run_as_transformer_engine_runs_them(cluster, extra, switches):
     w, _ = _built(cluster, *extra)
@@ -103,49 +97,3 @@ def test_transformer_engines_casts_shorten_a_step():
         assert step_s(cluster, "training.precision=bf16") == step_s(cluster, "training.precision=bf16", off)
     nvfp4 = "training.precision=nvfp4"  # NVFP4's amax pass and second cast lengthen it
     assert step_s("b200x1024", nvfp4) > step_s("b200x1024", nvfp4, off)
-
-
-def test_current_scaling_reads_each_cast_input_once_more_for_its_amax():
-    """Hand-computed on Hopper, TP 8: TE's Float8CurrentScalingQuantizer reads the attention output (proj) for its
-    amax (2 B), then casts it (read 2 B, write 2 x 1 B): 6 B per element where delayed scaling runs one 4-byte
-    cast; the weight's amax pass too (6 B). The amax and scale kernels are C++ launches inside the module's one
-    quantize call (``launches``, not framework ops: the kernel count stays). The norm writes the QKV / FC1 input in
-    bf16 with its amax: the generic 4-byte cast and a scale kernel."""
-    _, graph = _built("h100x1024", "training.fp8_recipe=tensorwise")
-    current = with_te_quantization(graph, TeCasts(False, False, 1.0, True))
-    before, after = _ops(graph), _ops(current)
-    assert after["proj.quant"].bytes == pytest.approx(6.0 * (TOKENS * H + H * H) / 8)
-    assert after["proj.quant"].weight_bytes == pytest.approx(6.0 * H * H / 8)
-    assert after["proj.quant"].kernels == before["proj.quant"].kernels and after["proj.quant"].launches == 2
-    assert after["qkv.quant"].bytes == pytest.approx(4.0 * TOKENS * H + 6.0 * H * QKV)
-    assert after["qkv.quant"].launches == 1  # the scale kernel: the norm wrote the amax
-    grad_before, grad_after = _ops(graph, True)["fc2.quant.bwd"], _ops(current, True)["fc2.quant.bwd"]
-    assert grad_after.bytes == pytest.approx(1.5 * grad_before.bytes) and grad_after.kernels == 1
-    assert grad_after.launches == 2
-    # Blackwell: the cast writes one layout (read 2, write 1 B), the amax read stays: 5 B per element
-    _, graph = _built("b200x1024", "training.fp8_recipe=tensorwise")
-    proj = _ops(with_te_quantization(graph, TeCasts(False, True, 1.0, True)))["proj.quant"]
-    assert proj.bytes == pytest.approx(5.0 * (TOKENS * H + H * H) / 8)
-
-
-def test_current_scaling_lengthens_a_per_tensor_fp8_step_only():
-    def step_s(cluster, *extra):
-        return simulate(compose([*PLAN, f"+cluster={cluster}", *extra])).iteration_time_s
-
-    current = "training.fp8_recipe=tensorwise"
-    for cluster in ("h100x1024", "b200x1024"):
-        assert step_s(cluster, current) > step_s(cluster)
-        mx = ("training.precision=mxfp8",) if cluster == "b200x1024" else ("training.precision=bf16",)
-        assert step_s(cluster, *mx, current) == step_s(cluster, *mx)
-
-
-def test_current_scaling_runs_the_amax_and_scale_kernels_for_each_experts_slice():
-    """TE's split_quantize fuses the experts' casts for delayed scaling alone: current scaling launches an amax and
-    a scale kernel for each local expert's slice of the input (16 experts: 32), none for the cached weights."""
-    experts = MemoryOp("experts.fc1.quant", 4.0 * (1024 * 2048 + 2048 * 768) * 16, 2,
-                       weight_bytes=4.0 * 2048 * 768 * 16, splits=16)
-    empty = ComponentGraph(PassOps(()), PassOps(()), PassOps(()))
-    graph = ModelGraph(ComponentGraph(PassOps((experts,)), PassOps(()), PassOps(())), empty, empty)
-    (out,) = with_te_quantization(graph, TeCasts(False, False, 1.0, True)).layer.forward.ops
-    assert out.launches == 32 and out.kernels == 2
-    assert out.bytes == pytest.approx(1.5 * experts.bytes)

@@ -36,7 +36,6 @@ def require(cond: bool, message: str) -> None:
 
 OPTIMIZERS = ("adam", "adamw")
 MOMENT_DTYPES = ("fp32", "bf16")
-FP8_RECIPES = ("delayed", "tensorwise")  # Megatron-Core --fp8-recipe for per-tensor FP8 (mxfp8, blockwise: precision)
 
 
 def check_choice(field: str, value: str, choices: Iterable[str]) -> None:
@@ -103,7 +102,6 @@ def check_plan(m: ModelSpec, p: ParallelPlan, cluster: ClusterSpec) -> None:
     # weight decay changes neither
     check_choice("training.optimizer", p.optimizer, OPTIMIZERS)
     check_choice("training.optimizer_moments", p.optimizer_moments, MOMENT_DTYPES)
-    check_choice("training.fp8_recipe", p.fp8_recipe, FP8_RECIPES)
     if not (p.virtual_stages == 1 or p.schedule == Schedule.INTERLEAVED):
         raise ConfigError(f"parallelism.virtual_stages={p.virtual_stages} needs schedule=interleaved (schedule="
                           f"{p.schedule.value} runs {p.chunks} model chunk(s) per stage); set virtual_stages=1")

@@ -113,8 +113,6 @@ class AnalyticalCostModel:
         eager_s = stack.host_time_per_eager_op_s
         self.eager_host = 1.0 if eager_s is None or self.host_s <= 0 else eager_s / self.host_s
         self.host_coll_s = stack.host_time_per_collective_s
-        # a C++ launch (MemoryOp.launches) in units of the host time per modelled kernel
-        self.launch_host = stack.host_time_per_launch_s / self.host_s if self.host_s > 0 else 0.0
         self.opt_bytes = stack.optimizer_bytes_per_param
         opt_fraction = stack.optimizer_bandwidth_fraction
         self.opt_bw = self.mem_bw if opt_fraction is None else gpu.hbm_bandwidth_bytes_per_s * opt_fraction
@@ -142,7 +140,7 @@ class AnalyticalCostModel:
         else:
             traffic = 1.0 if op.eager else self.elementwise
             t = max(op.flops / self.peak, op.bytes * traffic / (self.strided_bw if op.strided else self.mem_bw))
-            return max(t, (op.kernels * traffic + op.launches) * self.kernel_s)
+            return max(t, op.kernels * traffic * self.kernel_s)
         return max(t, op.kernels * self.kernel_s)
 
     def grouped_gemm_time_s(self, op: Gemm) -> float:
@@ -167,7 +165,7 @@ class AnalyticalCostModel:
         """The op's kernels as the host issues them, in units of the stack's host time per kernel (an eager
         op's at the stack's host time per eager op)."""
         if isinstance(op, MemoryOp):
-            return op.kernels * (self.eager_host if op.eager else self.elementwise) + op.launches * self.launch_host
+            return op.kernels * (self.eager_host if op.eager else self.elementwise)
         return float(op.kernels)
 
     def collective_host_time_s(self, op: Collective) -> float:

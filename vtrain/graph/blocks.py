@@ -100,9 +100,9 @@ def linear(name: str, tokens: int, n: int, k: int, plan: ParallelPlan, batch: in
     inputs = tokens * k if quantize_input else 0
     recast = q_in_bwd > 0  # rowwise: the output gradient's row cast, column amax and cast; the input's and weight's
     quant_in = MemoryOp(f"{name}.quant", q_in * batch * (inputs + k * n), 2 if quantize_input else 1,  # input, weight
-                        weight_bytes=q_in * batch * k * n if not recast else 0.0, splits=batch)
+                        weight_bytes=q_in * batch * k * n if not recast else 0.0)
     quant_grad = MemoryOp(f"{name}.quant.bwd", batch * (q_grad * tokens * n + q_in_bwd * inputs + q_w_bwd * k * n),
-                          (3 + (2 if inputs else 0) + 1) if recast else 1, splits=batch)
+                          (3 + (2 if inputs else 0) + 1) if recast else 1)
     return (quant_in, fwd), (quant_grad, dgrad, wgrad)
 
 

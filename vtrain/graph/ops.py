@@ -75,12 +75,6 @@ class MemoryOp:
     # dimension (``chunk``), so each thread loads one element at a time and the kernel moves
     # ``GpuSpec.strided_gb_per_s_per_sm`` per SM (latency-bound), not ``memory_efficiency`` of the HBM
     strided: bool = False
-    # a grouped linear layer's cast: the local experts' tensors it quantizes, one slice each (TE's split_quantize)
-    splits: int = 1
-    # kernels the op's one framework call launches from C++ beyond ``kernels`` (Transformer Engine's current-scaling
-    # quantizer: the amax and scale kernels, vtrain.graph.te_quant): each takes the GPU its kernel time and costs
-    # the host a CUDA launch (StackSpec.host_time_per_launch_s), not a framework op's host time
-    launches: int = 0
 
 
 def windowed_keys(window: int, keys: int) -> float:

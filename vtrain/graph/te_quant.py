@@ -17,23 +17,6 @@ Transformer Engine, "Performance Considerations" (docs/features/low_precision_tr
   so no transpose is needed" (TE's ``is_non_tn_fp8_gemm_supported``: sm_100 and later) for per-tensor FP8: a cast
   reads 2 B and writes 1 B per element, not 2 x 1 B. MXFP8 and NVFP4 scale 32 / 16 elements along the GEMM's
   reduction axis, so their row- and column-wise tensors differ and both are written, on Blackwell too.
-- **Current scaling's amax pass** (``fp8_recipe=tensorwise``: Megatron-Bridge's FP8-CS, its per-tensor recipe
-  from 25.09 on). TE's ``Float8CurrentScalingQuantizer::quantize_impl`` (pytorch/csrc/quantizer.cpp) computes the
-  tensor's amax in a kernel of its own (``nvte_compute_amax``: read 2 B per element), all-reduces it over the TP
-  group where the layer gathers a sequence-parallel input (``with_amax_reduction``: the column-parallel input, the
-  row-parallel output gradient), turns it into the scale (``nvte_compute_scale_from_amax``, one tiny kernel) and
-  only then casts (``nvte_quantize_v2``: read 2 B, write 1 B per layout): 2 B more per element of an activation,
-  gradient or weight than delayed scaling's one fused cast. The amax and scale kernels are launched from C++ within
-  the module's one quantize call (``MemoryOp.launches``: a CUDA launch of host time each and a kernel's GPU time,
-  not a framework op's host time). A grouped linear layer (the MoE experts) quantizes through ``split_quantize``,
-  whose one fused kernel over the experts' slices serves delayed scaling alone (pytorch/csrc/extensions/cast.cpp,
-  ``multi_tensor_quantize_impl``: "only have fused kernel for FP8 delayed scaling"): current scaling runs the amax
-  and scale kernels for each local expert's slice (its cast per slice, which MXFP8 runs too, stays one kernel).
-  The norm's kernel cannot write the quantized output (normalization.cpp fuses the quantize for
-  ``Float8Quantizer``, delayed scaling, alone): it writes the bf16 output and its amax
-  (``create_hp_tensor_with_amax``), then ``quantize_with_amax`` runs the scale kernel and the cast, so the QKV and
-  FC1 input casts are the generic cast and a scale kernel, with no amax pass. Not priced: the TP all-reduce of
-  the amax (one 4-byte all-reduce per such cast, tp > 1 with sequence parallelism).
 - **NVFP4's three passes.** TE's NVFP4 quantizer (pytorch/csrc/quantizer.cpp, ``NVFP4Quantizer::quantize_impl``)
   scales each 16-element block under a per-tensor amax it computes first: one pass reads the input for the amax
   of it and of its random Hadamard transform (``nvte_hadamard_transform_amax``, 2 B), then the row-wise cast
@@ -60,10 +43,6 @@ NORM_FUSED_CASTS = frozenset({"qkv.quant", "fc1.quant"})
 NORM_FUSED_PRECISIONS = frozenset({"fp8"})
 # per-tensor FP8 on Blackwell: read 2 B, write 1 B per element instead of 2 + 2 x 1 B (_QUANT_BYTES in blocks.py)
 NO_TRANSPOSE_SHARE = 3.0 / 4.0
-# current scaling's amax pass: read 2 B per element, over the generic cast's 4 B (on either GPU: Blackwell's
-# missing transpose saves a write, not this read)
-AMAX_PASS_SHARE = 2.0 / 4.0
-AMAX_PASS_KERNELS = 2  # nvte_compute_amax and nvte_compute_scale_from_amax, per quantized tensor (C++ launches)
 # NVFP4: amax pass 2 B + row-wise cast 2 + 0.5 B + column-wise Hadamard cast 2 + 0.5 B, over the generic 4 B
 NVFP4_PASSES_SHARE = 7.0 / 4.0
 NVFP4_EXTRA_KERNELS = 2  # the amax pass and the second (column-wise) cast, per activation or gradient tensor
@@ -75,7 +54,6 @@ class TeCasts(NamedTuple):
     fuse_norm: bool  # the QKV and FC1 input casts are the norm's
     no_transpose: bool  # per-tensor FP8 on Blackwell: one layout written
     activation_share: float = 1.0  # bytes of an activation's or gradient's cast over the generic cast's
-    current_scaling: bool = False  # per-tensor FP8 with current scaling: an amax pass before each cast
 
 
 NONE = TeCasts(False, False)
@@ -89,23 +67,8 @@ def te_switches(stack: StackSpec, plan: ParallelPlan, architecture: str) -> TeCa
     if not (stack.te_quantization and plan.precision.low):
         return NONE
     value = plan.precision.value
-    current = value == "fp8" and plan.fp8_recipe == "tensorwise"
-    return TeCasts(value in NORM_FUSED_PRECISIONS and not current, value == "fp8" and architecture == "blackwell",
-                   NVFP4_PASSES_SHARE if value == "nvfp4" else 1.0, current)
-
-
-def _amax_passes(op: MemoryOp) -> Tuple[float, float, int]:
-    """Current scaling's amax pass before each cast of the generic ``op``, as (bytes, of them the weight's, C++
-    launches) to add: the weight's bytes and, unless the norm wrote the input's amax (:data:`NORM_FUSED_CASTS`), the
-    input's or gradient's; the amax and scale kernels of each activation or gradient slice (a grouped linear layer
-    quantizes each local expert's slice on its own: ``MemoryOp.splits``), the scale kernel alone after the norm.
-    The weight's kernels are not counted: its cast runs once per step (vtrain.graph.weight_cache)."""
-    fused_input = op.name in NORM_FUSED_CASTS
-    activation = op.bytes - op.weight_bytes
-    tensors = op.kernels - (1 if op.weight_bytes > 0 else 0) if activation > 0 else 0
-    extra_weight = op.weight_bytes * AMAX_PASS_SHARE
-    extra = extra_weight + (0.0 if fused_input else activation * AMAX_PASS_SHARE)
-    return extra, extra_weight, tensors * op.splits * (1 if fused_input else AMAX_PASS_KERNELS)
+    return TeCasts(value in NORM_FUSED_PRECISIONS, value == "fp8" and architecture == "blackwell",
+                   NVFP4_PASSES_SHARE if value == "nvfp4" else 1.0)
 
 
 def _rewritten(op: Op, casts: TeCasts) -> Op:
@@ -119,10 +82,6 @@ def _rewritten(op: Op, casts: TeCasts) -> Op:
         nbytes, kernels = weight, max(1, op.kernels - 1)  # the input's cast is the norm's; the weight's stays
     if casts.no_transpose:
         nbytes, weight = nbytes * NO_TRANSPOSE_SHARE, weight * NO_TRANSPOSE_SHARE
-    if casts.current_scaling:  # the amax read is of the bf16 input: Blackwell's saving above is not its
-        extra, extra_weight, launches = _amax_passes(op)
-        nbytes, weight = nbytes + extra, weight + extra_weight
-        return replace(op, bytes=nbytes, weight_bytes=weight, kernels=kernels, launches=op.launches + launches)
     return replace(op, bytes=nbytes, weight_bytes=weight, kernels=kernels)
 
 

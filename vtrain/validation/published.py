@@ -16,7 +16,6 @@ from vtrain.validation.csv_io import MeasuredRow, normalise_header
 from vtrain.validation.metrics import ErrorSummary, summarise_ape
 from vtrain.validation.recipes import recipe_cells
 from vtrain.validation.spellings import (
-    fp8_recipe_cell,
     framework_cell,
     gpu_cell,
     model_variant_cells,
@@ -81,9 +80,6 @@ def pasted_row(row: MeasuredRow) -> Tuple[MeasuredRow, List[str]]:
             values["precision"] = cells["precision"] if "precision" in cells else precision
             if "mp_mode" in cells and row.get("mp_mode") is None:
                 values["mp_mode"] = cells["mp_mode"]
-        fp8_recipe = fp8_recipe_cell(precision)
-        if fp8_recipe is not None and row.get("fp8_recipe") is None:
-            values["fp8_recipe"] = fp8_recipe
     gpu = row.get("gpu")
     if gpu is not None:
         values["gpu"] = gpu_cell(gpu) or gpu

@@ -20,7 +20,7 @@ PRESET_MICRO_BATCH = "preset_micro_batch"
 @dataclass(frozen=True)
 class Recipe:
     framework: str  # the framework's leading name as table_key writes it (:func:`_framework`)
-    model: str  # the model/ config ("": every model)
+    model: str  # the model/ config
     cells: Mapping[str, str]  # what the recipe sets
     layout: Mapping[str, int] = field(default_factory=dict)  # the cells the row must state so (empty: any layout)
     # the GPU (gpu/ name), precision (its value) and framework releases the recipe is for (empty: any)
@@ -101,11 +101,6 @@ _QWEN3_30B_RELEASES: Tuple[Recipe, ...] = (
 )
 
 RECIPES: Tuple[Recipe, ...] = (
-    # Megatron-Bridge's per-tensor FP8 is current scaling, every model: scripts/performance at 25.09
-    # (utils/helpers.py get_precision_config: fp8_recipe "cs", the presets' default, is
-    # bf16_with_fp8_current_scaling_mixed; "ds", delayed, only when asked) and from 25.11 on (the presets' FP8
-    # variants are *_FP8_CS_*, --compute_dtype fp8_cs); NeMo 2.0's and Megatron-Core's default is delayed scaling
-    Recipe("megatron_bridge", "", {"fp8_recipe": "tensorwise"}, precisions=("fp8",)),
     # Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py, llama31_405b_pretrain_config:
     # account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True (the embedding and
     # the loss each take a layer's slot of the pipeline split: 126 layers + 2 on PP16 x VP8 is one per chunk);
@@ -219,7 +214,6 @@ def recipe_cells(row: MeasuredRow) -> Dict[str, str]:
     key = (_framework(framework), model_name(model))
     out: Dict[str, str] = {}
     for recipe in RECIPES:
-        if (recipe.framework == key[0] and recipe.model in ("", key[1]) and _states(row, recipe.layout)
-                and _is_for(recipe, row)):
+        if (recipe.framework, recipe.model) == key and _states(row, recipe.layout) and _is_for(recipe, row):
             out.update({column: value for column, value in recipe.cells.items() if row.get(column) is None})
     return out

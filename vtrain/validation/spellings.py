@@ -99,20 +99,6 @@ def precision_cells(raw: str) -> Optional[Dict[str, str]]:
     return None
 
 
-# a per-tensor FP8 cell's scaling recipe ("FP8-CS", "fp8 current scaling", "FP8 (delayed)", "fp8_ds"): Megatron-Core's
-# --fp8-recipe spelling (ParallelPlan.fp8_recipe)
-_FP8_RECIPE_WORDS = (("tensorwise", re.compile(r"(?<![a-z0-9])(fp8[-_\s]?cs|current|tensorwise)(?![a-z0-9])", re.I)),
-                     ("delayed", re.compile(r"(?<![a-z0-9])(fp8[-_\s]?ds|delayed)(?![a-z0-9])", re.I)))
-
-
-def fp8_recipe_cell(raw: str) -> Optional[str]:
-    """The ``fp8_recipe`` a precision cell states ("FP8-CS": tensorwise, "FP8 (delayed)": delayed), else None."""
-    for recipe, words in _FP8_RECIPE_WORDS:
-        if words.search(raw):
-            return recipe
-    return None
-
-
 # a memory size a GPU name or its remark states ("40GB assumed", "80 GB")
 _MEMORY = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
 

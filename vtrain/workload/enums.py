@@ -36,7 +36,7 @@ class Precision(StrEnum):
     FP16 = "fp16"
     BF16 = "bf16"
     FP32 = "fp32"
-    FP8 = "fp8"  # per-tensor scales, delayed or current (training.fp8_recipe on TE; torchao tensorwise)
+    FP8 = "fp8"  # per-tensor scales, delayed or current (TE's default recipe, torchao tensorwise)
     FP8_ROWWISE = "fp8_rowwise"  # torchao rowwise: one scale per row
     FP8_BLOCKWISE = "fp8_blockwise"  # 1x128 activation / 128x128 weight blocks (DeepSeek-V3, TE Float8BlockScaling)
     MXFP8 = "mxfp8"  # OCP microscaling, 32-element blocks with E8M0 scales (Blackwell tensor cores)

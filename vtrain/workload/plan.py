@@ -105,12 +105,6 @@ class ParallelPlan:
                                   "bf16 --exp-avg-sq-dtype bf16)")
     flash_attention: bool = spec(True, group=TRAIN, doc="fused attention kernel (no s^2 score tensors in HBM)")
     fp8_attention: bool = spec(False, group=TRAIN, doc="attention in FP8 too (with a low precision)")
-    fp8_recipe: str = spec("delayed", group=TRAIN,
-                           doc="with precision=fp8 on Transformer Engine: how the per-tensor scales are found "
-                               "(Megatron-Core --fp8-recipe): delayed (from an amax history, the cast fused with "
-                               "the norm; Megatron-Core's default, NeMo 2.0's fp8 hybrid) or tensorwise (current "
-                               "scaling: each tensor's amax in a pass of its own before its cast; Megatron-Bridge's "
-                               "FP8-CS, vtrain.graph.te_quant)")
     # at most 1e18 tokens (~50,000x the largest published runs): beyond, days and dollars are no plan's
     tokens_to_train: float = spec(300e9, group=TRAIN, unit="tokens", domain=B.TOKENS,
                                   doc="tokens of the whole training run (time and cost to train)")

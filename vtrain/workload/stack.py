@@ -37,10 +37,6 @@ class StackSpec:
             "inside a framework function, its dispatch and launch without a module's overhead)")
     host_time_per_collective_s: float = spec(0.0, unit="s", domain=SECONDS,
                                              doc="extra host time per TP collective (wrapper, NCCL enqueue)")
-    host_time_per_launch_s: float = spec(5.0e-6, unit="s", domain=SECONDS,
-                                         doc="host time of one kernel a framework call launches from C++ beside "
-                                             "its modelled kernels (MemoryOp.launches: cudaLaunchKernel and its "
-                                             "wrapper, no Python)")
     optimizer_bytes_per_param: float = spec(40.0, unit="B", domain=BYTES_PER_ITEM,
                                             doc="HBM traffic of the mixed-precision Adam step per parameter")
     optimizer_bandwidth_fraction: Optional[float] = spec(
@@ -188,9 +184,8 @@ class StackSpec:
             "per MoE layer in forward, 6 in backward: vtrain.sim.schedule_nodes)")
     te_quantization: bool = spec(False, doc="low-precision casts as Transformer Engine runs them "
                                             "(vtrain.graph.te_quant): the norm before the QKV and FC1 GEMMs writes "
-                                            "their quantized input (LayerNormLinear, delayed scaling), current "
-                                            "scaling reads each cast's input for its amax first, and on Blackwell a "
-                                            "per-tensor FP8 tensor serves both GEMM layouts (no transposed copy)")
+                                            "their quantized input (LayerNormLinear), and on Blackwell a per-tensor "
+                                            "FP8 tensor serves both GEMM layouts (no transposed copy)")
     cublas_rowwise_fp8: bool = spec(
         False, doc="torch._scaled_mm runs rowwise-scaled FP8 (torchao's rowwise recipe) on cuBLASLt, as per-tensor "
                    "FP8: a PyTorch built with cuBLAS >= 12.9, on Hopper; false: on PyTorch's own CUTLASS kernel "
