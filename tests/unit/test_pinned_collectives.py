@@ -144,7 +144,11 @@ def test_graphs_run_the_pinned_collectives_per_micro_batch():
     moe = graph_collectives(MOE)
     ep = {n: 1 for n in ("moe.dispatch", "moe.combine", "moe.dispatch.bwd", "moe.combine.bwd", "moe.etp.ag",
                          "moe.etp.rs", "moe.etp.bwd.ag", "moe.etp.bwd.rs")}
-    assert moe["moe_layer"] == Counter({**tp_attn, **ep})
+    # Megatron-Core's MoEAlltoAllTokenDispatcher, dropless: preprocess all-gathers the tokens per expert over the
+    # TP x EP group (gather_from_sequence_parallel_region) once per forward; token_dispatch sends the permuted
+    # routing probabilities beside the tokens (an all-to-all of its own), and its autograd sends their gradients back
+    bookkeeping = {"moe.dispatch.splits.ag": 1, "moe.dispatch.probs": 1, "moe.dispatch.probs.bwd": 1}
+    assert moe["moe_layer"] == Counter({**tp_attn, **ep, **bookkeeping})
     assert moe["head"] == head
 
 
