@@ -72,7 +72,8 @@ def test_the_overlap_share_applies_to_the_rows_that_run_the_overlap_and_they_alo
                       "megatron_core_te")
     share = next(p for p in PARAMS if p.key == "stack:megatron_core_te.ep_overlap_hidden_share")
     assert [share.applies(w) for w in src.workloads] == [False, True]
-    assert [with_values(w, [share], [0.3]).stack.ep_overlap_hidden_share for w in src.workloads] == [0.5, 0.3]
+    shipped = src.workloads[0].stack.ep_overlap_hidden_share  # the row without the overlap keeps the config's
+    assert [with_values(w, [share], [0.3]).stack.ep_overlap_hidden_share for w in src.workloads] == [shipped, 0.3]
     # row 1 counted as a source of eight rows without the overlap: the share still informs it through row 2
     many = Source("many", (src.workloads[0],) * 8 + (src.workloads[1],), np.repeat(src.measured_s, [8, 1]),
                   np.zeros(9, dtype=bool), np.repeat(src.shipped_s, [8, 1]), ("x",) * 9)
@@ -180,11 +181,11 @@ def calibration_run(calibration_dir):
 # each source's leave-one-source-out MAPE (%) as `python -m vtrain task=calibrate calibrate.scope=all` printed it
 # (docs/calibration.md, 2026-12-07), + 0.5 point of slack for changes elsewhere in the model
 LOSO_MAPE_BOUND = {
-    "a100_single_node": 6.4, "megatron_2021_weak_scaling": 3.5, "torchtitan": 17.8, "megatron_moe_qwen3_h100": 5.3,
-    "published:megatron_readme_sep2020": 8.5, "published:nemo_24.07": 6.5, "published:nemo_launcher_24.05": 7.7,
-    "published:megatron_bridge_25.09": 9.5, "published:megatron_bridge_25.11": 12.7,
-    "published:megatron_bridge_26.02": 10.6, "published:megatron_bridge_26.02.01": 10.9,
-    "published:mosaic_llm_foundry": 6.6,
+    "a100_single_node": 6.4, "megatron_2021_weak_scaling": 3.8, "torchtitan": 18.3, "megatron_moe_qwen3_h100": 5.6,
+    "published:megatron_readme_sep2020": 6.7, "published:nemo_24.07": 6.8, "published:nemo_launcher_24.05": 7.9,
+    "published:megatron_bridge_25.09": 9.7, "published:megatron_bridge_25.11": 11.1,
+    "published:megatron_bridge_26.02": 8.1, "published:megatron_bridge_26.02.01": 6.3,
+    "published:mosaic_llm_foundry": 6.3,
 }
 
 
@@ -195,7 +196,7 @@ def test_loso_headline_figures_hold_out_of_sample(calibration_run):
     by, _, _ = calibration_run
     for name, bound in LOSO_MAPE_BOUND.items():
         assert by[name]["loso"]["mape_pct"] <= bound, (name, by[name]["loso"])
-    assert by["pooled published runs"]["loso"]["mape_pct"] <= 9.0
+    assert by["pooled published runs"]["loso"]["mape_pct"] <= 7.7
     # the published rows simulated: 4 skipped of 247 (hybrid Mamba; the EP64 row a stage cannot hold runs at EP32)
     assert by["pooled published runs"]["n"] == 243
 
@@ -226,7 +227,8 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
     for c in summary["constants"]:
         if c["fitted"] is not None:
             assert len(c["sources"]) >= 2, c["constant"]
-    written = ("gpu:hopper.sustained_gemm_fraction", "stack:megatron_core_te.host_time_per_kernel_s")
+    written = ("gpu:hopper.sustained_gemm_fraction", "gpu:blackwell.sustained_gemm_fraction",
+               "stack:megatron_core_te.host_time_per_kernel_s", "stack:megatron_core_te.ep_overlap_hidden_share")
     for c in (c for c in summary["constants"] if c["constant"] in written):
         assert c["fold_min"] * 0.97 <= c["config"] <= c["fold_max"] * 1.03, c
 
@@ -235,10 +237,10 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
 # (docs/search.md, "Ranking accuracy"): (pairs measured > 5% apart, of them ordered as measured, Kendall's tau-b),
 # held out; a regression loses more than max(1, 1%) of the pairs or 0.05 of tau-b
 LOSO_RANKING = {
-    "a100_single_node": (9108, 8634, 0.847), "torchtitan": (56, 56, 0.905), "megatron_moe_qwen3_h100": (9, 9, 0.949),
+    "a100_single_node": (9108, 8632, 0.848), "torchtitan": (56, 56, 0.905), "megatron_moe_qwen3_h100": (9, 9, 0.949),
     "published:megatron_bridge_26.02.01": (11, 11, 1.0), "published:megatron_bridge_26.02": (11, 11, 1.0),
     "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (4, 4, 0.6),
-    "pooled (every row)": (9221, 8744, 0.846), "pooled published runs": (48, 45, 0.714),
+    "pooled (every row)": (9219, 8741, 0.848), "pooled published runs": (46, 44, 0.77),
 }
 
 

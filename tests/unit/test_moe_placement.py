@@ -195,8 +195,9 @@ def test_blackwell_moe_table_in_sample():
     # (the GB300 row +0.8 -> -3.2%; 14.43% without the host sync); 17.36% with the router's kernels as Megatron-Core
     # runs them (vtrain.graph.router: more eager launches at the shipped 55 us host time per kernel, which the
     # calibration refits to 50.0 us: 13.88% in sample, 14.84% held out); 17.87% with the flex dispatcher's routing
-    # metadata (HybridEP's routing-map all-gather and preprocessing kernel; 14.46% in sample, 14.90% held out)
-    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 17.9
+    # metadata (HybridEP's routing-map all-gather and preprocessing kernel; 14.46% in sample, 14.90% held out);
+    # 12.88% at the calibration written after them (Blackwell share 0.767, host time 49.5 us; 15.11% held out)
+    assert _mape(_validated("megatron_moe_qwen3_blackwell", "gb200_nvl72x16")) <= 13.4
 
 
 @pytest.mark.slow

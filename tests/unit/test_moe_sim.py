@@ -49,11 +49,11 @@ def test_moe_models_simulate_with_exposed_all_to_all_per_stage(overrides):
 
 
 def test_overlap_hides_all_to_all():
-    """Megatron-Core's combined 1F1B hides the stack's share (0.5) of the fused pairs' all-to-all: the exposed
+    """Megatron-Core's combined 1F1B hides the stack's share (here 0.5) of the fused pairs' all-to-all: the exposed
     all-to-all falls to a bit above half (warm-up and cool-down passes are not paired), and with the whole of it
     hidden (share 1.0) to under a quarter."""
     _, plain = run(QWEN)
-    _, fused = run(QWEN + ["parallelism.overlap_moe_comm=true"])
+    _, fused = run(QWEN + ["parallelism.overlap_moe_comm=true", "stack.ep_overlap_hidden_share=0.5"])
     _, whole = run(QWEN + ["parallelism.overlap_moe_comm=true", "stack.ep_overlap_hidden_share=1.0"])
     ep = plain.breakdown.exposed_comm_by_group["ep"]
     assert 0.5 * ep < fused.breakdown.exposed_comm_by_group["ep"] < 0.65 * ep
@@ -78,13 +78,14 @@ def test_a_fused_pair_hides_its_share_of_the_all_to_all(compute, a2a, share, exp
 
 def test_the_overlap_share_is_megatron_cores_and_dualpipe_hides_all():
     """The shipped Megatron-Core share is one the calibration fits (task=calibrate calibrate.scope=all on the rows
-    of every source that runs the overlap: 0.30-0.34 over its folds; 0.50 on the ModelZoo plan measured with and
-    without it) and says so; DualPipe's own schedule is priced with the whole all-to-all hidden whatever the
+    of every source that runs the overlap: 0.63-0.77 over its folds since the combined 1F1B's host cost per
+    schedule-node call is priced, 0.30-0.34 before; 0.50 on the ModelZoo plan measured with and without it) and
+    says so; DualPipe's own schedule is priced with the whole all-to-all hidden whatever the
     stack's share."""
     from vtrain.config.compose import load_stack_config
 
     te = load_stack_config("megatron_core_te")
-    assert 0.25 <= te.ep_overlap_hidden_share <= 0.55
+    assert 0.60 <= te.ep_overlap_hidden_share <= 0.80
     assert "task=calibrate calibrate.scope=all" in te.provenance["ep_overlap_hidden_share"]
     assert load_stack_config("torchtitan_fsdp2").ep_overlap_hidden_share == 1.0
     dsv3 = ["+model=deepseek_v3", "model.num_layers=62", "+cluster=h100x1024", "parallelism.tp=1", "parallelism.pp=16",
