@@ -181,10 +181,10 @@ def calibration_run(calibration_dir):
 # each source's leave-one-source-out MAPE (%) as `python -m vtrain task=calibrate calibrate.scope=all` printed it
 # (docs/calibration.md, 2026-12-07), + 0.5 point of slack for changes elsewhere in the model
 LOSO_MAPE_BOUND = {
-    "a100_single_node": 6.4, "megatron_2021_weak_scaling": 3.8, "torchtitan": 18.3, "megatron_moe_qwen3_h100": 5.6,
+    "a100_single_node": 6.4, "megatron_2021_weak_scaling": 3.9, "torchtitan": 18.1, "megatron_moe_qwen3_h100": 5.6,
     "published:megatron_readme_sep2020": 6.7, "published:nemo_24.07": 6.8, "published:nemo_launcher_24.05": 7.9,
-    "published:megatron_bridge_25.09": 9.7, "published:megatron_bridge_25.11": 11.1,
-    "published:megatron_bridge_26.02": 8.1, "published:megatron_bridge_26.02.01": 6.3,
+    "published:megatron_bridge_25.09": 9.8, "published:megatron_bridge_25.11": 11.0,
+    "published:megatron_bridge_26.02": 8.1, "published:megatron_bridge_26.02.01": 6.4,
     "published:mosaic_llm_foundry": 6.3,
 }
 
@@ -237,10 +237,10 @@ def test_fitted_constants_rest_on_at_least_two_sources_in_sample(calibration_run
 # (docs/search.md, "Ranking accuracy"): (pairs measured > 5% apart, of them ordered as measured, Kendall's tau-b),
 # held out; a regression loses more than max(1, 1%) of the pairs or 0.05 of tau-b
 LOSO_RANKING = {
-    "a100_single_node": (9108, 8632, 0.848), "torchtitan": (56, 56, 0.905), "megatron_moe_qwen3_h100": (9, 9, 0.949),
+    "a100_single_node": (9108, 8633, 0.849), "torchtitan": (56, 56, 0.905), "megatron_moe_qwen3_h100": (9, 9, 0.949),
     "published:megatron_bridge_26.02.01": (11, 11, 1.0), "published:megatron_bridge_26.02": (11, 11, 1.0),
     "published:megatron_bridge_25.11": (4, 4, 1.0), "published:megatron_bridge_25.09": (4, 4, 0.6),
-    "pooled (every row)": (9219, 8741, 0.848), "pooled published runs": (46, 44, 0.77),
+    "pooled (every row)": (9219, 8742, 0.849), "pooled published runs": (46, 44, 0.738),
 }
 
 
