@@ -22,7 +22,7 @@ cost_model cp_a2a cp_comms cp_ring cuda_graphs domains_doc energy engine_invaria
 gpt_oss_mechanisms inflight_counts interleaved_groups intervals layout_copies llm_foundry_fsdp memory mla_mtp_ops model
 moe_model moe_placement moe_schedules moe_sim optimizer_bandwidth overlap_chunks param_counts partial_recompute
 pass_memo pinned_activations pinned_collectives pinned_head_and_bandwidth pipeline pipeline_layout pipeline_split
-recompute_fit schedule selective_op side_stream_contention simulate spec_rules structure_memo te_quant torchtitan_tp
+recompute_fit router schedule selective_op side_stream_contention simulate spec_rules structure_memo te_quant torchtitan_tp
 training_runs weight_cache"
 TESTS="$(for t in $UNIT; do printf 'tests/unit/test_%s.py ' "$t"; done)tests/test_profile_io.py"
 start=$(date +%s)
