@@ -48,6 +48,11 @@ def test_fused_router_is_one_kernel_each_way_plus_the_aux_loss():
     assert all(op.eager for op in fwd + bwd)  # PyTorch ops issued from Megatron-Core's Python
     topk = fwd[0]
     assert topk.bytes == 3 * 128 * S + 128 * T  # read the logits; write probabilities, intermediate, bool map
+    by = {op.name: op for op in bwd}
+    # the fused score kernel's backward: read the saved scores and the gradient, write the logits' (3 x the fp32
+    # scores), then the logits' two gradients summed (3 more); the loss' backward reads the scores once
+    assert by["moe.router.aux.scores.bwd"].bytes == 6 * 128 * S
+    assert by["moe.router.aux.loss.bwd"].bytes == 128 * S
 
 
 def test_gpt_oss_has_no_balance_loss_and_the_sigmoid_router_counts_its_expert_bias():
