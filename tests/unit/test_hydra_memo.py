@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not hasattr(cli.create_defaults_list, "real"),
 
 LINES = [
     ["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=8", "parallelism.pp=16",
-     "parallelism.dp=8", "tracking=off", "hydra.run.dir=/tmp/x"],
+     "parallelism.dp=8", "tracking=off", "hydra.run.dir=memo_run_x"],  # relative, composed only: never created
     ["task=simulate", "+model=gpt175b", "+cluster=a100x1024", "parallelism.tp=4", "++training.seq_len=4096"],
     ["+experiment=gpt3_megatron", "hydra/launcher=slurm", "~tracking"],
     ["task=validate", "+cluster=h100x1024", "validate.show_rows=0", "hydra.job.chdir=true"],
@@ -87,7 +87,7 @@ def test_a_user_config_folder_goes_to_hydra_each_time(tmp_path):
 
 def test_command_lines_of_the_same_choices_keep_their_own_values(monkeypatch):
     """Two command lines choosing the same groups: each gets its own value overrides (and hydra.* settings)."""
-    lines = [LINES[0], [o.replace("tp=8", "tp=2").replace("/tmp/x", "/tmp/y") for o in LINES[0]]]
+    lines = [LINES[0], [o.replace("tp=8", "tp=2").replace("memo_run_x", "memo_run_y") for o in LINES[0]]]
     want = [_text(_fresh(monkeypatch, line, RunMode.RUN)) for line in lines]
     for line, text in zip(lines + lines, want + want):
         assert _text(_load(line, RunMode.RUN)) == text
