@@ -81,21 +81,24 @@ def test_torchao_nvfp4_casts_each_linear_with_its_own_triton_kernels():
     assert qb.eager and (qb.bytes, qb.kernels) == pytest.approx((e * tokens * n, 2))
 
 
-def test_torchtitan_nvfp4_casts_are_not_fused_and_not_shared():
-    """A compiled torchtitan NVFP4 layer: each of wq, wk, wv casts the shared input itself, no cast fused with the
-    norm before it (the generic graph: wk's and wv's casts are their weights' only, wq's fused into norm1)."""
+def _compiled_torchtitan_layer(precision: str):
+    """One transformer layer's graph of Llama 3 8B on 4 GB200 under compiled torchtitan in ``precision``."""
     from vtrain.config.build import build_workload
     from vtrain.graph.options import graph_options
     from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
 
-    cfg = compose(["+model=llama3_8b", "+cluster=gb200_nvl72x16", "training.precision=nvfp4",
-                   "stack=torchtitan_fsdp2_compile", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=4",
-                   "training.global_batch_size=4"])
-    w = build_workload(cfg)
+    w = build_workload(compose(["+model=llama3_8b", "+cluster=gb200_nvl72x16", f"training.precision={precision}",
+                                "stack=torchtitan_fsdp2_compile", "parallelism.tp=1", "parallelism.pp=1",
+                                "parallelism.dp=4", "training.global_batch_size=4"]))
     shape = shape_key(w.model, w.plan)
     comm = comm_plan(w, stage_partition(w.model, w.plan, shape))
-    ops = {op.name: op for op in model_graph(w.model, w.plan, comm.tp, comm.cp, comm.ep, graph_options(w.stack),
-                                             shape).layer.forward.ops}
+    return model_graph(w.model, w.plan, comm.tp, comm.cp, comm.ep, graph_options(w.stack), shape).layer
+
+
+def test_torchtitan_nvfp4_casts_are_not_fused_and_not_shared():
+    """A compiled torchtitan NVFP4 layer: each of wq, wk, wv casts the shared input itself, no cast fused with the
+    norm before it (the generic graph: wk's and wv's casts are their weights' only, wq's fused into norm1)."""
+    ops = {op.name: op for op in _compiled_torchtitan_layer("nvfp4").forward.ops}
     for name in ("wq.quant", "wk.quant", "wv.quant", "w1.quant", "w3.quant"):
         assert ops[name].eager and ops[name].kernels == 4, name
     inputs = [ops[f"{x}.quant"].bytes - ops[f"{x}.quant"].weight_bytes for x in ("wq", "wk", "wv")]
@@ -121,17 +124,7 @@ def test_torchtitan_mxfp8_casts_are_not_fused_and_not_shared():
     """A compiled torchtitan MXFP8 layer: every GEMM's input cast is torchao's own kernel (Triton along dim 0, CUDA
     along dim 1), none fused with the norm, SwiGLU or residual beside it (the rewrite ran after fusion before, and
     a fused run such as norm1+wq.quant kept the generic price)."""
-    from vtrain.config.build import build_workload
-    from vtrain.graph.options import graph_options
-    from vtrain.sim.structure import comm_plan, model_graph, shape_key, stage_partition
-
-    cfg = compose(["+model=llama3_8b", "+cluster=gb200_nvl72x16", "training.precision=mxfp8",
-                   "stack=torchtitan_fsdp2_compile", "parallelism.tp=1", "parallelism.pp=1", "parallelism.dp=4",
-                   "training.global_batch_size=4"])
-    w = build_workload(cfg)
-    shape = shape_key(w.model, w.plan)
-    comm = comm_plan(w, stage_partition(w.model, w.plan, shape))
-    layer = model_graph(w.model, w.plan, comm.tp, comm.cp, comm.ep, graph_options(w.stack), shape).layer
+    layer = _compiled_torchtitan_layer("mxfp8")
     fwd, bwd = ({op.name: op for op in p.ops} for p in (layer.forward, layer.backward))
     for name in ("wq", "wk", "wv", "proj", "w1", "w3", "fc2"):
         assert fwd[f"{name}.quant"].eager and fwd[f"{name}.quant"].kernels == 2, name
